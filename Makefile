@@ -1,0 +1,56 @@
+# prismd build, test and lab entry points. Every target installs what it needs.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+FUZZTIME ?= 10m
+FUZZTIME_SHORT ?= 3s
+export GOFLAGS ?= -mod=mod
+# Debian packages the tests use: tshark (dissector test), nftables (loss and
+# duplication on lab links), iproute2 and ethtool (labs), promtool (metric names).
+TEST_PKGS := tshark nftables iproute2 ethtool prometheus
+BENCH_PKGS := $(TEST_PKGS) openmpi-bin libopenmpi-dev iperf3
+
+.PHONY: all build deps bench-deps test unit fuzz fuzz-short soak bench demo clean vet
+
+all: build
+
+deps:
+	@scripts/apt-ensure.sh $(TEST_PKGS)
+	@$(GO) mod download
+
+bench-deps:
+	@scripts/apt-ensure.sh $(BENCH_PKGS)
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+vet:
+	$(GO) vet ./...
+
+# The whole suite, as CI runs it (as root: the netns tests run, they do not skip).
+test: deps build vet
+	PRISMD_BIN=$(BIN) $(GO) test -count=1 -timeout 18m ./...
+	@$(MAKE) --no-print-directory fuzz-short
+
+unit:
+	$(GO) test -count=1 -short ./...
+
+# Every fuzz target for FUZZTIME each (default 10m).
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
+
+fuzz-short:
+	scripts/fuzz.sh $(FUZZTIME_SHORT)
+
+soak: deps build
+	PRISMD_BIN=$(BIN) PRISMD_SOAK=1 $(GO) test -count=1 -timeout 0 -run 'Soak' ./...
+
+bench: deps bench-deps build
+	PRISMD_BIN=$(BIN) scripts/bench.sh
+
+demo: deps build
+	$(BIN)/prismctl demo
+
+clean:
+	rm -rf $(BIN)
