@@ -1,0 +1,66 @@
+// This file owns the first look at a frame: class, operation identity and
+// the shard hash, all without decoding the class header.
+
+package parser
+
+// OpKey is the operation identity of section 3: one execution of one
+// operation. Generations distinguish a reused numeric ID from delayed frames.
+type OpKey struct {
+	Job      uint64
+	Group    uint16
+	GroupGen uint16
+	Op       uint16
+	OpGen    uint32
+}
+
+// PeekOpKey reads the operation identity from prism, the bytes after the
+// Ethernet header (control word first). It checks only that the bytes exist.
+func PeekOpKey(prism []byte) (OpKey, bool) {
+	if len(prism) < CWLen+OpIDLen {
+		return OpKey{}, false
+	}
+	return OpIdentity(prism[CWLen:]).Key(), true
+}
+
+// ShardHash hashes Job, Group and Operation ID of a whole Ethernet frame so
+// that every frame of one operation lands on one worker. Generations are
+// deliberately left out: a new generation of the same operation must meet the
+// state (and the retirement record) of the old one on the same worker. It
+// returns 0 for a frame too short to carry the identity.
+func ShardHash(frame []byte) uint32 {
+	if len(frame) < HdrOff+OpIDLen {
+		return 0
+	}
+	o := frame[HdrOff:]
+	x := be.Uint64(o[opJob:])
+	x ^= uint64(be.Uint16(o[opGroup:]))<<48 ^ uint64(be.Uint16(o[opOp:]))<<16
+	// splitmix64 finalizer: a full-avalanche mix, so sequential job and
+	// operation IDs spread evenly over any number of shards.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return uint32(x) ^ uint32(x>>32)
+}
+
+// Classify checks the control word of a whole Ethernet frame already known to
+// carry EtherType 0x88B5 and returns its class. It does not validate the
+// class header: the class decoder does that.
+func Classify(frame []byte) (Class, error) {
+	if len(frame) < EthLen+CWLen {
+		return 0, fieldErr(0, "control_word", EthLen, ErrTruncated)
+	}
+	return classifyCW(frame[EthLen:])
+}
+
+func classifyCW(prism []byte) (Class, error) {
+	if prism[0]>>4 != VersionMajor {
+		return 0, fieldErr(0, "version", CWOff, ErrVersion)
+	}
+	c := Class(prism[1])
+	if c < ClassControl || c > ClassProgress {
+		return 0, fieldErr(0, "class", CWOff+1, ErrClass)
+	}
+	return c, nil
+}

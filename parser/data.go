@@ -1,0 +1,452 @@
+// This file owns DATA and RESULT (section 6): the validating decoder, the
+// zero-allocation NumberGroup iterator and the in-place frame builder.
+
+package parser
+
+// Limits are the per-operation bounds a receiver knows from STAGE. A zero
+// field means "unknown, do not check"; the engine passes the operation's
+// values, so every rule of docs/protocol.md is applied on the hot path.
+type Limits struct {
+	VectorLen    uint32 // First+Count <= VectorLen; LAST iff First+Count == VectorLen
+	KulischBytes int    // every KULISCH group must use exactly this W/8
+	MTU          int    // bytes after the Ethernet header, padding included
+	ListCap      int    // maximum Count of a LIST endpoint set
+}
+
+// Data is a decoded DATA or RESULT frame. Body and Ext's slices alias the frame.
+type Data struct {
+	Class    Class // ClassData or ClassResult
+	Op       OpKey
+	SrcEP    uint16
+	DstEP    uint16
+	PacketID uint32
+	First    uint32
+	Count    uint16
+	Groups   uint8
+	Flags    uint8
+	BodyLen  uint16
+	Stream   uint16
+	Ext      Ext    // valid when Flags&FlagExt != 0
+	Body     []byte // the NumberGroups, exactly BodyLen bytes
+}
+
+// Group is one NumberGroup. Values aliases the frame: Count values of
+// Format.Width(KBytes) bytes each, little-endian, without the padding.
+type Group struct {
+	Format Format
+	KBytes uint16 // Kulisch integer bytes W/8; 0 for other formats
+	Count  uint16
+	First  uint32 // global position of the first value
+	Values []byte
+}
+
+// GroupIter is the state of Data.NextGroup; the zero value starts at the
+// first group.
+type GroupIter struct {
+	off int
+	pos uint32
+	n   int
+}
+
+// Decode validates a whole DATA or RESULT Ethernet frame against every rule
+// of section 6 and lim, and fills d. On error d is zeroed.
+func (d *Data) Decode(frame []byte, lim Limits) error {
+	if len(frame) < EthLen {
+		*d = Data{}
+		return fieldErr(0, "ethernet", 0, ErrTruncated)
+	}
+	return d.decode(frame[EthLen:], &lim)
+}
+
+// DecodePRISM is Decode for the bytes after the Ethernet header.
+func (d *Data) DecodePRISM(prism []byte, lim Limits) error { return d.decode(prism, &lim) }
+
+func (d *Data) decode(p []byte, lim *Limits) error {
+	*d = Data{}
+	err := d.decode1(p, lim)
+	if err != nil {
+		*d = Data{}
+	}
+	return err
+}
+
+func (d *Data) decode1(p []byte, lim *Limits) error {
+	if lim.MTU > 0 && len(p) > lim.MTU {
+		return fieldErr(0, "frame", EthLen, ErrMTU)
+	}
+	if len(p) < CWLen+DataHdrLen {
+		if len(p) >= CWLen {
+			return fieldErr(Class(p[1]), "header", HdrOff, ErrTruncated)
+		}
+		return fieldErr(0, "header", CWOff, ErrTruncated)
+	}
+	if p[0]>>4 != VersionMajor {
+		return fieldErr(Class(p[1]), "version", CWOff, ErrVersion)
+	}
+	c := Class(p[1])
+	if c != ClassData && c != ClassResult {
+		return fieldErr(c, "class", CWOff+1, ErrClass)
+	}
+	h := DataHeader(p[CWLen : CWLen+DataHdrLen])
+	if h.Reserved() != 0 {
+		return fieldErr(c, "reserved", HdrOff+dataReserved, ErrReserved)
+	}
+	flags := h.Flags()
+	if flags&flagsReserved != 0 {
+		return fieldErr(c, "flags", HdrOff+dataFlags, ErrReserved)
+	}
+	off := CWLen + DataHdrLen
+	if flags&FlagExt != 0 {
+		n, err := d.Ext.decode(p[off:], c, EthLen+off, lim)
+		if err != nil {
+			return err
+		}
+		off += n
+	}
+	bodyLen := int(h.BodyLen())
+	if off+bodyLen > len(p) {
+		return fieldErr(c, "body_length", HdrOff+dataBodyLen, ErrTruncated)
+	}
+	body := p[off : off+bodyLen : off+bodyLen]
+	bodyBase := EthLen + off
+	cnt, groups := int(h.Count()), int(h.Groups())
+	if flags&FlagInexact != 0 {
+		// ACCUMULATION_INEXACT is terminal and carries no values.
+		switch {
+		case flags&FlagLast == 0:
+			return fieldErr(c, "flags.last", HdrOff+dataFlags, ErrRange)
+		case cnt != 0:
+			return fieldErr(c, "element_count", HdrOff+dataCount, ErrCount)
+		case groups != 0:
+			return fieldErr(c, "group_count", HdrOff+dataGroups, ErrCount)
+		case bodyLen != 0:
+			return fieldErr(c, "body_length", HdrOff+dataBodyLen, ErrLength)
+		}
+	}
+	if groups == 0 {
+		switch {
+		case cnt != 0:
+			return fieldErr(c, "element_count", HdrOff+dataCount, ErrCount)
+		case bodyLen != 0:
+			return fieldErr(c, "body_length", HdrOff+dataBodyLen, ErrLength)
+		case flags&(FlagInexact|FlagExt) == 0:
+			return fieldErr(c, "group_count", HdrOff+dataGroups, ErrCount)
+		}
+	}
+	o, sum := 0, 0
+	for g := 0; g < groups; g++ {
+		if o+GroupDescLen > bodyLen {
+			return fieldErr(c, "body_length", bodyBase+o, ErrLength)
+		}
+		gd := GroupDescriptor(body[o : o+GroupDescLen])
+		n := int(gd.Count())
+		if n == 0 {
+			return fieldErr(c, "group.count", bodyBase+o, ErrCount)
+		}
+		f, kb := gd.Format(), int(gd.KulischBytes())
+		var w int
+		switch f {
+		case FormatINT8, FormatFP16, FormatBF16, FormatFP32:
+			if kb != 0 {
+				return fieldErr(c, "group.format", bodyBase+o+2, ErrFormat)
+			}
+			w = f.Width(0)
+		case FormatKulisch:
+			if kb < MinKulischBytes || kb > MaxKulischBytes || (lim.KulischBytes != 0 && kb != lim.KulischBytes) {
+				return fieldErr(c, "group.kulisch_bytes", bodyBase+o+2, ErrFormat)
+			}
+			w = 1 + kb
+		default:
+			return fieldErr(c, "group.format", bodyBase+o+2, ErrFormat)
+		}
+		vb := n * w
+		end := o + GroupDescLen + pad4(vb)
+		if end > bodyLen {
+			return fieldErr(c, "body_length", bodyBase+o, ErrLength)
+		}
+		vals := body[o+GroupDescLen : o+GroupDescLen+vb]
+		for i := o + GroupDescLen + vb; i < end; i++ {
+			if body[i] != 0 {
+				return fieldErr(c, "group.padding", bodyBase+i, ErrReserved)
+			}
+		}
+		if f == FormatKulisch {
+			for i := 0; i < vb; i += w {
+				st := vals[i]
+				if st > KulischNaN {
+					return fieldErr(c, "group.kulisch_state", bodyBase+o+GroupDescLen+i, ErrRange)
+				}
+				// FINITE carries a nonzero integer; every special state a zero one.
+				if allZero(vals[i+1:i+w]) == (st == KulischFinite) {
+					return fieldErr(c, "group.kulisch_value", bodyBase+o+GroupDescLen+i, ErrRange)
+				}
+			}
+		}
+		sum += n
+		o = end
+	}
+	if o != bodyLen {
+		return fieldErr(c, "body_length", HdrOff+dataBodyLen, ErrLength)
+	}
+	if sum != cnt {
+		return fieldErr(c, "element_count", HdrOff+dataCount, ErrCount)
+	}
+	first := h.First()
+	if cnt > 0 {
+		end := uint64(first) + uint64(cnt)
+		if end > 0xFFFFFFFF || (lim.VectorLen != 0 && end > uint64(lim.VectorLen)) {
+			return fieldErr(c, "first_element", HdrOff+dataFirst, ErrRange)
+		}
+		if lim.VectorLen != 0 && (end == uint64(lim.VectorLen)) != (flags&FlagLast != 0) {
+			return fieldErr(c, "flags.last", HdrOff+dataFlags, ErrRange)
+		}
+	}
+	d.Class = c
+	d.Op = h.Op()
+	d.SrcEP, d.DstEP = h.SrcEP(), h.DstEP()
+	d.PacketID, d.First = h.PacketID(), first
+	d.Count, d.Groups, d.Flags = uint16(cnt), uint8(groups), flags
+	d.BodyLen, d.Stream = uint16(bodyLen), h.Stream()
+	d.Body = body
+	return nil
+}
+
+// NextGroup returns the next NumberGroup of a decoded frame.
+func (d *Data) NextGroup(it *GroupIter) (Group, bool) {
+	if it.n >= int(d.Groups) || it.off+GroupDescLen > len(d.Body) {
+		return Group{}, false
+	}
+	if it.n == 0 {
+		it.pos = d.First
+	}
+	gd := GroupDescriptor(d.Body[it.off:])
+	g := Group{Format: gd.Format(), KBytes: gd.KulischBytes(), Count: gd.Count(), First: it.pos}
+	vb := int(g.Count) * g.Format.Width(int(g.KBytes))
+	s := it.off + GroupDescLen
+	g.Values = d.Body[s : s+vb : s+vb]
+	it.off = s + pad4(vb)
+	it.pos += uint32(g.Count)
+	it.n++
+	return g, true
+}
+
+// Len is the number of bytes d encodes to after the Ethernet header.
+func (d *Data) Len() int {
+	n := CWLen + DataHdrLen + len(d.Body)
+	if d.Flags&FlagExt != 0 {
+		n += d.Ext.Len()
+	}
+	return n
+}
+
+// Encode writes d as a whole Ethernet frame into buf and returns its length.
+// Body Length is len(d.Body); Count, Groups and Flags are written as they are
+// (the caller keeps them consistent; DataBuilder does it for you).
+func (d *Data) Encode(buf []byte, eth Eth) (int, error) {
+	if len(buf) < EthLen+d.Len() {
+		return 0, fieldErr(d.Class, "buffer", 0, ErrTruncated)
+	}
+	eth.put(buf)
+	n, err := d.EncodePRISM(buf[EthLen:])
+	return EthLen + n, err
+}
+
+// EncodePRISM writes d after the Ethernet header (control word first).
+func (d *Data) EncodePRISM(p []byte) (int, error) {
+	n := d.Len()
+	if len(p) < n {
+		return 0, fieldErr(d.Class, "buffer", 0, ErrTruncated)
+	}
+	if len(d.Body) > 0xFFFF {
+		return 0, fieldErr(d.Class, "body_length", HdrOff+dataBodyLen, ErrLength)
+	}
+	ControlWord(p).Set(d.Class)
+	h := DataHeader(p[CWLen : CWLen+DataHdrLen])
+	h.SetOp(d.Op)
+	h.SetSrcEP(d.SrcEP)
+	h.SetDstEP(d.DstEP)
+	h.SetPacketID(d.PacketID)
+	h.SetFirst(d.First)
+	h.SetCount(d.Count)
+	h.SetGroups(d.Groups)
+	h.SetFlags(d.Flags)
+	h.SetBodyLen(uint16(len(d.Body)))
+	h.SetStream(d.Stream)
+	h.SetReserved(0)
+	off := CWLen + DataHdrLen
+	if d.Flags&FlagExt != 0 {
+		off += d.Ext.put(p[off:])
+	}
+	copy(p[off:], d.Body)
+	return n, nil
+}
+
+// DataFields are the header fields a sender chooses; DataBuilder computes
+// Element Count, Group Count, Body Length and the EXT flag.
+type DataFields struct {
+	Eth      Eth
+	Class    Class // ClassData or ClassResult
+	Op       OpKey
+	SrcEP    uint16
+	DstEP    uint16
+	PacketID uint32
+	First    uint32
+	Flags    uint8 // FlagLast, FlagInexact, FlagRetransmit; FlagExt is set from ext
+	Stream   uint16
+}
+
+// DataBuilder builds one DATA or RESULT frame in place in a caller buffer:
+// Reset, then Room/AddGroup as often as needed, then Finish. It never
+// allocates and never writes past min(len(buf), EthLen+mtu).
+type DataBuilder struct {
+	buf    []byte
+	limit  int
+	body   int // offset of the body in buf
+	off    int // end of the last group
+	count  int
+	groups int
+}
+
+// Reset starts a frame in buf. mtu 0 means "limited by len(buf) only".
+func (b *DataBuilder) Reset(buf []byte, h *DataFields, ext *Ext, mtu int) error {
+	*b = DataBuilder{}
+	limit := len(buf)
+	if mtu > 0 && EthLen+mtu < limit {
+		limit = EthLen + mtu
+	}
+	need := DataBodyOff
+	if ext != nil {
+		need += ext.Len()
+	}
+	if need > limit {
+		return fieldErr(h.Class, "buffer", 0, ErrMTU)
+	}
+	if h.Class != ClassData && h.Class != ClassResult {
+		return fieldErr(h.Class, "class", CWOff+1, ErrClass)
+	}
+	h.Eth.put(buf)
+	ControlWord(buf[CWOff:]).Set(h.Class)
+	dh := DataHeader(buf[HdrOff:DataBodyOff])
+	dh.SetOp(h.Op)
+	dh.SetSrcEP(h.SrcEP)
+	dh.SetDstEP(h.DstEP)
+	dh.SetPacketID(h.PacketID)
+	dh.SetFirst(h.First)
+	flags := h.Flags &^ FlagExt
+	if ext != nil {
+		flags |= FlagExt
+	}
+	dh.SetFlags(flags)
+	dh.SetStream(h.Stream)
+	dh.SetReserved(0)
+	dh.SetCount(0)
+	dh.SetGroups(0)
+	dh.SetBodyLen(0)
+	off := DataBodyOff
+	if ext != nil {
+		off += ext.put(buf[off:])
+	}
+	b.buf, b.limit, b.body, b.off = buf, limit, off, off
+	return nil
+}
+
+// Room reports how many more values of format f (Kulisch integer bytes
+// kbytes) fit in one more group of this frame.
+func (b *DataBuilder) Room(f Format, kbytes int) int {
+	w := f.Width(kbytes)
+	if w == 0 || b.groups >= MaxGroups || b.buf == nil {
+		return 0
+	}
+	rem := (b.limit - b.off - GroupDescLen) &^ 3
+	if rem < w {
+		return 0
+	}
+	n := rem / w
+	if n > 0xFFFF-b.count {
+		n = 0xFFFF - b.count
+	}
+	if b.body-b.off+0xFFFF < GroupDescLen+pad4(n*w) { // Body Length is 16 bits
+		n = ((0xFFFF - (b.off - b.body) - GroupDescLen) &^ 3) / w
+	}
+	if n < 0 {
+		n = 0
+	}
+	return n
+}
+
+// AddGroup appends a NumberGroup descriptor and its zero padding and returns
+// the slot for count values, which the caller fills (little-endian).
+func (b *DataBuilder) AddGroup(f Format, kbytes int, count int) ([]byte, error) {
+	switch {
+	case f < FormatINT8 || f > FormatKulisch:
+		return nil, fieldErr(0, "group.format", b.off+2, ErrFormat)
+	case f == FormatKulisch && (kbytes < MinKulischBytes || kbytes > MaxKulischBytes):
+		return nil, fieldErr(0, "group.kulisch_bytes", b.off+2, ErrFormat)
+	case f != FormatKulisch:
+		kbytes = 0
+	}
+	if count < 1 {
+		return nil, fieldErr(0, "group.count", b.off, ErrCount)
+	}
+	if count > b.Room(f, kbytes) {
+		return nil, fieldErr(0, "group.count", b.off, ErrMTU)
+	}
+	w := f.Width(kbytes)
+	gd := GroupDescriptor(b.buf[b.off : b.off+GroupDescLen])
+	gd.SetCount(uint16(count))
+	gd.SetFormat(f, uint16(kbytes))
+	s := b.off + GroupDescLen
+	vb := count * w
+	end := s + pad4(vb)
+	clear(b.buf[s+vb : end])
+	b.off = end
+	b.count += count
+	b.groups++
+	return b.buf[s : s+vb : s+vb], nil
+}
+
+// Len is the frame length so far.
+func (b *DataBuilder) Len() int { return b.off }
+
+// Finish writes Element Count, Group Count and Body Length and returns the
+// frame (aliasing buf).
+func (b *DataBuilder) Finish() []byte {
+	if b.buf == nil {
+		return nil
+	}
+	dh := DataHeader(b.buf[HdrOff:DataBodyOff])
+	dh.SetCount(uint16(b.count))
+	dh.SetGroups(uint8(b.groups))
+	dh.SetBodyLen(uint16(b.off - b.body))
+	return b.buf[:b.off]
+}
+
+// AppendData appends a whole DATA/RESULT frame made of groups (each Values
+// holding exactly Count values) to dst. For tests and tools: it may allocate.
+func AppendData(dst []byte, h *DataFields, ext *Ext, groups ...Group) ([]byte, error) {
+	n := DataBodyOff
+	if ext != nil {
+		n += ext.Len()
+	}
+	for _, g := range groups {
+		n += GroupDescLen + pad4(int(g.Count)*g.Format.Width(int(g.KBytes)))
+	}
+	start := len(dst)
+	dst = append(dst, make([]byte, n)...)
+	var b DataBuilder
+	if err := b.Reset(dst[start:], h, ext, 0); err != nil {
+		return dst[:start], err
+	}
+	for _, g := range groups {
+		slot, err := b.AddGroup(g.Format, int(g.KBytes), int(g.Count))
+		if err != nil {
+			return dst[:start], err
+		}
+		if len(g.Values) != len(slot) {
+			return dst[:start], fieldErr(h.Class, "group.values", 0, ErrLength)
+		}
+		copy(slot, g.Values)
+	}
+	f := b.Finish()
+	return dst[:start+len(f)], nil
+}

@@ -1,0 +1,192 @@
+// This file owns the canonical example frames: one of every kind, built with
+// this package's encoders. They are the worked examples of docs/protocol.md
+// (checked by protocol_doc_test.go), the fuzz seed corpus, and test vectors
+// for parser/layer and external dissectors. Not used on the hot path.
+
+package parser
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// Example is one example frame.
+type Example struct {
+	Marker string // stable fence marker in docs/protocol.md ("prism-example:<Marker>")
+	Title  string
+	Note   string
+	Frame  []byte // whole Ethernet frame
+	Limits Limits // operation limits the frame is valid under
+}
+
+var (
+	exEth = Eth{Dst: [6]byte{0x02, 0, 0, 0, 0, 0x01}, Src: [6]byte{0x02, 0, 0, 0, 0, 0x02}}
+	exOp  = OpKey{Job: 0x0102030405060708, Group: 1, GroupGen: 1, Op: 7, OpGen: 1}
+	// exLim is the operation the DATA examples belong to.
+	exLim = Limits{VectorLen: 1024, KulischBytes: 35, MTU: 1500, ListCap: 8}
+)
+
+func fp32s(vs ...float32) []byte {
+	b := make([]byte, 0, 4*len(vs))
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	return b
+}
+
+func bf16s(vs ...float32) []byte {
+	b := make([]byte, 0, 2*len(vs))
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint16(b, uint16(math.Float32bits(v)>>16))
+	}
+	return b
+}
+
+// kulisch280One is the Kulisch-280 encoding of 1.0: state FINITE, integer
+// 2^149 (units of 2^-149), little-endian: bit 149 is bit 5 of byte 18.
+func kulisch280One() []byte {
+	v := make([]byte, 36)
+	v[1+18] = 0x20
+	return v
+}
+
+func mustControl(c *Control) []byte {
+	b := make([]byte, EthLen+c.Len())
+	if _, err := c.Encode(b, exEth); err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func mustData(h *DataFields, ext *Ext, groups ...Group) []byte {
+	b, err := AppendData(nil, h, ext, groups...)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func ctlHdr(cmd Command, txn uint32) Control {
+	return Control{Op: exOp, Txn: txn, SrcEP: 0xFFFE, DstEP: 0x0001, Cmd: cmd, FragCount: 1}
+}
+
+func exampleStageSpec() StageSpec {
+	return StageSpec{
+		Context: ContextRecord{Role: RoleSingle, Collective: CollReduce, InputFormat: FormatFP32,
+			AccPolicy: AccKulischFixed, PartialPolicy: FormatKulisch, OutputFormat: FormatFP32, KulischWidth: 280,
+			VectorLen: 1024, MTU: 1500, WindowIntervals: 8, ReplayDepth: 8, WindowBytes: 12000,
+			WindowElements: 2904, MaxTerms: 2, TimeoutMs: 1000},
+		Bindings: []Binding{
+			{Kind: KindContributor, Flags: BindingFlagRank, Stream: 1, LocalEP: 0x0010, PeerEP: 0x0100, Port: 0,
+				PeerMAC: [6]byte{0x02, 0, 0, 0, 0x01, 0x00}},
+			{Kind: KindResultOut, Flags: BindingFlagRank, Stream: 1, LocalEP: 0x0011, PeerEP: 0x0101, Port: 1,
+				PeerMAC: [6]byte{0x02, 0, 0, 0, 0x01, 0x01}},
+		},
+	}
+}
+
+// Examples returns fresh copies of the example frames, in document order.
+func Examples() []Example {
+	var ex []Example
+	add := func(marker, title, note string, frame []byte, lim Limits) {
+		ex = append(ex, Example{marker, title, note, frame, lim})
+	}
+
+	st := exampleStageSpec()
+	body := make([]byte, st.Len())
+	if _, err := st.Encode(body); err != nil {
+		panic(err)
+	}
+	c := ctlHdr(CmdStage, 0x11)
+	c.Body = body
+	add("control-stage", "CONTROL STAGE with 2 bindings",
+		"SINGLE node, REDUCE, FP32 in, KULISCH_FIXED (W=280), KULISCH partials, FP32 out, vector 1024, MTU 1500; "+
+			"binding 0 CONTRIBUTOR stream 1 (rank, port 0), binding 1 RESULT_OUT path 1 (rank, port 1).",
+		mustControl(&c), Limits{})
+
+	c = ctlHdr(CmdCommit, 0x12)
+	add("control-commit", "CONTROL COMMIT", "Empty body.", mustControl(&c), Limits{})
+
+	ack := Ack{AckedCmd: CmdCommit, State: StateActive, Detail: NoDetail, Completed: 0, MissingStream: NoDetail}
+	ab := make([]byte, AckBodyLen)
+	ack.Encode(ab)
+	c = Control{Op: exOp, Txn: 0x12, SrcEP: 0x0001, DstEP: 0xFFFE, Cmd: CmdAck, Status: StatusOK, FragCount: 1, Body: ab}
+	add("control-ack", "CONTROL ACK", "Reply to the COMMIT above: status OK, state ACTIVE, no detail.", mustControl(&c), Limits{})
+
+	c = ctlHdr(CmdAbort, 0x13)
+	add("control-abort", "CONTROL ABORT", "Empty body.", mustControl(&c), Limits{})
+
+	qb := make([]byte, CapsQueryLen)
+	EncodeCapsQuery(qb, 0)
+	c = ctlHdr(CmdCapsQuery, 0x14)
+	c.Op = OpKey{} // capability exchange is not about an operation
+	c.Body = qb
+	add("control-caps-query", "CONTROL CAPS_QUERY", "Page 0.", mustControl(&c), Limits{})
+
+	page := CapsPage{PortCount: 4, MaxMTU: 9000, MaxOps: 64, NRecords: 1}
+	page.Records[0] = CapRecord{InputFormat: FormatFP32, AccPolicy: AccKulischFixed, PartialPolicy: FormatAuto,
+		OutputFormat: FormatFP32, MinKulischWidth: 280, MaxKulischWidth: 4096, MaxVectorLen: 1 << 24, MaxTerms: 1 << 16,
+		MaxMTU: 9000, MaxBindings: 64, MaxWindowIntervals: 64, MaxReplayDepth: 64, MaxWindowBytes: 1 << 20, MaxWindowElements: 1 << 18}
+	pb := make([]byte, page.Len())
+	page.Encode(pb)
+	c = Control{Op: OpKey{}, Txn: 0x14, SrcEP: 0x0001, DstEP: 0xFFFE, Cmd: CmdCapsResponse, FragIndex: 0, FragCount: 1, Body: pb}
+	add("control-caps-response", "CONTROL CAPS_RESPONSE page",
+		"Page 0 of 1: 4 ports, max MTU 9000, 64 operations, one record (FP32, KULISCH_FIXED, AUTO, FP32; W 280..4096).",
+		mustControl(&c), Limits{})
+
+	h := DataFields{Eth: exEth, Class: ClassData, Op: exOp, SrcEP: 0x0100, DstEP: 0x0010, PacketID: 1, First: 0, Stream: 1}
+	add("data-fp32", "DATA with one FP32 group", "Rank contribution: elements 0..3 = 1.0, 2.0, 3.0, 4.0.",
+		mustData(&h, nil, Group{Format: FormatFP32, Count: 4, Values: fp32s(1, 2, 3, 4)}), exLim)
+
+	h = DataFields{Eth: exEth, Class: ClassData, Op: exOp, SrcEP: 0x0200, DstEP: 0x0020, PacketID: 9, First: 10, Stream: 3}
+	add("data-mixed", "DATA with three groups [FP32 x2][KULISCH-280 x1][FP32 x2]",
+		"A switch partial for elements 10..14: 0.5, 0.25, exact 1.0 (Kulisch state FINITE, integer 2^149), 8.0, -2.0.",
+		mustData(&h, nil,
+			Group{Format: FormatFP32, Count: 2, Values: fp32s(0.5, 0.25)},
+			Group{Format: FormatKulisch, KBytes: 35, Count: 1, Values: kulisch280One()},
+			Group{Format: FormatFP32, Count: 2, Values: fp32s(8, -2)}), exLim)
+
+	h = DataFields{Eth: exEth, Class: ClassData, Op: exOp, SrcEP: 0x0200, DstEP: 0x0020, PacketID: 10, First: 0,
+		Flags: FlagLast | FlagInexact, Stream: 3}
+	add("data-inexact", "DATA ACCUMULATION_INEXACT", "Terminal frame: LAST and ACCUMULATION_INEXACT, no groups, no body.",
+		mustData(&h, nil), exLim)
+
+	h = DataFields{Eth: exEth, Class: ClassResult, Op: exOp, SrcEP: 0x0011, DstEP: 0x0101, PacketID: 256, First: 1020,
+		Flags: FlagLast, Stream: 1}
+	add("result-last", "RESULT with LAST", "Result path 1, elements 1020..1023 of a 1024-element vector.",
+		mustData(&h, nil, Group{Format: FormatFP32, Count: 4, Values: fp32s(10, 20, 30, 40)}), exLim)
+
+	g := Progress{Op: exOp, SrcEP: 0x0010, DstEP: 0x0100, Stream: 1, PacketID: 5, Committed: 100,
+		IntervalCredits: 6, ByteCredits: 9000, Status: ProgressStatusOK, NHoles: 2}
+	g.Holes[0], g.Holes[1] = Hole{200, 300}, Hole{400, 450}
+	pg := make([]byte, EthLen+g.Len())
+	g.Encode(pg, exEth)
+	add("progress-holes", "PROGRESS with 2 holes", "Committed 100; missing [200,300) and [400,450); 6 intervals and 9000 bytes of credit.",
+		pg, exLim)
+
+	flat := AppendFlatSet(nil, 0, 1, 0, 1)
+	h = DataFields{Eth: exEth, Class: ClassData, Op: exOp, SrcEP: 0x0300, DstEP: 0x0030, PacketID: 3, First: 0, Stream: 1}
+	add("data-flat-ext", "DATA with a FLAT endpoint-set extension",
+		"AllReduce contribution of s1 (Fig. 1): P-BM {w1,w2} = bits 0,1 of one 64-bit word; tenant 7, sequence 42; two FP32 values.",
+		mustData(&h, &Ext{Encoding: EncFlat, Tenant: 7, Token: 42, Set: flat},
+			Group{Format: FormatFP32, Count: 2, Values: fp32s(1.5, -1.5)}), exLim)
+
+	list := AppendListSet(nil, 1, 2, 5, 6)
+	h = DataFields{Eth: exEth, Class: ClassResult, Op: exOp, SrcEP: 0x0400, DstEP: 0x0040, PacketID: 77, First: 0, Stream: 2}
+	add("result-install-list", "RESULT with INSTALL and a LIST extension",
+		"MoE dispatch (Fig. 2): token 0x1234 to experts e2,e3,e6,e7 (endpoints 1,2,5,6); branch nodes install C-BM; four BF16 hidden values.",
+		mustData(&h, &Ext{Encoding: EncList, XFlags: XFlagInstall, Tenant: 7, Token: 0x1234, Set: list},
+			Group{Format: FormatBF16, Count: 4, Values: bf16s(1, -1, 0.5, 2)}), exLim)
+
+	hier := AppendHierSet(nil, 64, 4, 3, 130, 131)
+	h = DataFields{Eth: exEth, Class: ClassData, Op: exOp, SrcEP: 0x0500, DstEP: 0x0050, PacketID: 12, First: 0, Stream: 4}
+	hf := mustData(&h, &Ext{Encoding: EncHier, XFlags: XFlagAuth, Tenant: 7, Token: 99, Set: hier})
+	if err := NewAuthenticator([]byte("prism-example-key")).Sign(hf); err != nil {
+		panic(err)
+	}
+	add("data-hier-ext", "DATA with a HIER extension (reliable-multicast ACK, authenticated)",
+		"Aggregated ACK for sequence 99: P-BM {3,130,131} in 4 blocks of 64 (upper bits 0 and 2, two lower bitmaps); "+
+			"zero groups; AUTH tag = HMAC-SHA256/128 under key \"prism-example-key\".",
+		hf, Limits{VectorLen: 1024, MTU: 1500})
+	return ex
+}

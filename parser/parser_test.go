@@ -1,0 +1,441 @@
+package parser
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestRoomMatchesSpec(t *testing.T) {
+	// The worked numbers of the source text (docs/protocol.md section 6).
+	cases := []struct {
+		mtu    int
+		f      Format
+		kbytes int
+		want   int
+	}{
+		{1500, FormatINT8, 0, 1452}, {1500, FormatFP16, 0, 726}, {1500, FormatBF16, 0, 726}, {1500, FormatFP32, 0, 363},
+		{1500, FormatKulisch, 35, 40}, {1500, FormatKulisch, 512, 2}, {576, FormatINT8, 0, 528}, {9000, FormatINT8, 0, 8952},
+	}
+	buf := make([]byte, 10000)
+	for _, c := range cases {
+		var b DataBuilder
+		h := DataFields{Class: ClassData, Op: exOp}
+		if err := b.Reset(buf, &h, nil, c.mtu); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.Room(c.f, c.kbytes); got != c.want {
+			t.Errorf("mtu %d %v/%d: room %d, want %d", c.mtu, c.f, c.kbytes, got, c.want)
+		}
+		if c.f == FormatINT8 && c.want != MaxPacketElements(c.mtu) {
+			t.Errorf("MaxPacketElements(%d) = %d", c.mtu, MaxPacketElements(c.mtu))
+		}
+		if _, err := b.AddGroup(c.f, c.kbytes, c.want); err != nil {
+			t.Fatal(err)
+		}
+		if b.Room(c.f, c.kbytes) != 0 {
+			t.Errorf("room after a full group: %d", b.Room(c.f, c.kbytes))
+		}
+		f := b.Finish()
+		if len(f)-EthLen > c.mtu {
+			t.Errorf("frame %d over mtu %d", len(f)-EthLen, c.mtu)
+		}
+	}
+}
+
+func TestBuilderFillsAndDecodes(t *testing.T) {
+	// Fill a 1500-MTU frame with alternating formats until nothing fits, then
+	// decode it and compare every group (naive oracle: the list we added).
+	buf := make([]byte, 2000)
+	for i := range buf {
+		buf[i] = 0xAA // stale bytes must not leak into padding
+	}
+	var b DataBuilder
+	h := DataFields{Eth: exEth, Class: ClassResult, Op: exOp, First: 100, Stream: 2}
+	if err := b.Reset(buf, &h, &Ext{Encoding: EncList, Set: AppendListSet(nil, 3)}, 1500); err != nil {
+		t.Fatal(err)
+	}
+	type add struct {
+		f Format
+		k int
+		n int
+	}
+	var added []add
+	fs := []add{{FormatINT8, 0, 3}, {FormatKulisch, 35, 2}, {FormatFP16, 0, 5}, {FormatFP32, 0, 7}}
+	for i := 0; ; i++ {
+		a := fs[i%len(fs)]
+		if r := b.Room(a.f, a.k); r < a.n {
+			if r == 0 {
+				break
+			}
+			a.n = r
+		}
+		slot, err := b.AddGroup(a.f, a.k, a.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range slot {
+			slot[j] = byte(i + j)
+		}
+		if a.f == FormatKulisch {
+			for j := 0; j < len(slot); j += 36 {
+				slot[j] = KulischFinite
+			}
+		}
+		added = append(added, a)
+	}
+	f := b.Finish()
+	var d Data
+	if err := d.Decode(f, Limits{MTU: 1500, KulischBytes: 35}); err != nil {
+		t.Fatal(err)
+	}
+	if int(d.Groups) != len(added) {
+		t.Fatalf("groups %d, added %d", d.Groups, len(added))
+	}
+	var it GroupIter
+	pos := uint32(100)
+	for i, a := range added {
+		g, ok := d.NextGroup(&it)
+		if !ok || g.Format != a.f || int(g.Count) != a.n || g.First != pos || len(g.Values) != a.n*a.f.Width(a.k) {
+			t.Fatalf("group %d: %+v, want %+v at %d", i, g, a, pos)
+		}
+		pos += uint32(a.n)
+	}
+	if d.Count != uint16(pos-100) {
+		t.Fatalf("count %d", d.Count)
+	}
+}
+
+func TestBuilderErrors(t *testing.T) {
+	var b DataBuilder
+	h := DataFields{Class: ClassData}
+	if err := b.Reset(make([]byte, 40), &h, nil, 0); !errors.Is(err, ErrMTU) {
+		t.Fatalf("short buffer: %v", err)
+	}
+	h.Class = ClassControl
+	if err := b.Reset(make([]byte, 100), &h, nil, 0); !errors.Is(err, ErrClass) {
+		t.Fatalf("class: %v", err)
+	}
+	h.Class = ClassData
+	b.Reset(make([]byte, 100), &h, nil, 0)
+	if _, err := b.AddGroup(FormatAuto, 0, 1); !errors.Is(err, ErrFormat) {
+		t.Fatalf("auto: %v", err)
+	}
+	if _, err := b.AddGroup(FormatKulisch, 7, 1); !errors.Is(err, ErrFormat) {
+		t.Fatalf("kulisch 7: %v", err)
+	}
+	if _, err := b.AddGroup(FormatINT8, 0, 0); !errors.Is(err, ErrCount) {
+		t.Fatalf("count 0: %v", err)
+	}
+	if _, err := b.AddGroup(FormatFP32, 0, 11); !errors.Is(err, ErrMTU) {
+		t.Fatalf("too many: %v", err)
+	}
+	if _, err := b.AddGroup(FormatFP32, 0, 10); err != nil {
+		t.Fatalf("exactly full: %v", err)
+	}
+}
+
+func TestEncodeDecodeIdentity(t *testing.T) {
+	for _, e := range examples(t) {
+		out := make([]byte, len(e.Frame))
+		var n int
+		var err error
+		switch c, _ := Classify(e.Frame); c {
+		case ClassControl:
+			var x Control
+			if err = x.Decode(e.Frame, e.Limits); err == nil {
+				n, err = x.Encode(out, exEth)
+			}
+		case ClassData, ClassResult:
+			var x Data
+			if err = x.Decode(e.Frame, e.Limits); err == nil {
+				n, err = x.Encode(out, exEth)
+			}
+		case ClassProgress:
+			var x Progress
+			if err = x.Decode(e.Frame, e.Limits); err == nil {
+				n, err = x.Encode(out, exEth)
+			}
+		}
+		if err != nil || !bytes.Equal(out[:n], e.Frame) {
+			t.Errorf("%s: %v\n got % x\nwant % x", e.Marker, err, out[:n], e.Frame)
+		}
+	}
+}
+
+func TestNoStaleState(t *testing.T) {
+	// A value decoded from a rich frame and then from a poor one must equal a
+	// fresh decode of the poor one (the gopacket Geneve lesson).
+	rich := exampleFrame(t, "result-install-list")
+	poor := exampleFrame(t, "data-inexact")
+	var d, fresh Data
+	if err := d.Decode(rich, exLim); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Decode(poor, exLim); err != nil {
+		t.Fatal(err)
+	}
+	fresh.Decode(poor, exLim)
+	if !reflect.DeepEqual(d, fresh) || d.Ext.Set != nil || len(d.Body) != 0 {
+		t.Fatalf("stale: %+v", d)
+	}
+	var g Progress
+	g.Decode(exampleFrame(t, "progress-holes"), exLim)
+	pf := exampleFrame(t, "progress-holes")
+	put16(pf, HdrOff+prgHoles, 0)
+	if err := g.Decode(pf[:ProgressHoleOff], exLim); err != nil || g.NHoles != 0 || g.Holes[0] != (Hole{}) {
+		t.Fatalf("stale holes: %v %+v", err, g)
+	}
+	// A failed decode leaves a zero value, not half of the frame.
+	bad := exampleFrame(t, "data-fp32")
+	bad[DataBodyOff] = 0
+	bad[DataBodyOff+1] = 0
+	if err := d.Decode(bad, exLim); err == nil || d.Op != (OpKey{}) {
+		t.Fatalf("failed decode left %+v", d)
+	}
+}
+
+func TestPeekAndShard(t *testing.T) {
+	f := exampleFrame(t, "data-fp32")
+	k, ok := PeekOpKey(f[EthLen:])
+	if !ok || k != exOp {
+		t.Fatalf("peek %+v", k)
+	}
+	if _, ok := PeekOpKey(f[EthLen : EthLen+19]); ok {
+		t.Fatal("short peek")
+	}
+	h := ShardHash(f)
+	g := append([]byte(nil), f...)
+	put32(g, HdrOff+opOpGen, 99) // new generation: same shard
+	put16(g, HdrOff+opGroupGen, 98)
+	if ShardHash(g) != h {
+		t.Fatal("generation changed the shard")
+	}
+	put16(g, HdrOff+opOp, 8)
+	if ShardHash(g) == h {
+		t.Fatal("operation ID did not change the hash")
+	}
+	if ShardHash(f[:HdrOff+17]) != 0 {
+		t.Fatal("short frame hash")
+	}
+	// Sequential operation IDs spread over 4 shards.
+	var n [4]int
+	for op := 0; op < 4000; op++ {
+		put16(g, HdrOff+opOp, uint16(op))
+		n[ShardHash(g)%4]++
+	}
+	for i, c := range n {
+		if c < 800 || c > 1200 {
+			t.Fatalf("shard %d got %d of 4000", i, c)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, e := range examples(t) {
+		c, err := Classify(e.Frame)
+		if err != nil || c != Class(e.Frame[CWOff+1]) {
+			t.Fatalf("%s: %v %v", e.Marker, c, err)
+		}
+	}
+	if _, err := Classify(make([]byte, 15)); !errors.Is(err, ErrTruncated) {
+		t.Fatal(err)
+	}
+	for _, s := range []string{ClassControl.String(), FormatKulisch.String(), CmdCapsResponse.String(), StatusInvalidBinding.String(), Class(9).String()} {
+		if s == "" {
+			t.Fatal("empty String")
+		}
+	}
+}
+
+func TestAuth(t *testing.T) {
+	f := exampleFrame(t, "data-hier-ext")
+	a := NewAuthenticator([]byte("prism-example-key"))
+	if err := a.Verify(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewAuthenticator([]byte("other")).Verify(f); !errors.Is(err, ErrAuth) {
+		t.Fatalf("wrong key: %v", err)
+	}
+	g := append([]byte(nil), f...)
+	g[HdrOff+opJob+7] ^= 1
+	if err := a.Verify(g); !errors.Is(err, ErrAuth) {
+		t.Fatalf("tampered header: %v", err)
+	}
+	g = append(append([]byte(nil), f...), 0xEE, 0xEE) // Ethernet padding is not covered
+	if err := a.Verify(g); err != nil {
+		t.Fatalf("padding: %v", err)
+	}
+	if err := a.Verify(exampleFrame(t, "data-flat-ext")); !errors.Is(err, ErrAuth) {
+		t.Fatalf("untagged frame: %v", err)
+	}
+	if n := testing.AllocsPerRun(100, func() { a.Verify(f) }); n != 0 {
+		t.Fatalf("Verify allocates %v", n)
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	ex := examples(t)
+	buf := make([]byte, 2000)
+	var d Data
+	var c Control
+	var g Progress
+	for _, e := range ex {
+		e := e
+		n := testing.AllocsPerRun(200, func() {
+			switch cl, _ := Classify(e.Frame); cl {
+			case ClassControl:
+				if c.Decode(e.Frame, e.Limits) != nil {
+					panic("decode")
+				}
+				c.Encode(buf, exEth)
+				if c.Cmd == CmdStage {
+					s := c.Stage()
+					_ = s.Binding(0)
+					var it SetRecordIter
+					s.NextSet(&it)
+				}
+				_ = c.CapsPage()
+			case ClassData, ClassResult:
+				if d.Decode(e.Frame, e.Limits) != nil {
+					panic("decode")
+				}
+				var it GroupIter
+				for _, ok := d.NextGroup(&it); ok; _, ok = d.NextGroup(&it) {
+				}
+				if d.Flags&FlagExt != 0 {
+					var si SetIter
+					for _, ok := d.Ext.NextEndpoint(&si); ok; _, ok = d.Ext.NextEndpoint(&si) {
+					}
+				}
+				d.Encode(buf, exEth)
+			case ClassProgress:
+				if g.Decode(e.Frame, e.Limits) != nil {
+					panic("decode")
+				}
+				g.Encode(buf, exEth)
+			}
+			_ = ShardHash(e.Frame)
+		})
+		if n != 0 {
+			t.Errorf("%s: %v allocs", e.Marker, n)
+		}
+	}
+	var b DataBuilder
+	h := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
+	ext := Ext{Encoding: EncList, Set: AppendListSet(nil, 1, 2)}
+	n := testing.AllocsPerRun(200, func() {
+		b.Reset(buf, &h, &ext, 1500)
+		slot, _ := b.AddGroup(FormatFP32, 0, b.Room(FormatFP32, 0)/2)
+		slot[0] = 1
+		b.AddGroup(FormatKulisch, 35, 3)
+		b.Finish()
+	})
+	if n != 0 {
+		t.Errorf("builder: %v allocs", n)
+	}
+}
+
+// fullFP32 is a full 1500-MTU DATA frame: one FP32 group of 363 values,
+// 1512 bytes with the Ethernet header.
+func fullFP32(tb testing.TB) []byte {
+	buf := make([]byte, EthLen+1500)
+	var b DataBuilder
+	h := DataFields{Eth: exEth, Class: ClassData, Op: exOp, Stream: 1}
+	if err := b.Reset(buf, &h, nil, 1500); err != nil {
+		tb.Fatal(err)
+	}
+	slot, err := b.AddGroup(FormatFP32, 0, b.Room(FormatFP32, 0))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := range slot {
+		slot[i] = byte(i)
+	}
+	return b.Finish()
+}
+
+func TestFullFrameSize(t *testing.T) {
+	// 2 + 40 + 4 + 363*4 = 1498 bytes after the Ethernet header: the largest
+	// one-group FP32 frame at MTU 1500 (the last 2 bytes cannot hold a value).
+	if f := fullFP32(t); len(f) != EthLen+1498 {
+		t.Fatalf("full FP32 frame is %d bytes", len(f))
+	}
+}
+
+// BenchmarkValidate compares validating a full 1500-byte DATA frame (one FP32
+// group) with copying the same bytes, in the same run.
+func BenchmarkValidate(b *testing.B) {
+	f := fullFP32(b)
+	lim := Limits{VectorLen: 1 << 20, MTU: 1500}
+	b.Run("Decode1500FP32", func(b *testing.B) {
+		var d Data
+		b.SetBytes(int64(len(f)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if d.Decode(f, lim) != nil {
+				b.Fatal("decode")
+			}
+		}
+	})
+	b.Run("Decode1500Kulisch280", func(b *testing.B) {
+		// 40 Kulisch-280 values: every state byte and integer is checked.
+		buf := make([]byte, EthLen+1500)
+		var db DataBuilder
+		h := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
+		db.Reset(buf, &h, nil, 1500)
+		slot, _ := db.AddGroup(FormatKulisch, 35, db.Room(FormatKulisch, 35))
+		for i := 0; i < len(slot); i += 36 {
+			slot[i+36-1] = 0x01 // FINITE with a nonzero top byte: the scan runs to the end
+		}
+		kf := db.Finish()
+		var d Data
+		klim := Limits{VectorLen: 1 << 20, MTU: 1500, KulischBytes: 35}
+		b.SetBytes(int64(len(kf)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if d.Decode(kf, klim) != nil {
+				b.Fatal("decode")
+			}
+		}
+	})
+	b.Run("Copy1500", func(b *testing.B) {
+		dst := make([]byte, len(f))
+		b.SetBytes(int64(len(f)))
+		b.ReportAllocs()
+		for b.Loop() {
+			copy(dst, f)
+		}
+	})
+	b.Run("Build1500FP32", func(b *testing.B) {
+		buf := make([]byte, len(f))
+		var db DataBuilder
+		h := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
+		b.SetBytes(int64(len(f)))
+		b.ReportAllocs()
+		for b.Loop() {
+			db.Reset(buf, &h, nil, 1500)
+			slot, _ := db.AddGroup(FormatFP32, 0, 363)
+			copy(slot, f[DataBodyOff+4:])
+			db.Finish()
+		}
+	})
+}
+
+// A rejected frame costs exactly one allocation (its *FieldError); the
+// dataplane counts Reason() and drops the error, so a flood of bad frames
+// stays cheap but is not free.
+func TestRejectAllocs(t *testing.T) {
+	bad := exampleFrame(t, "data-mixed")
+	bad[DataBodyOff+12+4] = 9 // Kulisch state 9
+	var d Data
+	n := testing.AllocsPerRun(200, func() {
+		if d.Decode(bad, exLim) == nil {
+			panic("accepted")
+		}
+	})
+	if n != 1 {
+		t.Fatalf("reject path: %v allocs, want 1", n)
+	}
+}
