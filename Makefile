@@ -7,7 +7,7 @@ FUZZTIME_SHORT ?= 3s
 export GOFLAGS ?= -mod=mod
 # Debian packages the tests use: tshark (dissector test), nftables (loss and
 # duplication on lab links), iproute2 and ethtool (labs), promtool (metric names).
-TEST_PKGS := tshark nftables iproute2 ethtool prometheus
+TEST_PKGS := tshark nftables iproute2 ethtool prometheus iputils-ping
 BENCH_PKGS := $(TEST_PKGS) openmpi-bin libopenmpi-dev iperf3
 
 .PHONY: all build deps bench-deps test unit fuzz fuzz-short soak bench demo clean vet
@@ -54,3 +54,8 @@ demo: deps build
 
 clean:
 	rm -rf $(BIN)
+
+# Plain forwarding: prismd vs a Linux bridge on the same veths, same run (root).
+.PHONY: bench-forward
+bench-forward: deps build
+	PRISMD_BIN=$(BIN) scripts/bench-forward.sh

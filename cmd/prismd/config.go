@@ -1,0 +1,232 @@
+// This file owns the prismd configuration file: its schema, strict parsing
+// and validation. Only cmd/prismd parses files; libraries take Options.
+
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/prismd/prismd/dataplane"
+)
+
+// Config is the YAML configuration file. Every key is optional except ports;
+// unknown keys are errors. Example (the lab generator emits exactly this):
+//
+//	node_mac: "02:00:00:00:00:01"   # optional; extra local MAC for PRISM
+//	ports:                          # order defines port index 0,1,2,... used by CONTROL bindings
+//	  - name: p1                    # interface name
+//	    mtu: 1500                   # optional; default: the interface MTU
+//	    fault:                      # optional, tests/labs only (egress of this port)
+//	      reorder_percent: 0        # 0..100
+//	      reorder_depth: 3
+//	      delay_us: 0
+//	workers: 1                      # engine workers (default 1)
+//	mac_aging: 300s                 # default 300s
+//	metrics_listen: "127.0.0.1:9100"   # empty or absent disables
+//	control_listen: "/run/prismd/prismd.sock"  # HTTP over a unix socket; empty or absent disables
+//	am_sources: ["02:00:00:00:00:aa"]  # MACs allowed to send CONTROL
+type Config struct {
+	NodeMAC       string       `yaml:"node_mac"`
+	Ports         []PortConfig `yaml:"ports"`
+	Workers       int          `yaml:"workers"`
+	MACAging      string       `yaml:"mac_aging"`
+	MetricsListen string       `yaml:"metrics_listen"`
+	ControlListen string       `yaml:"control_listen"`
+	AMSources     []string     `yaml:"am_sources"`
+
+	// Derived by Validate.
+	nodeMAC   *[6]byte
+	aging     time.Duration
+	amSources [][6]byte
+}
+
+// PortConfig is one entry of ports.
+type PortConfig struct {
+	Name  string       `yaml:"name"`
+	MTU   int          `yaml:"mtu"`
+	Fault *FaultConfig `yaml:"fault"`
+}
+
+// FaultConfig impairs frames transmitted on the port (tests and labs only).
+type FaultConfig struct {
+	ReorderPercent int `yaml:"reorder_percent"`
+	ReorderDepth   int `yaml:"reorder_depth"`
+	DelayUS        int `yaml:"delay_us"`
+}
+
+func (p PortConfig) fault() dataplane.Fault {
+	if p.Fault == nil {
+		return dataplane.Fault{}
+	}
+	return dataplane.Fault{ReorderPercent: p.Fault.ReorderPercent, ReorderDepth: p.Fault.ReorderDepth,
+		Delay: time.Duration(p.Fault.DelayUS) * time.Microsecond}
+}
+
+// ConfigError is a configuration problem: what is wrong and how to fix it.
+type ConfigError struct {
+	File  string
+	Field string // dotted path, e.g. "ports[1].mtu"; empty for syntax errors
+	Msg   string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Field == "" {
+		return e.File + ": " + e.Msg
+	}
+	return e.File + ": " + e.Field + ": " + e.Msg
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("invalid configuration")
+
+func (e *ConfigError) Unwrap() error { return ErrConfig }
+
+// LoadConfig reads, strictly parses and validates file.
+func LoadConfig(file string) (*Config, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, &ConfigError{File: file, Msg: fmt.Sprintf("cannot read: %v (pass an existing file with --config)", err)}
+	}
+	return ParseConfig(file, b)
+}
+
+// ParseConfig parses YAML strictly: unknown keys and wrong types are errors
+// naming the key and line.
+func ParseConfig(file string, b []byte) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &ConfigError{File: file, Msg: "file is empty; it needs at least a ports: list"}
+		}
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
+		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, mac_aging, metrics_listen, control_listen, am_sources)")
+		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, fault)")
+		msg = strings.ReplaceAll(msg, "in type main.FaultConfig", "in fault (valid keys: reorder_percent, reorder_depth, delay_us)")
+		return nil, &ConfigError{File: file, Msg: msg}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, &ConfigError{File: file, Msg: fmt.Sprintf("line %d: a second YAML document; put everything in one document", extra.Line)}
+	}
+	if err := c.Validate(file); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func parseUnicastMAC(s string) ([6]byte, error) {
+	var m [6]byte
+	hw, err := net.ParseMAC(s)
+	if err != nil || len(hw) != 6 {
+		return m, fmt.Errorf("%q is not a MAC address; write it like \"02:00:00:00:00:01\"", s)
+	}
+	copy(m[:], hw)
+	if m[0]&1 != 0 {
+		return m, fmt.Errorf("%s is a group (multicast/broadcast) MAC; use a unicast one (first octet even)", s)
+	}
+	return m, nil
+}
+
+// Validate checks every field and fills in defaults.
+func (c *Config) Validate(file string) error {
+	bad := func(field, format string, a ...any) error {
+		return &ConfigError{File: file, Field: field, Msg: fmt.Sprintf(format, a...)}
+	}
+	if c.NodeMAC != "" {
+		m, err := parseUnicastMAC(c.NodeMAC)
+		if err != nil {
+			return bad("node_mac", "%v", err)
+		}
+		c.nodeMAC = &m
+	}
+	if len(c.Ports) == 0 {
+		return bad("ports", "no ports; list at least one interface, e.g.\n  ports:\n    - name: eth1")
+	}
+	seen := map[string]int{}
+	for i, p := range c.Ports {
+		f := fmt.Sprintf("ports[%d]", i)
+		switch {
+		case p.Name == "":
+			return bad(f+".name", "missing; set it to the interface name (see `ip link`)")
+		case len(p.Name) > 15 || strings.ContainsAny(p.Name, "/ \t:"):
+			return bad(f+".name", "%q is not a valid Linux interface name (at most 15 characters, no '/', ':' or spaces)", p.Name)
+		}
+		if j, dup := seen[p.Name]; dup {
+			return bad(f+".name", "interface %q is already ports[%d]; list each interface once", p.Name, j)
+		}
+		seen[p.Name] = i
+		if p.MTU != 0 && (p.MTU < 68 || p.MTU > 9216) {
+			return bad(f+".mtu", "%d is out of range; use 68..9216 (PRISM uses 576, 1500 or 9000) or omit it for the interface MTU", p.MTU)
+		}
+		if p.Fault != nil {
+			if p.Fault.ReorderPercent < 0 || p.Fault.ReorderPercent > 100 {
+				return bad(f+".fault.reorder_percent", "%d is not a percentage; use 0..100", p.Fault.ReorderPercent)
+			}
+			if p.Fault.ReorderDepth < 0 || p.Fault.ReorderDepth > 1000 {
+				return bad(f+".fault.reorder_depth", "%d is out of range; use 1..1000", p.Fault.ReorderDepth)
+			}
+			if p.Fault.ReorderPercent > 0 && p.Fault.ReorderDepth == 0 {
+				return bad(f+".fault.reorder_depth", "must be >= 1 when reorder_percent > 0 (how many later frames overtake a held one)")
+			}
+			if p.Fault.DelayUS < 0 || p.Fault.DelayUS > 1_000_000 {
+				return bad(f+".fault.delay_us", "%d is out of range; use 0..1000000 microseconds", p.Fault.DelayUS)
+			}
+		}
+	}
+	if c.Workers == 0 {
+		c.Workers = 1
+	}
+	if c.Workers < 1 || c.Workers > 1024 {
+		return bad("workers", "%d is out of range; use 1..1024 (about one per core you give prismd)", c.Workers)
+	}
+	c.aging = dataplane.DefaultMACAging
+	if c.MACAging != "" {
+		d, err := time.ParseDuration(c.MACAging)
+		if err != nil {
+			return bad("mac_aging", "%q is not a duration; write e.g. 300s or 5m", c.MACAging)
+		}
+		if d < time.Second || d > 1_000_000*time.Second {
+			return bad("mac_aging", "%v is out of range; use 1s..1000000s (default 300s)", d)
+		}
+		c.aging = d
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return bad("metrics_listen", "%q is not host:port (e.g. \"127.0.0.1:9100\"); use \"\" to disable", c.MetricsListen)
+		}
+	}
+	if c.ControlListen != "" && !filepath.IsAbs(c.ControlListen) {
+		return bad("control_listen", "%q must be an absolute path of a unix socket (e.g. /run/prismd/prismd.sock); use \"\" to disable", c.ControlListen)
+	}
+	c.amSources = nil
+	for i, s := range c.AMSources {
+		m, err := parseUnicastMAC(s)
+		if err != nil {
+			return bad(fmt.Sprintf("am_sources[%d]", i), "%v", err)
+		}
+		c.amSources = append(c.amSources, m)
+	}
+	return nil
+}
+
+// NodeMACAddr returns the parsed node MAC, or nil.
+func (c *Config) NodeMACAddr() *[6]byte { return c.nodeMAC }
+
+// Aging returns the parsed MAC aging time.
+func (c *Config) Aging() time.Duration { return c.aging }
+
+// AMSourceMACs returns the parsed am_sources.
+func (c *Config) AMSourceMACs() [][6]byte { return c.amSources }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const fullConfig = `node_mac: "02:00:00:00:00:01"
+ports:
+  - name: p1
+    mtu: 1500
+    fault:
+      reorder_percent: 10
+      reorder_depth: 3
+      delay_us: 50
+  - name: p2
+workers: 2
+mac_aging: 300s
+metrics_listen: "127.0.0.1:9100"
+control_listen: "/run/prismd/prismd.sock"
+am_sources: ["02:00:00:00:00:aa"]
+`
+
+func TestParseFullConfig(t *testing.T) {
+	c, err := ParseConfig("t.yaml", []byte(fullConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *c.NodeMACAddr() != [6]byte{2, 0, 0, 0, 0, 1} || len(c.Ports) != 2 || c.Ports[0].MTU != 1500 ||
+		c.Ports[0].Fault.DelayUS != 50 || c.Workers != 2 || c.Aging() != 300*time.Second ||
+		c.AMSourceMACs()[0] != [6]byte{2, 0, 0, 0, 0, 0xaa} {
+		t.Fatalf("parsed %+v", c)
+	}
+	f := c.Ports[0].fault()
+	if f.ReorderPercent != 10 || f.ReorderDepth != 3 || f.Delay != 50*time.Microsecond {
+		t.Fatalf("fault %+v", f)
+	}
+	c, err = ParseConfig("t.yaml", []byte("ports: [{name: eth1}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Workers != 1 || c.Aging() != 300*time.Second || c.NodeMACAddr() != nil || c.MetricsListen != "" {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	cases := []struct{ name, yaml, want string }{
+		{"unknown top key", "ports: [{name: a}]\nworkerz: 2\n", "line 2: field workerz not found"},
+		{"unknown port key", "ports:\n  - name: a\n    speed: 10\n", "line 3: field speed not found in a ports entry"},
+		{"unknown fault key", "ports:\n  - name: a\n    fault: {loss: 1}\n", "field loss not found in fault"},
+		{"wrong type", "ports: [{name: a}]\nworkers: many\n", "line 2"},
+		{"empty", "", "file is empty"},
+		{"no ports", "workers: 1\n", "ports: no ports"},
+		{"dup port", "ports: [{name: a}, {name: a}]\n", "ports[1].name: interface \"a\" is already ports[0]"},
+		{"long name", "ports: [{name: abcdefghijklmnop}]\n", "ports[0].name"},
+		{"mtu", "ports: [{name: a, mtu: 20000}]\n", "ports[0].mtu: 20000 is out of range"},
+		{"reorder pct", "ports: [{name: a, fault: {reorder_percent: 101, reorder_depth: 1}}]\n", "reorder_percent: 101"},
+		{"reorder depth", "ports: [{name: a, fault: {reorder_percent: 5}}]\n", "reorder_depth: must be >= 1"},
+		{"node mac group", "node_mac: \"01:00:5e:00:00:01\"\nports: [{name: a}]\n", "node_mac: 01:00:5e:00:00:01 is a group"},
+		{"node mac junk", "node_mac: zz\nports: [{name: a}]\n", "node_mac: \"zz\" is not a MAC"},
+		{"aging", "mac_aging: forever\nports: [{name: a}]\n", "mac_aging: \"forever\" is not a duration"},
+		{"aging small", "mac_aging: 1ms\nports: [{name: a}]\n", "mac_aging: 1ms is out of range"},
+		{"workers", "workers: -1\nports: [{name: a}]\n", "workers: -1 is out of range"},
+		{"metrics", "metrics_listen: nope\nports: [{name: a}]\n", "metrics_listen: \"nope\" is not host:port"},
+		{"control", "control_listen: rel.sock\nports: [{name: a}]\n", "control_listen: \"rel.sock\" must be an absolute path"},
+		{"am source", "am_sources: [\"ff:ff:ff:ff:ff:ff\"]\nports: [{name: a}]\n", "am_sources[0]: ff:ff:ff:ff:ff:ff is a group"},
+		{"two docs", "ports: [{name: a}]\n---\nports: [{name: b}]\n", "second YAML document"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseConfig("t.yaml", []byte(c.yaml))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", c.yaml)
+			}
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("error %v does not wrap ErrConfig", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestCheckConfigFlag(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte(fullConfig), 0o644)
+	os.WriteFile(bad, []byte("ports: [{name: a}]\nbogus: 1\n"), 0o644)
+	var out, errb bytes.Buffer
+	if rc := run([]string{"--config", good, "--check-config"}, &out, &errb); rc != 0 {
+		t.Fatalf("good config: rc=%d stderr=%s", rc, errb.String())
+	}
+	if !strings.Contains(out.String(), "is valid") {
+		t.Fatalf("stdout %q", out.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if rc := run([]string{"--config", bad, "--check-config"}, &out, &errb); rc != 1 {
+		t.Fatalf("bad config: rc=%d", rc)
+	}
+	if !strings.Contains(errb.String(), "field bogus not found") {
+		t.Fatalf("stderr %q", errb.String())
+	}
+	if rc := run([]string{"--config", filepath.Join(dir, "missing.yaml"), "--check-config"}, &out, &errb); rc != 1 {
+		t.Fatalf("missing file: rc=%d", rc)
+	}
+	if rc := run([]string{"--log-format", "xml", "--check-config"}, &out, &errb); rc != 2 {
+		t.Fatalf("bad flag: rc=%d", rc)
+	}
+}

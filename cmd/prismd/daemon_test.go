@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/prismd/prismd/internal/netnstest"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+type statusJSON struct {
+	Ports []struct {
+		Name string `json:"name"`
+	} `json:"ports"`
+}
+
+// TestDaemonReloadAndShutdown runs the whole daemon (run) inside a network
+// namespace, reloads it with SIGHUP (good and bad configurations) and stops it
+// with SIGTERM.
+func TestDaemonReloadAndShutdown(t *testing.T) {
+	env := netnstest.New(t, "pd")
+	sw, h := env.Namespace("sw"), env.Namespace("h")
+	var names []string
+	for i := 0; i < 3; i++ {
+		_, b := env.Veth(h, sw)
+		names = append(names, b)
+	}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "ctl.sock")
+	cfgFile := filepath.Join(dir, "prismd.yaml")
+	writeCfg := func(body string) {
+		if err := os.WriteFile(cfgFile, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ports := func(n ...string) string {
+		s := "ports:\n"
+		for _, x := range n {
+			s += "  - name: " + x + "\n"
+		}
+		return s + "control_listen: " + sock + "\n"
+	}
+	writeCfg(ports(names[0], names[1]))
+
+	var logs syncBuf
+	rc := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		hd, err := netns.GetFromName(sw)
+		if err == nil {
+			err = netns.Set(hd)
+		}
+		if err != nil {
+			logs.Write([]byte(err.Error()))
+			rc <- 99
+			return
+		}
+		rc <- run([]string{"--config", cfgFile, "--log-level", "debug"}, &logs, &logs)
+	}()
+
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	status := func() (statusJSON, error) {
+		var st statusJSON
+		resp, err := client.Get("http://prismd/v1/status")
+		if err != nil {
+			return st, err
+		}
+		defer resp.Body.Close()
+		return st, json.NewDecoder(resp.Body).Decode(&st)
+	}
+	waitPorts := func(want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		var got []string
+		for time.Now().Before(deadline) {
+			st, err := status()
+			got = got[:0]
+			if err == nil {
+				for _, p := range st.Ports {
+					got = append(got, p.Name)
+				}
+				if fmt.Sprint(got) == fmt.Sprint(want) {
+					return
+				}
+			}
+			select {
+			case c := <-rc:
+				t.Fatalf("daemon exited with %d:\n%s", c, logs.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		t.Fatalf("ports = %v, want %v\nlog:\n%s", got, want, logs.String())
+	}
+	waitPorts(names[0], names[1])
+
+	// Add a port: the two running ones are not reopened.
+	writeCfg(ports(names[0], names[1], names[2]) + "mac_aging: 60s\n")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitPorts(names[0], names[1], names[2])
+	if n := strings.Count(logs.String(), "port opened"); n != 3 {
+		t.Fatalf("%d ports opened, want 3 (untouched ports must not be reopened)\n%s", n, logs.String())
+	}
+
+	// A bad configuration is rejected and the running one stays.
+	writeCfg(ports(names[0]) + "bogus: 1\n")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "reload rejected") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "field bogus not found") {
+		t.Fatalf("bad reload not reported:\n%s", logs.String())
+	}
+	waitPorts(names[0], names[1], names[2])
+
+	// Remove a port.
+	writeCfg(ports(names[2], names[0]))
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitPorts(names[2], names[0])
+
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case c := <-rc:
+		if c != 0 {
+			t.Fatalf("exit code %d after SIGTERM\n%s", c, logs.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("daemon did not stop after SIGTERM\n%s", logs.String())
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("control socket left behind: %v", err)
+	}
+}

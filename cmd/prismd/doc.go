@@ -1,0 +1,8 @@
+// Command prismd runs the PRISM switch daemon: it reads the YAML
+// configuration (--config), opens one AF_PACKET port per configured
+// interface, runs the dataplane, serves /metrics and a local control socket,
+// reloads on SIGHUP and shuts down cleanly on SIGTERM/SIGINT.
+//
+// This package owns flags, the configuration file and process lifecycle; it
+// must not implement forwarding (package dataplane) or operations (engine).
+package main

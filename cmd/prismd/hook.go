@@ -1,0 +1,20 @@
+package main
+
+import (
+	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/metrics"
+)
+
+// handlerFactory wires the collective engine into the daemon. nil keeps the
+// dataplane's built-in handler, which counts every local PRISM frame as drop
+// reason "unsupported". The lead sets it (e.g. in an init in engine_hook.go)
+// to something like:
+//
+//	handlerFactory = func(c *Config) dataplane.HandlerFactory { return engine.NewFactory(engine.Options{...}) }
+//
+// It receives the validated configuration (am_sources via AMSourceMACs, etc.).
+var handlerFactory func(c *Config) dataplane.HandlerFactory
+
+// registerMetrics lets the engine add its collectors to the /metrics
+// registry with s.Register; nil adds nothing.
+var registerMetrics func(s *metrics.Server) error

@@ -1,0 +1,67 @@
+// This file owns the AF_PACKET backend of Port.
+
+package dataplane
+
+import (
+	"fmt"
+
+	"github.com/prismd/prismd/dataplane/internal/afpacket"
+)
+
+// PortOptions configure OpenAFPacket. Zero fields mean defaults.
+type PortOptions struct {
+	// MTU overrides the interface MTU (bytes after the Ethernet header);
+	// 0 uses the interface MTU. Frames longer than MTU+18 are dropped as oversize.
+	MTU int
+	// SocketBuffer is SO_RCVBUF/SO_SNDBUF in bytes; 0 means 4 MiB.
+	SocketBuffer int
+	// Batch is the largest recvmmsg/sendmmsg batch; 0 means DefaultBatch.
+	Batch int
+}
+
+type afPort struct {
+	s   *afpacket.Socket
+	mtu int
+	// oversize is written by the RX goroutine only.
+	oversize atomicCounter
+}
+
+// OpenAFPacket opens an AF_PACKET port on interface name (needs CAP_NET_RAW).
+func OpenAFPacket(name string, o PortOptions) (Port, error) {
+	if o.MTU < 0 || o.MTU > 9216 {
+		return nil, fmt.Errorf("dataplane: port %q: mtu %d out of range 68..9216", name, o.MTU)
+	}
+	if o.Batch <= 0 {
+		o.Batch = DefaultBatch
+	}
+	s, err := afpacket.Open(name, afpacket.Options{SocketBuffer: o.SocketBuffer, MaxBatch: o.Batch})
+	if err != nil {
+		return nil, err
+	}
+	p := &afPort{s: s, mtu: o.MTU}
+	if p.mtu == 0 {
+		p.mtu = s.MTU()
+	}
+	return p, nil
+}
+
+func (p *afPort) Name() string   { return p.s.Name() }
+func (p *afPort) MAC() [6]byte   { return p.s.MAC() }
+func (p *afPort) MTU() int       { return p.mtu }
+func (p *afPort) Close() error   { return p.s.Close() }
+func (p *afPort) String() string { return "afpacket:" + p.s.Name() }
+
+func (p *afPort) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	n, trunc, err := p.s.RecvBatch(bufs, sizes)
+	if trunc > 0 {
+		p.oversize.Add(uint64(trunc))
+	}
+	return n, err
+}
+
+func (p *afPort) WriteBatch(bufs [][]byte) (int, error) { return p.s.SendBatch(bufs) }
+
+func (p *afPort) Stats() PortStats {
+	kd, _ := p.s.KernelDrops()
+	return PortStats{KernelDrops: kd, Oversize: p.oversize.Load()}
+}

@@ -1,0 +1,108 @@
+// This file owns the plain atomic counters of the hot path and the Stats
+// snapshot package metrics reads at scrape time.
+
+package dataplane
+
+import "sync/atomic"
+
+// DropReason names why a frame was dropped. The zero value is invalid.
+type DropReason uint8
+
+const (
+	_                DropReason = iota
+	DropShortFrame              // shorter than the 14-byte Ethernet header
+	DropTruncated               // local PRISM frame too short for control word + operation identity
+	DropBadVersion              // PRISM major version is not 1
+	DropUnknownClass            // PRISM class not 1..4
+	DropBadSrcMAC               // group (multicast/broadcast) source MAC
+	DropLoopback                // source MAC is one of our own MACs: the frame came back to us
+	DropHairpin                 // destination learned on the ingress port
+	DropOversize                // longer than the port's read buffer (MTU + header)
+	DropRingFull                // worker ring full: the engine is not keeping up
+	DropTxQueueFull             // worker Sender batch could not be flushed / frame too big
+	DropTxError                 // transmit system call failed
+	DropUnsupported             // local PRISM frame and no engine wired in
+	numDropReasons
+)
+
+var dropNames = [numDropReasons]string{"", "short_frame", "truncated", "bad_version", "unknown_class",
+	"bad_src_mac", "loopback", "hairpin", "oversize", "ring_full", "tx_queue_full", "tx_error", "unsupported"}
+
+func (r DropReason) String() string {
+	if r > 0 && r < numDropReasons {
+		return dropNames[r]
+	}
+	return "invalid"
+}
+
+// FrameClass is the classification of a received frame for prismd_frames_total.
+type FrameClass uint8
+
+const (
+	_             FrameClass = iota
+	ClassL2                  // ordinary traffic, bridged
+	ClassHost                // non-PRISM frame to a local MAC: the host stack owns it, not bridged
+	ClassTransit             // PRISM frame to a non-local MAC, bridged unchanged
+	ClassControl             // local PRISM CONTROL
+	ClassData                // local PRISM DATA
+	ClassResult              // local PRISM RESULT
+	ClassProgress            // local PRISM PROGRESS
+	numFrameClasses
+)
+
+var classNames = [numFrameClasses]string{"", "l2", "host", "transit", "control", "data", "result", "progress"}
+
+func (c FrameClass) String() string {
+	if c > 0 && c < numFrameClasses {
+		return classNames[c]
+	}
+	return "invalid"
+}
+
+// portCounters are written by the port's RX goroutine (rx*, drops of RX
+// reasons, classes) and by any TX path (tx*, TX drops). Each field is a plain
+// atomic; TX counters are added once per batch, not per frame.
+type portCounters struct {
+	rxFrames, rxBytes atomic.Uint64
+	txFrames, txBytes atomic.Uint64
+	drops             [numDropReasons]atomic.Uint64
+	classes           [numFrameClasses]atomic.Uint64
+}
+
+// PortSample is a snapshot of one port's counters.
+type PortSample struct {
+	Name                                 string
+	RxFrames, RxBytes, TxFrames, TxBytes uint64
+	KernelDrops                          uint64
+	// Drops is indexed by DropReason (index 0 unused).
+	Drops [numDropReasons]uint64
+}
+
+// Stats is a snapshot of every counter, for package metrics.
+type Stats struct {
+	Ports []PortSample
+	// Classes is indexed by FrameClass (index 0 unused); summed over ports.
+	Classes [numFrameClasses]uint64
+	// MACEntries is the number of live (not aged) MAC table entries.
+	MACEntries int
+}
+
+// DropReasons lists every valid DropReason, for pre-registering label values.
+func DropReasons() []DropReason {
+	r := make([]DropReason, 0, numDropReasons-1)
+	for i := DropReason(1); i < numDropReasons; i++ {
+		r = append(r, i)
+	}
+	return r
+}
+
+// FrameClasses lists every valid FrameClass.
+func FrameClasses() []FrameClass {
+	r := make([]FrameClass, 0, numFrameClasses-1)
+	for i := FrameClass(1); i < numFrameClasses; i++ {
+		r = append(r, i)
+	}
+	return r
+}
+
+type atomicCounter = atomic.Uint64

@@ -1,0 +1,565 @@
+// This file owns the Dataplane: the port set, the RX goroutines and the L2
+// forwarding / classification of every received frame.
+
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prismd/prismd/parser"
+)
+
+// Defaults for Options.
+const (
+	DefaultMACAging = 300 * time.Second // IEEE 802.1D default ageing time
+	// DefaultBatch is the RX/TX batch: 64 frames amortize one recvmmsg over
+	// ~100 KiB at MTU 1500 while keeping the batch in L2 cache.
+	DefaultBatch = 64
+	// DefaultMACTableSize holds 32768 stations at half load.
+	DefaultMACTableSize = 65536
+	// maxRxErrors bounds consecutive non-close read errors before an RX
+	// goroutine gives up on its port.
+	maxRxErrors = 100
+)
+
+// Options configure New. Zero fields mean defaults.
+type Options struct {
+	// Workers is the number of engine workers (goroutines calling Handler); default 1.
+	Workers int
+	// Handler builds one Handler per worker; nil uses a built-in handler that
+	// counts every local PRISM frame as drop reason "unsupported".
+	Handler HandlerFactory
+	// MACAging is how long a learned MAC stays valid without traffic; default 300s.
+	MACAging time.Duration
+	// NodeMAC is an extra local MAC for PRISM besides the port MACs; nil for none.
+	NodeMAC *[6]byte
+	// Batch is the frames per RX/TX system call; default DefaultBatch.
+	Batch int
+	// MACTableSize is the slot count of the MAC table (rounded up to a power of two).
+	MACTableSize int
+	// Clock returns monotonic nanoseconds; nil uses the process monotonic clock. For tests.
+	Clock func() int64
+	// Logger receives port errors; nil uses slog.Default().
+	Logger *slog.Logger
+}
+
+// portState is one port inside the dataplane. It outlives port-set changes
+// that keep the port; its index may change.
+type portState struct {
+	port      Port
+	index     atomic.Int32
+	mac       uint64 // macKey of port MAC
+	frameSize int
+	ctr       portCounters
+	rings     []*spscRing // one per worker; produced only by this port's RX goroutine
+	done      chan struct{}
+}
+
+// snapshot is the immutable port set; RX goroutines and workers load it once
+// per batch.
+type snapshot struct {
+	ports []*portState
+	local []uint64 // macKeys of every local MAC (ports + node)
+	aging uint32   // seconds
+}
+
+func (s *snapshot) port(i int) *portState {
+	if i < 0 || i >= len(s.ports) {
+		return nil
+	}
+	return s.ports[i]
+}
+
+func (s *snapshot) isLocal(key uint64) bool {
+	for _, l := range s.local {
+		if l == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Dataplane is a running switch. Its methods are safe for concurrent use.
+type Dataplane struct {
+	opts    Options
+	log     *slog.Logger
+	start   time.Time
+	snap    atomic.Pointer[snapshot]
+	table   atomic.Pointer[macTable]
+	workers []*worker
+
+	mu      sync.Mutex // serializes configuration changes
+	nodeMAC *[6]byte
+	aging   time.Duration
+	closed  bool
+	quit    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// ErrClosed is returned by methods of a closed Dataplane.
+var ErrClosed = errors.New("dataplane: closed")
+
+// New starts a Dataplane with no ports and its workers.
+func New(opts Options) (*Dataplane, error) {
+	if opts.Workers < 0 || opts.Workers > 1024 {
+		return nil, fmt.Errorf("dataplane: workers = %d, want 1..1024", opts.Workers)
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 1
+	}
+	if opts.MACAging < 0 {
+		return nil, fmt.Errorf("dataplane: negative MAC aging %v", opts.MACAging)
+	}
+	if opts.MACAging == 0 {
+		opts.MACAging = DefaultMACAging
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultBatch
+	}
+	if opts.MACTableSize <= 0 {
+		opts.MACTableSize = DefaultMACTableSize
+	}
+	d := &Dataplane{opts: opts, log: opts.Logger, start: time.Now(), quit: make(chan struct{}),
+		nodeMAC: opts.NodeMAC, aging: opts.MACAging}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	d.table.Store(newMACTable(opts.MACTableSize))
+	d.snap.Store(d.buildSnapshot(nil))
+	factory := opts.Handler
+	if factory == nil {
+		factory = func(int, int) Handler { return unsupported{d} }
+	}
+	for w := 0; w < opts.Workers; w++ {
+		wk := newWorker(d, w, factory(w, opts.Workers))
+		d.workers = append(d.workers, wk)
+	}
+	for _, wk := range d.workers {
+		d.wg.Add(1)
+		go wk.run()
+	}
+	d.wg.Add(1)
+	go d.sweeper()
+	return d, nil
+}
+
+// Now returns the dataplane's monotonic clock in nanoseconds.
+func (d *Dataplane) Now() int64 {
+	if d.opts.Clock != nil {
+		return d.opts.Clock()
+	}
+	return int64(time.Since(d.start))
+}
+
+func (d *Dataplane) buildSnapshot(ports []*portState) *snapshot {
+	s := &snapshot{ports: ports, aging: uint32((d.aging + time.Second - 1) / time.Second)}
+	for _, p := range ports {
+		if p.mac != macKey(make([]byte, 6)) {
+			s.local = append(s.local, p.mac)
+		}
+	}
+	if d.nodeMAC != nil {
+		s.local = append(s.local, macKey(d.nodeMAC[:]))
+	}
+	return s
+}
+
+// SetPorts makes ports the port set, in index order. Ports already running
+// (the same Port value) keep running; ports no longer listed are closed;
+// new ports start. The MAC table is flushed when an index changes.
+func (d *Dataplane) SetPorts(ports []Port) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrClosed
+	}
+	old := d.snap.Load()
+	byPort := make(map[Port]*portState, len(old.ports))
+	for _, ps := range old.ports {
+		byPort[ps.port] = ps
+	}
+	seen := make(map[Port]bool, len(ports))
+	next := make([]*portState, 0, len(ports))
+	var started []*portState
+	flush := false
+	for i, p := range ports {
+		if seen[p] {
+			return fmt.Errorf("dataplane: port %q listed twice", p.Name())
+		}
+		seen[p] = true
+		ps := byPort[p]
+		if ps == nil {
+			ps = d.newPortState(p)
+			started = append(started, ps)
+		} else if int(ps.index.Load()) != i {
+			flush = true
+		}
+		ps.index.Store(int32(i))
+		next = append(next, ps)
+	}
+	var stopped []*portState
+	for _, ps := range old.ports {
+		if !seen[ps.port] {
+			stopped = append(stopped, ps)
+			flush = true
+		}
+	}
+	d.snap.Store(d.buildSnapshot(next))
+	if flush {
+		d.table.Store(newMACTable(d.opts.MACTableSize))
+	}
+	for _, ps := range started {
+		d.wg.Add(1)
+		go d.rxLoop(ps)
+	}
+	for _, ps := range stopped {
+		_ = ps.port.Close()
+		<-ps.done
+	}
+	return nil
+}
+
+func (d *Dataplane) newPortState(p Port) *portState {
+	m := p.MAC()
+	ps := &portState{port: p, mac: macKey(m[:]), frameSize: FrameSize(p.MTU()), done: make(chan struct{})}
+	ps.rings = make([]*spscRing, len(d.workers))
+	for w := range ps.rings {
+		ps.rings[w] = newRing(ps.frameSize)
+	}
+	return ps
+}
+
+// SetMACAging changes the aging time (takes effect at once).
+func (d *Dataplane) SetMACAging(a time.Duration) {
+	if a <= 0 {
+		a = DefaultMACAging
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.aging = a
+	d.snap.Store(d.buildSnapshot(d.snap.Load().ports))
+}
+
+// SetNodeMAC changes the extra local PRISM MAC (nil for none).
+func (d *Dataplane) SetNodeMAC(m *[6]byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nodeMAC = m
+	d.snap.Store(d.buildSnapshot(d.snap.Load().ports))
+}
+
+// Ports returns the current port set in index order.
+func (d *Dataplane) Ports() []Port {
+	s := d.snap.Load()
+	out := make([]Port, len(s.ports))
+	for i, ps := range s.ports {
+		out[i] = ps.port
+	}
+	return out
+}
+
+// Close closes every port, stops the RX goroutines and workers (flushing
+// their TX batches) and waits for them.
+func (d *Dataplane) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	d.closed = true
+	ports := d.snap.Load().ports
+	for _, ps := range ports {
+		_ = ps.port.Close()
+	}
+	for _, ps := range ports {
+		<-ps.done
+	}
+	close(d.quit)
+	d.mu.Unlock()
+	d.wg.Wait()
+	return nil
+}
+
+// Stats snapshots every counter.
+func (d *Dataplane) Stats() Stats {
+	s := d.snap.Load()
+	var st Stats
+	for _, ps := range s.ports {
+		ks := ps.port.Stats()
+		ps2 := PortSample{Name: ps.port.Name(), KernelDrops: ks.KernelDrops,
+			RxFrames: ps.ctr.rxFrames.Load(), RxBytes: ps.ctr.rxBytes.Load(),
+			TxFrames: ps.ctr.txFrames.Load(), TxBytes: ps.ctr.txBytes.Load()}
+		for r := range ps2.Drops {
+			ps2.Drops[r] = ps.ctr.drops[r].Load()
+		}
+		ps2.Drops[DropOversize] += ks.Oversize
+		for c := range st.Classes {
+			st.Classes[c] += ps.ctr.classes[c].Load()
+		}
+		st.Ports = append(st.Ports, ps2)
+	}
+	st.MACEntries, _ = d.table.Load().live(d.nowSec(), s.aging)
+	return st
+}
+
+func (d *Dataplane) nowSec() uint32 { return uint32(d.Now() / int64(time.Second)) }
+
+// sweeper rebuilds the MAC table without aged entries, RCU-style.
+func (d *Dataplane) sweeper() {
+	defer d.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.quit:
+			return
+		case <-t.C:
+			d.sweep()
+		}
+	}
+}
+
+func (d *Dataplane) sweep() {
+	s := d.snap.Load()
+	tab := d.table.Load()
+	now := d.nowSec()
+	if _, expired := tab.live(now, s.aging); expired || tab.used.Load() >= tab.limit {
+		d.table.CompareAndSwap(tab, tab.rebuilt(now, s.aging))
+	}
+}
+
+// rx is the per-RX-goroutine state: its batch buffers and TX queues.
+type rx struct {
+	d     *Dataplane
+	ps    *portState
+	bufs  [][]byte
+	sizes []int
+	snap  *snapshot
+	txq   [][][]byte // per output port index: frames (aliases of bufs) to send
+	woke  []bool     // per worker: a frame was pushed this batch
+}
+
+func (d *Dataplane) newRx(ps *portState) *rx {
+	r := &rx{d: d, ps: ps, bufs: make([][]byte, d.opts.Batch), sizes: make([]int, d.opts.Batch),
+		woke: make([]bool, len(d.workers))}
+	for i := range r.bufs {
+		r.bufs[i] = getBuffer(ps.frameSize)
+	}
+	return r
+}
+
+func (r *rx) release() {
+	for _, b := range r.bufs {
+		putBuffer(b)
+	}
+}
+
+// refresh rebuilds the TX queues when the port set changed; it allocates
+// only on a configuration change.
+func (r *rx) refresh(s *snapshot) {
+	if s == r.snap {
+		return
+	}
+	r.snap = s
+	r.txq = make([][][]byte, len(s.ports))
+	for i := range r.txq {
+		r.txq[i] = make([][]byte, 0, len(r.bufs))
+	}
+}
+
+func (d *Dataplane) rxLoop(ps *portState) {
+	defer d.wg.Done()
+	defer close(ps.done)
+	r := d.newRx(ps)
+	defer r.release()
+	errs := 0
+	for {
+		n, err := ps.port.ReadBatch(r.bufs, r.sizes)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			errs++
+			d.log.Warn("port read failed", "port", ps.port.Name(), "err", err, "consecutive", errs)
+			if errs >= maxRxErrors {
+				d.log.Error("port read keeps failing; stopping its receive loop", "port", ps.port.Name(), "err", err)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		errs = 0
+		r.process(n)
+	}
+}
+
+// process handles one received batch: classify and forward every frame, then
+// flush the TX queues and wake the workers that got frames.
+func (r *rx) process(n int) {
+	s := r.d.snap.Load()
+	r.refresh(s)
+	in := int(r.ps.index.Load())
+	tab := r.d.table.Load()
+	nowNs := r.d.Now()
+	now := uint32(nowNs / int64(time.Second))
+	for i := 0; i < n; i++ {
+		if r.sizes[i] == 0 {
+			continue
+		}
+		r.ingress(s, tab, in, now, r.bufs[i][:r.sizes[i]])
+	}
+	r.flush(s)
+	for w, woke := range r.woke {
+		if woke {
+			r.woke[w] = false
+			r.d.workers[w].wake()
+		}
+	}
+}
+
+func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
+	c := &r.ps.ctr
+	c.rxFrames.Add(1)
+	c.rxBytes.Add(uint64(len(f)))
+	if len(f) < 14 {
+		c.drops[DropShortFrame].Add(1)
+		return
+	}
+	if f[6]&1 != 0 {
+		c.drops[DropBadSrcMAC].Add(1)
+		return
+	}
+	src := macKey(f[6:12])
+	if s.isLocal(src) {
+		c.drops[DropLoopback].Add(1)
+		return
+	}
+	tab.learn(src, in, now)
+	groupDst := f[0]&1 != 0
+	var dst uint64
+	if !groupDst {
+		dst = macKey(f[0:6])
+		if s.isLocal(dst) {
+			if uint16(f[12])<<8|uint16(f[13]) != parser.EtherType {
+				// The host stack receives its own frames from the NIC
+				// directly; bridging them would flood them to every port.
+				c.classes[ClassHost].Add(1)
+				return
+			}
+			r.local(s, in, f)
+			return
+		}
+		if uint16(f[12])<<8|uint16(f[13]) == parser.EtherType {
+			c.classes[ClassTransit].Add(1)
+		} else {
+			c.classes[ClassL2].Add(1)
+		}
+		if out, ok := tab.lookup(dst, now, s.aging); ok && out < len(r.txq) {
+			if out == in {
+				c.drops[DropHairpin].Add(1)
+				return
+			}
+			r.txq[out] = append(r.txq[out], f)
+			return
+		}
+	} else if uint16(f[12])<<8|uint16(f[13]) == parser.EtherType {
+		c.classes[ClassTransit].Add(1)
+	} else {
+		c.classes[ClassL2].Add(1)
+	}
+	for out := range r.txq {
+		if out != in {
+			r.txq[out] = append(r.txq[out], f)
+		}
+	}
+}
+
+// local hands a locally addressed PRISM frame to the worker owning its shard.
+func (r *rx) local(s *snapshot, in int, f []byte) {
+	c := &r.ps.ctr
+	class, reason := classifyLocal(f)
+	if reason != 0 {
+		c.drops[reason].Add(1)
+		return
+	}
+	c.classes[class].Add(1)
+	w := int(shardHash(f) % uint32(len(r.d.workers)))
+	if !r.ps.rings[w].push(in, f) {
+		c.drops[DropRingFull].Add(1)
+		return
+	}
+	r.woke[w] = true
+}
+
+// classifyLocal checks the control word of a locally addressed PRISM frame.
+// It mirrors parser.Classify without building an error value, so a flood of
+// malformed frames allocates nothing; the operation identity must be present
+// because the shard hash reads it.
+func classifyLocal(f []byte) (FrameClass, DropReason) {
+	if len(f) < parser.EthLen+parser.CWLen {
+		return 0, DropTruncated
+	}
+	if f[parser.EthLen]>>4 != parser.VersionMajor {
+		return 0, DropBadVersion
+	}
+	switch parser.Class(f[parser.EthLen+1]) {
+	case parser.ClassControl:
+		return checkOpID(f, ClassControl)
+	case parser.ClassData:
+		return checkOpID(f, ClassData)
+	case parser.ClassResult:
+		return checkOpID(f, ClassResult)
+	case parser.ClassProgress:
+		return checkOpID(f, ClassProgress)
+	}
+	return 0, DropUnknownClass
+}
+
+func checkOpID(f []byte, c FrameClass) (FrameClass, DropReason) {
+	if len(f) < parser.HdrOff+parser.OpIDLen {
+		return 0, DropTruncated
+	}
+	return c, 0
+}
+
+// shardHash picks the worker of a local PRISM frame. It is the one place to
+// change if the sharding key changes.
+func shardHash(f []byte) uint32 { return parser.ShardHash(f) }
+
+// flush sends every TX queue of this RX goroutine with one batch call per port.
+func (r *rx) flush(s *snapshot) {
+	for out, q := range r.txq {
+		if len(q) == 0 {
+			continue
+		}
+		sendCounted(s.ports[out], q)
+		clear(q)
+		r.txq[out] = q[:0]
+	}
+}
+
+// sendCounted writes q to ps and counts what was sent and what failed. Bytes
+// are summed over the first n frames: exact unless the port skipped a
+// rejected frame in the middle of the batch.
+func sendCounted(ps *portState, q [][]byte) {
+	n, err := ps.port.WriteBatch(q)
+	if n > len(q) {
+		n = len(q)
+	}
+	var bytes uint64
+	for _, f := range q[:n] {
+		bytes += uint64(len(f))
+	}
+	ps.ctr.txFrames.Add(uint64(n))
+	ps.ctr.txBytes.Add(bytes)
+	if n < len(q) {
+		ps.ctr.drops[DropTxError].Add(uint64(len(q) - n))
+		_ = err // counted; the log would flood at line rate
+	}
+}

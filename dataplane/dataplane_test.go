@@ -1,0 +1,424 @@
+package dataplane_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/dataplane/porttest"
+)
+
+// Hand-built frames: the tests do not use the parser to build bytes, so a
+// parser bug cannot hide a dataplane bug.
+
+func eth(dst, src [6]byte, etype uint16, payload ...byte) []byte {
+	f := make([]byte, 14, 14+len(payload))
+	copy(f[0:], dst[:])
+	copy(f[6:], src[:])
+	binary.BigEndian.PutUint16(f[12:], etype)
+	return append(f, payload...)
+}
+
+// prism builds a PRISM frame: control word then an 18-byte operation identity
+// then a few body bytes.
+func prism(dst, src [6]byte, version, class byte, job uint64, group, op uint16) []byte {
+	p := make([]byte, 2+18+8)
+	p[0], p[1] = version, class
+	binary.BigEndian.PutUint64(p[2:], job)
+	binary.BigEndian.PutUint16(p[10:], group)
+	binary.BigEndian.PutUint16(p[14:], op)
+	return eth(dst, src, 0x88B5, p...)
+}
+
+var (
+	hostA = [6]byte{0x0a, 0, 0, 0, 0, 0xa}
+	hostB = [6]byte{0x0a, 0, 0, 0, 0, 0xb}
+	hostC = [6]byte{0x0a, 0, 0, 0, 0, 0xc}
+	bcast = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	mcast = [6]byte{0x01, 0x80, 0xc2, 0, 0, 0x0e}
+)
+
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) now() int64          { return c.ns.Load() }
+func (c *fakeClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+
+func setup(t *testing.T, nports int, opts dataplane.Options) (*dataplane.Dataplane, []*porttest.Port) {
+	t.Helper()
+	d, err := dataplane.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ports []*porttest.Port
+	var ifs []dataplane.Port
+	for i := 0; i < nports; i++ {
+		p := porttest.New("p"+string(rune('0'+i)), porttest.MAC(byte(0x10+i)), 1500)
+		ports = append(ports, p)
+		ifs = append(ifs, p)
+	}
+	if err := d.SetPorts(ifs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, ports
+}
+
+// expect checks that exactly the ports in want received frame (once each) and
+// the others nothing, after everything in flight drained.
+func expect(t *testing.T, ports []*porttest.Port, frame []byte, want ...int) {
+	t.Helper()
+	set := map[int]bool{}
+	for _, w := range want {
+		set[w] = true
+		got, err := ports[w].Wait(1, 2*time.Second)
+		if err != nil {
+			t.Fatalf("port %d: %v", w, err)
+		}
+		if !bytes.Equal(got[0], frame) {
+			t.Fatalf("port %d got %x, want %x", w, got[0], frame)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	for i, p := range ports {
+		if extra := p.Take(); len(extra) > 0 {
+			t.Fatalf("port %d got %d unexpected frames (want only ports %v): %x", i, len(extra), want, extra[0])
+		}
+		_ = set
+	}
+}
+
+func drops(d *dataplane.Dataplane, port int, r dataplane.DropReason) uint64 {
+	return d.Stats().Ports[port].Drops[r]
+}
+
+func waitDrops(t *testing.T, d *dataplane.Dataplane, port int, r dataplane.DropReason, want uint64) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for drops(d, port, r) < want && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := drops(d, port, r); got != want {
+		t.Fatalf("port %d drops{reason=%s} = %d, want %d", port, r, got, want)
+	}
+}
+
+func TestLearningAndFlooding(t *testing.T) {
+	_, ports := setup(t, 3, dataplane.Options{})
+	f1 := eth(hostB, hostA, 0x0800, 1, 2, 3)
+	ports[0].Inject(f1)
+	expect(t, ports, f1, 1, 2) // B unknown: flood to all but ingress
+
+	f2 := eth(hostA, hostB, 0x0800, 4)
+	ports[1].Inject(f2)
+	expect(t, ports, f2, 0) // A learned on port 0
+
+	f3 := eth(hostB, hostA, 0x0800, 5)
+	ports[0].Inject(f3)
+	expect(t, ports, f3, 1) // B learned on port 1
+
+	f4 := eth(bcast, hostA, 0x0806, 6)
+	ports[0].Inject(f4)
+	expect(t, ports, f4, 1, 2)
+
+	f5 := eth(mcast, hostB, 0x88cc, 7)
+	ports[1].Inject(f5)
+	expect(t, ports, f5, 0, 2)
+
+	// Station move: A now talks from port 2.
+	f6 := eth(bcast, hostA, 0x0806, 8)
+	ports[2].Inject(f6)
+	expect(t, ports, f6, 0, 1)
+	f7 := eth(hostA, hostB, 0x0800, 9)
+	ports[1].Inject(f7)
+	expect(t, ports, f7, 2)
+}
+
+func TestHairpinDropped(t *testing.T) {
+	d, ports := setup(t, 2, dataplane.Options{})
+	fa := eth(bcast, hostA, 0x0806)
+	ports[0].Inject(fa)
+	expect(t, ports, fa, 1)
+	fc := eth(bcast, hostC, 0x0806)
+	ports[0].Inject(fc)
+	expect(t, ports, fc, 1)
+	// A and C both on port 0: a frame between them must not go back out.
+	f := eth(hostC, hostA, 0x0800, 1)
+	ports[0].Inject(f)
+	waitDrops(t, d, 0, dataplane.DropHairpin, 1)
+	expect(t, ports, nil)
+}
+
+func TestAging(t *testing.T) {
+	var clk fakeClock
+	clk.add(time.Hour)
+	d, ports := setup(t, 3, dataplane.Options{MACAging: 10 * time.Second, Clock: clk.now})
+	fa := eth(bcast, hostA, 0x0806)
+	ports[0].Inject(fa)
+	expect(t, ports, fa, 1, 2)
+	if got := d.Stats().MACEntries; got != 1 {
+		t.Fatalf("MAC entries = %d, want 1", got)
+	}
+	clk.add(5 * time.Second)
+	f := eth(hostA, hostB, 0x0800, 1)
+	ports[1].Inject(f)
+	expect(t, ports, f, 0) // still learned
+	clk.add(11 * time.Second)
+	// A aged out (B was learned 11 s ago, too): unknown unicast floods again.
+	f2 := eth(hostA, hostC, 0x0800, 2)
+	ports[2].Inject(f2)
+	expect(t, ports, f2, 0, 1)
+	d.SweepForTest()
+	if got := d.Stats().MACEntries; got != 1 { // only C, just learned
+		t.Fatalf("MAC entries after sweep = %d, want 1", got)
+	}
+}
+
+func TestDropsByReason(t *testing.T) {
+	d, ports := setup(t, 2, dataplane.Options{})
+	local := porttest.MAC(0x10) // port 0's MAC
+	cases := []struct {
+		name   string
+		frame  []byte
+		reason dataplane.DropReason
+	}{
+		{"short", []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, dataplane.DropShortFrame},
+		{"empty-ethertype", eth(hostB, hostA, 0x0800)[:12], dataplane.DropShortFrame},
+		{"group source", eth(hostB, mcast, 0x0800, 1), dataplane.DropBadSrcMAC},
+		{"own source", eth(hostB, porttest.MAC(0x11), 0x0800, 1), dataplane.DropLoopback},
+		{"bad version", prism(local, hostA, 0x20, 2, 1, 1, 1), dataplane.DropBadVersion},
+		{"version 0", prism(local, hostA, 0x00, 2, 1, 1, 1), dataplane.DropBadVersion},
+		{"class 0", prism(local, hostA, 0x10, 0, 1, 1, 1), dataplane.DropUnknownClass},
+		{"class 5", prism(local, hostA, 0x10, 5, 1, 1, 1), dataplane.DropUnknownClass},
+		{"class 255", prism(local, hostA, 0x11, 255, 1, 1, 1), dataplane.DropUnknownClass},
+		{"no control word", eth(local, hostA, 0x88B5, 0x10), dataplane.DropTruncated},
+		{"short op identity", prism(local, hostA, 0x10, 1, 1, 1, 1)[:14+2+17], dataplane.DropTruncated},
+		{"valid, no engine", prism(local, hostA, 0x1f, 3, 1, 1, 1), dataplane.DropUnsupported},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := drops(d, 0, c.reason)
+			ports[0].Inject(c.frame)
+			waitDrops(t, d, 0, c.reason, before+1)
+			expect(t, ports, nil)
+		})
+	}
+	// Every drop above was counted once under its own reason and nowhere else.
+	var total uint64
+	for _, r := range dataplane.DropReasons() {
+		total += drops(d, 0, r)
+	}
+	if total != uint64(len(cases)) {
+		t.Fatalf("total drops = %d, want %d", total, len(cases))
+	}
+}
+
+func TestOversizeCounted(t *testing.T) {
+	d, ports := setup(t, 2, dataplane.Options{})
+	big := eth(bcast, hostA, 0x0800, make([]byte, 1500+4+1)...)
+	ports[0].Inject(big)
+	waitDrops(t, d, 0, dataplane.DropOversize, 1)
+	expect(t, ports, nil)
+}
+
+func TestPRISMTransitAndGroup(t *testing.T) {
+	d, ports := setup(t, 3, dataplane.Options{})
+	learn := eth(bcast, hostB, 0x0806)
+	ports[1].Inject(learn)
+	expect(t, ports, learn, 0, 2)
+	// Not addressed to us: bridged unchanged, even with a bad version.
+	f := prism(hostB, hostA, 0x70, 9, 42, 7, 3)
+	ports[0].Inject(f)
+	expect(t, ports, f, 1)
+	// Group destination is never local for PRISM: flooded.
+	g := prism(bcast, hostA, 0x10, 2, 42, 7, 3)
+	ports[0].Inject(g)
+	expect(t, ports, g, 1, 2)
+	// Non-PRISM frame to our own MAC belongs to the host stack: not bridged.
+	h := eth(porttest.MAC(0x10), hostA, 0x0800, 1)
+	ports[0].Inject(h)
+	expect(t, ports, nil)
+	st := d.Stats()
+	if st.Classes[dataplane.ClassTransit] != 2 || st.Classes[dataplane.ClassHost] != 1 {
+		t.Fatalf("classes transit=%d host=%d, want 2 and 1", st.Classes[dataplane.ClassTransit], st.Classes[dataplane.ClassHost])
+	}
+}
+
+type seen struct {
+	worker int
+	in     int
+	frame  []byte
+}
+
+type recHandler struct {
+	w     int
+	out   chan<- seen
+	echo  bool
+	ticks *atomic.Int64
+}
+
+func (h *recHandler) Handle(now int64, in int, frame []byte, tx dataplane.Sender) {
+	h.out <- seen{h.w, in, append([]byte(nil), frame...)}
+	if h.echo {
+		r := append([]byte(nil), frame...)
+		copy(r[0:6], frame[6:12])
+		m := tx.PortMAC(in)
+		copy(r[6:12], m[:])
+		tx.Send(in, r)
+	}
+}
+
+func (h *recHandler) Tick(now int64, tx dataplane.Sender) { h.ticks.Add(1) }
+
+func TestLocalPRISMShardedToWorkers(t *testing.T) {
+	const workers = 4
+	out := make(chan seen, 1024)
+	var ticks atomic.Int64
+	d, ports := setup(t, 2, dataplane.Options{
+		Workers: workers,
+		NodeMAC: &[6]byte{2, 0, 0, 0, 0, 1},
+		Handler: func(w, n int) dataplane.Handler {
+			if n != workers {
+				t.Errorf("factory got workers=%d", n)
+			}
+			return &recHandler{w: w, out: out, ticks: &ticks}
+		},
+	})
+	node := [6]byte{2, 0, 0, 0, 0, 1}
+	type key struct {
+		job       uint64
+		group, op uint16
+	}
+	owner := map[key]int{}
+	used := map[int]bool{}
+	n := 0
+	for job := uint64(1); job <= 8; job++ {
+		for op := uint16(1); op <= 4; op++ {
+			for rep := 0; rep < 2; rep++ {
+				dst := node
+				if rep == 1 {
+					dst = porttest.MAC(0x11) // port 1's MAC is local too
+				}
+				f := prism(dst, hostA, 0x10, byte(1+int(op)%4), job, 5, op)
+				// Generations must not change the shard.
+				binary.BigEndian.PutUint16(f[14+2+10:], uint16(rep))
+				ports[rep].Inject(f)
+				n++
+				s := <-out
+				if !bytes.Equal(s.frame, f) || s.in != rep {
+					t.Fatalf("worker got in=%d %x, want in=%d %x", s.in, s.frame, rep, f)
+				}
+				k := key{job, 5, op}
+				if w, ok := owner[k]; ok && w != s.worker {
+					t.Fatalf("op %v handled by workers %d and %d", k, w, s.worker)
+				}
+				owner[k] = s.worker
+				used[s.worker] = true
+			}
+		}
+	}
+	if len(used) < 2 {
+		t.Fatalf("32 operations all landed on %d worker(s): sharding is not spreading", len(used))
+	}
+	time.Sleep(5 * TickWait)
+	if ticks.Load() == 0 {
+		t.Fatal("Tick never called")
+	}
+	st := d.Stats()
+	var local uint64
+	for _, c := range []dataplane.FrameClass{dataplane.ClassControl, dataplane.ClassData, dataplane.ClassResult, dataplane.ClassProgress} {
+		local += st.Classes[c]
+	}
+	if local != uint64(n) {
+		t.Fatalf("local class counters sum to %d, want %d", local, n)
+	}
+}
+
+const TickWait = 2 * dataplane.TickInterval
+
+func TestWorkerSender(t *testing.T) {
+	out := make(chan seen, 16)
+	var ticks atomic.Int64
+	_, ports := setup(t, 2, dataplane.Options{
+		Handler: func(w, n int) dataplane.Handler { return &recHandler{w: w, out: out, echo: true, ticks: &ticks} },
+	})
+	f := prism(porttest.MAC(0x11), hostA, 0x10, 1, 9, 9, 9)
+	ports[1].Inject(f)
+	<-out
+	want := append([]byte(nil), f...)
+	copy(want[0:6], hostA[:])
+	m := porttest.MAC(0x11)
+	copy(want[6:12], m[:])
+	expect(t, ports, want, 1)
+}
+
+func TestSetPortsKeepsUntouched(t *testing.T) {
+	d, ports := setup(t, 2, dataplane.Options{})
+	p2 := porttest.New("p2", porttest.MAC(0x12), 1500)
+	if err := d.SetPorts([]dataplane.Port{ports[0], ports[1], p2}); err != nil {
+		t.Fatal(err)
+	}
+	all := []*porttest.Port{ports[0], ports[1], p2}
+	f := eth(bcast, hostA, 0x0806)
+	ports[0].Inject(f)
+	expect(t, all, f, 1, 2)
+	// Remove port 1: port 0 and p2 (now index 1) keep working.
+	if err := d.SetPorts([]dataplane.Port{ports[0], p2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ports[1].WriteBatch([][]byte{f}); err == nil {
+		t.Fatal("removed port was not closed")
+	}
+	g := eth(bcast, hostB, 0x0806)
+	p2.Inject(g)
+	expect(t, []*porttest.Port{ports[0], p2}, g, 0)
+	if got := len(d.Stats().Ports); got != 2 {
+		t.Fatalf("stats has %d ports, want 2", got)
+	}
+}
+
+func TestCloseIdempotentAndConcurrent(t *testing.T) {
+	d, ports := setup(t, 2, dataplane.Options{Workers: 2})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 200; i++ {
+			ports[0].Inject(eth(bcast, hostA, 0x0806, byte(i)))
+		}
+	}()
+	wg.Wait()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err == nil {
+		t.Fatal("second Close returned nil")
+	}
+}
+
+func TestJumboFrames(t *testing.T) {
+	d, err := dataplane.New(dataplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	a := porttest.New("a", porttest.MAC(1), 9000)
+	b := porttest.New("b", porttest.MAC(2), 9000)
+	if err := d.SetPorts([]dataplane.Port{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	f := eth(bcast, hostA, 0x0800, bytes.Repeat([]byte{0x5a}, 9000)...)
+	a.Inject(f)
+	got, err := b.Wait(1, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[0], f) {
+		t.Fatalf("jumbo frame changed: %d bytes, want %d", len(got[0]), len(f))
+	}
+	a.Inject(append(f, 1, 2, 3, 4, 5)) // 9019 bytes: over MTU + header + tag
+	waitDrops(t, d, 0, dataplane.DropOversize, 1)
+}

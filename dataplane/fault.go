@@ -1,0 +1,151 @@
+// This file owns fault injection for tests and labs (tc netem does not exist
+// on the lab hosts): a Port wrapper that delays and reorders the frames the
+// dataplane transmits on that port.
+
+package dataplane
+
+import (
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+)
+
+// Fault configures egress impairment of one port. The zero value is no fault.
+type Fault struct {
+	// ReorderPercent (0..100) is the probability that a frame is held back.
+	ReorderPercent int
+	// ReorderDepth is how many later frames overtake a held frame (>= 1 when
+	// ReorderPercent > 0). A held frame is also released after reorderIdle
+	// without traffic, so it is late rather than lost.
+	ReorderDepth int
+	// Delay is added to every frame before it is transmitted.
+	Delay time.Duration
+	// Seed makes the reorder decisions reproducible; 0 picks a fixed seed.
+	Seed uint64
+}
+
+// Active reports whether f changes anything.
+func (f Fault) Active() bool { return f.ReorderPercent > 0 || f.Delay > 0 }
+
+// reorderIdle releases held frames when no more traffic arrives to overtake them.
+const reorderIdle = 10 * time.Millisecond
+
+// faultQueue bounds frames in flight inside a fault port; more are dropped
+// (counted as tx_queue_full by the caller via a short WriteBatch count).
+const faultQueue = 4096
+
+type faultItem struct {
+	buf []byte
+	due time.Time
+}
+
+type faultPort struct {
+	Port
+	f       Fault
+	q       chan faultItem
+	quit    chan struct{}
+	done    chan struct{}
+	dropped atomic.Uint64
+}
+
+// WithFault wraps p so frames written to it are delayed and reordered as f
+// says. The per-frame copy and the extra goroutine make this a test/lab
+// feature only; with an inactive f it returns p unchanged.
+func WithFault(p Port, f Fault) Port {
+	if !f.Active() {
+		return p
+	}
+	if f.ReorderDepth < 1 {
+		f.ReorderDepth = 1
+	}
+	fp := &faultPort{Port: p, f: f, q: make(chan faultItem, faultQueue), quit: make(chan struct{}), done: make(chan struct{})}
+	go fp.run()
+	return fp
+}
+
+// Unwrap returns the wrapped port.
+func (fp *faultPort) Unwrap() Port { return fp.Port }
+
+func (fp *faultPort) WriteBatch(bufs [][]byte) (int, error) {
+	due := time.Now().Add(fp.f.Delay)
+	for i, b := range bufs {
+		c := getBuffer(len(b))
+		copy(c, b)
+		select {
+		case fp.q <- faultItem{buf: c, due: due}:
+		default:
+			putBuffer(c)
+			return i, nil
+		}
+	}
+	return len(bufs), nil
+}
+
+func (fp *faultPort) Close() error {
+	select {
+	case <-fp.quit:
+	default:
+		close(fp.quit)
+		<-fp.done
+	}
+	return fp.Port.Close()
+}
+
+type heldFrame struct {
+	buf  []byte
+	left int
+}
+
+func (fp *faultPort) run() {
+	defer close(fp.done)
+	seed := fp.f.Seed
+	if seed == 0 {
+		seed = 0x9e3779b9
+	}
+	rng := rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))
+	var held []heldFrame
+	out := make([][]byte, 1)
+	send := func(b []byte) {
+		out[0] = b
+		_, _ = fp.Port.WriteBatch(out)
+		putBuffer(b)
+	}
+	idle := time.NewTimer(reorderIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-fp.quit:
+			for _, h := range held {
+				send(h.buf)
+			}
+			return
+		case <-idle.C:
+			for _, h := range held {
+				send(h.buf)
+			}
+			held = held[:0]
+			idle.Reset(reorderIdle)
+		case it := <-fp.q:
+			if d := time.Until(it.due); d > 0 {
+				time.Sleep(d)
+			}
+			if fp.f.ReorderPercent > 0 && rng.IntN(100) < fp.f.ReorderPercent {
+				held = append(held, heldFrame{buf: it.buf, left: fp.f.ReorderDepth})
+			} else {
+				send(it.buf)
+				k := 0
+				for _, h := range held {
+					h.left--
+					if h.left <= 0 {
+						send(h.buf)
+						continue
+					}
+					held[k] = h
+					k++
+				}
+				held = held[:k]
+			}
+			idle.Reset(reorderIdle)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package dataplane_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/dataplane/porttest"
+)
+
+func seqFrames(n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = eth(hostB, hostA, 0x0800, byte(i>>8), byte(i))
+	}
+	return out
+}
+
+func seqOf(f []byte) int { return int(f[14])<<8 | int(f[15]) }
+
+func TestFaultReorder(t *testing.T) {
+	under := porttest.New("p", porttest.MAC(1), 1500)
+	p := dataplane.WithFault(under, dataplane.Fault{ReorderPercent: 30, ReorderDepth: 3, Seed: 7})
+	defer p.Close()
+	const n = 200
+	for _, f := range seqFrames(n) {
+		if k, _ := p.WriteBatch([][]byte{f}); k != 1 {
+			t.Fatal("fault queue rejected a frame")
+		}
+	}
+	got, err := under.Wait(n, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make([]bool, n)
+	late := 0
+	for i, f := range got {
+		s := seqOf(f)
+		if seen[s] {
+			t.Fatalf("frame %d delivered twice", s)
+		}
+		seen[s] = true
+		if s < i {
+			late++
+		}
+	}
+	// 30% of 200 held back: expect roughly 60 late frames; a wide band keeps
+	// the test deterministic for the fixed seed yet catches "no reordering".
+	if late < 20 || late > 120 {
+		t.Fatalf("%d of %d frames arrived late, want about 60", late, n)
+	}
+}
+
+func TestFaultDelay(t *testing.T) {
+	under := porttest.New("p", porttest.MAC(1), 1500)
+	p := dataplane.WithFault(under, dataplane.Fault{Delay: 30 * time.Millisecond})
+	defer p.Close()
+	start := time.Now()
+	p.WriteBatch(seqFrames(5))
+	got, err := under.Wait(5, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 30*time.Millisecond {
+		t.Fatalf("frames arrived after %v, want >= 30ms", el)
+	}
+	for i, f := range got {
+		if seqOf(f) != i {
+			t.Fatalf("delay alone reordered frames: position %d has %d", i, seqOf(f))
+		}
+	}
+	if dataplane.WithFault(under, dataplane.Fault{}) != dataplane.Port(under) {
+		t.Fatal("inactive fault wrapped the port")
+	}
+}

@@ -1,0 +1,432 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/deploy"
+	"github.com/prismd/prismd/deploy/labtest"
+	"github.com/vishvananda/netlink"
+)
+
+var (
+	fakeOnce sync.Once
+	fakePath string
+	fakeErr  error
+)
+
+// fakePrismd builds testdata/fakeprismd once: a stand-in that lets these
+// tests exercise start, readiness, stop and rollback on their own, including
+// a prismd that dies, hangs or ignores SIGTERM.
+func fakePrismd(t *testing.T) string {
+	t.Helper()
+	fakeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fakeprismd-")
+		if err != nil {
+			fakeErr = err
+			return
+		}
+		fakePath = filepath.Join(dir, "fakeprismd")
+		out, err := exec.Command("go", "build", "-o", fakePath, "./testdata/fakeprismd").CombinedOutput()
+		if err != nil {
+			fakeErr = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	if fakeErr != nil {
+		t.Fatalf("build fakeprismd: %v", fakeErr)
+	}
+	return fakePath
+}
+
+func shipped(t *testing.T, name, labName string) *deploy.Topology {
+	t.Helper()
+	b, err := deploy.Embedded(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := deploy.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return labtest.Rename(t, tp, labName)
+}
+
+// pids returns the recorded prismd PIDs of a lab that is up.
+func pids(t *testing.T, lab *deploy.Lab) []int {
+	t.Helper()
+	var r []int
+	for _, n := range lab.Topo.NodesOf(deploy.KindPrismd) {
+		pid := lab.PID(n)
+		if pid <= 0 || !deploy.Alive(pid) {
+			t.Errorf("prismd %s: recorded pid %d is not running", n, pid)
+		}
+		r = append(r, pid)
+	}
+	return r
+}
+
+// assertGone checks that nothing of lab topo is left: no namespace, no
+// temporary veth in the root namespace, no live recorded process, no state.
+func assertGone(t *testing.T, topo *deploy.Topology, stateDir string, pids []int) {
+	t.Helper()
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "pl-"+topo.Name+"-") {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, deploy.TmpPrefix(topo.Name)) {
+			t.Errorf("root namespace link %s left behind", l.Attrs().Name)
+		}
+	}
+	for _, pid := range pids {
+		if deploy.Alive(pid) {
+			t.Errorf("prismd pid %d still running", pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "."+topo.Name+".lock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file left behind (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, topo.Name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state directory %s left behind (%v)", filepath.Join(stateDir, topo.Name), err)
+	}
+}
+
+func ping(t *testing.T, lab *deploy.Lab, from, to string) {
+	t.Helper()
+	addr, ok := lab.Topo.HostAddr(to)
+	if !ok {
+		t.Fatalf("%s has no address", to)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := lab.Ping(ctx, from, addr, 2, 2*time.Second); err != nil {
+		t.Errorf("ping %s -> %s: %v", from, to, err)
+	}
+}
+
+// TestSingleLabPing brings up single.yaml with the real prismd and pings
+// between the hosts through it.
+func TestSingleLabPing(t *testing.T) {
+	labtest.RequireRoot(t)
+	lab := labtest.Up(t, "single")
+	tp := lab.Topo
+	ping(t, lab, "h1", "h2")
+	ping(t, lab, "h2", "h1")
+	// The kernel's view matches the topology: names, MACs, MTU, address.
+	for _, node := range tp.NodeNames() {
+		err := lab.Do(node, func() error {
+			for _, ifc := range deploy.Ports(tp, node) {
+				l, err := netlink.LinkByName(ifc)
+				if err != nil {
+					return err
+				}
+				m := tp.MAC(node, ifc)
+				if got := l.Attrs().HardwareAddr.String(); got != deploy.HardwareAddr(m).String() {
+					t.Errorf("%s:%s MAC %s, want %s", node, ifc, got, deploy.HardwareAddr(m))
+				}
+				if l.Attrs().MTU != 1500 {
+					t.Errorf("%s:%s MTU %d", node, ifc, l.Attrs().MTU)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Do(%s): %v", node, err)
+		}
+	}
+	out, err := lab.Exec("h1", "ip", "-4", "-o", "addr", "show", "dev", "eth0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "10.0.0.1/24") {
+		t.Errorf("h1 eth0 address: %v %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if m, err := lab.Metrics(ctx, "sw1"); err != nil || !strings.Contains(m, "prism") {
+		t.Errorf("sw1 /metrics: %v (%d bytes)", err, len(m))
+	}
+	st, err := deploy.Status(tp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if !s.Present || (s.Kind == deploy.KindPrismd && !s.Alive) || len(s.Ifaces) == 0 {
+			t.Errorf("status %+v", s)
+		}
+	}
+}
+
+// TestLabRepeated brings a 20-namespace lab (2 prismd switches, 18 hosts)
+// up and down ten times, checking after each down that nothing is left:
+// no namespace, no temporary link in the root namespace, no recorded
+// process, no state directory or lock file.
+func TestLabRepeated(t *testing.T) {
+	labtest.RequireRoot(t)
+	prismd := labtest.Prismd(t)
+	nodes := []deploy.Node{{Name: "s1", Kind: deploy.KindPrismd}, {Name: "s2", Kind: deploy.KindPrismd}}
+	links := []deploy.Link{{A: deploy.Endpoint{Node: "s1", Iface: "up"}, B: deploy.Endpoint{Node: "s2", Iface: "up"}}}
+	for i := 1; i <= 18; i++ {
+		h := fmt.Sprintf("h%d", i)
+		nodes = append(nodes, deploy.Node{Name: h, Kind: deploy.KindHost, IPv4: netip.MustParsePrefix(fmt.Sprintf("10.0.1.%d/24", i))})
+		sw := "s1"
+		if i > 9 {
+			sw = "s2"
+		}
+		links = append(links, deploy.Link{A: deploy.Endpoint{Node: h, Iface: "eth0"}, B: deploy.Endpoint{Node: sw, Iface: fmt.Sprintf("p%d", i)}})
+	}
+	tp, err := deploy.Build(labtest.UniqueName(), 0, nodes, links)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repeatLab(t, tp, prismd, 10, "h1", "h18")
+}
+
+// TestSoakLabRepeated is the long version (make soak): the fat-tree lab,
+// 100 rounds, every host pair pinged in the first.
+func TestSoakLabRepeated(t *testing.T) {
+	if os.Getenv("PRISMD_SOAK") != "1" {
+		t.Skip("soak test: set PRISMD_SOAK=1 (make soak)")
+	}
+	labtest.RequireRoot(t)
+	repeatLab(t, shipped(t, "fat-tree", labtest.UniqueName()), labtest.Prismd(t), 100, "h1", "h8")
+}
+
+// repeatLab brings tp up and down rounds times, pinging from -> to in the
+// first round and checking after each down that nothing is left.
+func repeatLab(t *testing.T, tp *deploy.Topology, prismd string, rounds int, from, to string) {
+	opts := &deploy.Options{Prismd: prismd}
+	t.Cleanup(func() { deploy.Down(tp, opts) })
+	var upTotal, downTotal time.Duration
+	for round := 0; round < rounds; round++ {
+		start := time.Now()
+		lab, err := deploy.Up(context.Background(), tp, opts)
+		if err != nil {
+			t.Fatalf("round %d: up: %v", round, err)
+		}
+		upTotal += time.Since(start)
+		ents, _ := os.ReadDir("/run/netns")
+		n := 0
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "pl-"+tp.Name+"-") {
+				n++
+			}
+		}
+		if n != len(tp.Nodes) {
+			t.Errorf("round %d: %d namespaces, want %d", round, n, len(tp.Nodes))
+		}
+		if round == 0 {
+			ping(t, lab, from, to)
+		}
+		ps := pids(t, lab)
+		start = time.Now()
+		if err := lab.Down(); err != nil {
+			t.Fatalf("round %d: down: %v", round, err)
+		}
+		downTotal += time.Since(start)
+		assertGone(t, tp, deploy.DefaultStateDir, ps)
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	t.Logf("%d namespaces, %d rounds: up %v/round, down %v/round", len(tp.Nodes), rounds,
+		(upTotal / time.Duration(rounds)).Round(time.Millisecond), (downTotal / time.Duration(rounds)).Round(time.Millisecond))
+}
+
+// TestLifecycle exercises the lab machinery with fakeprismd.
+func TestLifecycle(t *testing.T) {
+	labtest.RequireRoot(t)
+	fake := fakePrismd(t)
+	ctx := context.Background()
+
+	t.Run("up-down-twice-and-coexist", func(t *testing.T) {
+		a := shipped(t, "spine-leaf", labtest.UniqueName())
+		b := shipped(t, "single", labtest.UniqueName())
+		opts := &deploy.Options{Prismd: fake}
+		la, err := deploy.Up(ctx, a, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { la.Down() })
+		lb, err := deploy.Up(ctx, b, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lb.Down() })
+		ping(t, la, "h1", "h4")
+		ping(t, lb, "h1", "h2")
+		// A second Up of a running lab is refused and leaves it alone.
+		if _, err := deploy.Up(ctx, a, opts); !errors.Is(err, deploy.ErrExists) {
+			t.Errorf("second Up: %v, want ErrExists", err)
+		}
+		ping(t, la, "h2", "h3")
+		// Down from a fresh value (as another process would) using only the
+		// state directory, twice.
+		psa := pids(t, la)
+		if err := deploy.Down(a, opts); err != nil {
+			t.Fatal(err)
+		}
+		if err := deploy.Down(a, opts); err != nil {
+			t.Fatalf("second Down: %v", err)
+		}
+		assertGone(t, a, deploy.DefaultStateDir, psa)
+		ping(t, lb, "h2", "h1") // the other lab is untouched
+		psb := pids(t, lb)
+		if err := lb.Down(); err != nil {
+			t.Fatal(err)
+		}
+		assertGone(t, b, deploy.DefaultStateDir, psb)
+	})
+
+	t.Run("concurrent-up-same-lab", func(t *testing.T) {
+		tp := shipped(t, "single", labtest.UniqueName())
+		opts := &deploy.Options{Prismd: fake}
+		t.Cleanup(func() { deploy.Down(tp, opts) })
+		errs := make([]error, 2)
+		labs := make([]*deploy.Lab, 2)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Add(1)
+			go func() { defer wg.Done(); labs[i], errs[i] = deploy.Up(ctx, tp, opts) }()
+		}
+		wg.Wait()
+		ok := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+				ping(t, labs[i], "h1", "h2")
+			case !errors.Is(err, deploy.ErrExists):
+				t.Errorf("Up %d: %v, want success or ErrExists", i, err)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("%d of 2 concurrent Ups succeeded (%v)", ok, errs)
+		}
+		ps := []int{}
+		for _, l := range labs {
+			if l != nil {
+				ps = pids(t, l)
+			}
+		}
+		if err := deploy.Down(tp, opts); err != nil {
+			t.Fatal(err)
+		}
+		assertGone(t, tp, deploy.DefaultStateDir, ps)
+	})
+
+	t.Run("prismd-dies", func(t *testing.T) {
+		t.Setenv("FAKEPRISMD_MODE", "die")
+		tp := shipped(t, "spine-leaf", labtest.UniqueName())
+		_, err := deploy.Up(ctx, tp, &deploy.Options{Prismd: fake})
+		if !errors.Is(err, deploy.ErrPrismdDied) || !strings.Contains(err.Error(), "dying on purpose") {
+			t.Fatalf("Up: %v, want ErrPrismdDied with the log tail", err)
+		}
+		assertGone(t, tp, deploy.DefaultStateDir, nil)
+	})
+
+	t.Run("prismd-never-ready", func(t *testing.T) {
+		t.Setenv("FAKEPRISMD_MODE", "mute")
+		tp := shipped(t, "single", labtest.UniqueName())
+		start := time.Now()
+		_, err := deploy.Up(ctx, tp, &deploy.Options{Prismd: fake, ReadyTimeout: 500 * time.Millisecond, StopTimeout: 200 * time.Millisecond})
+		if err == nil || !strings.Contains(err.Error(), "not ready after 500ms") {
+			t.Fatalf("Up: %v, want a readiness timeout", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("timeout took %v", d)
+		}
+		assertGone(t, tp, deploy.DefaultStateDir, nil)
+	})
+
+	t.Run("sigterm-ignored", func(t *testing.T) {
+		t.Setenv("FAKEPRISMD_MODE", "ignoreterm")
+		tp := shipped(t, "single", labtest.UniqueName())
+		lab, err := deploy.Up(ctx, tp, &deploy.Options{Prismd: fake, StopTimeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := pids(t, lab)
+		start := time.Now()
+		if err := lab.Down(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d < 300*time.Millisecond {
+			t.Errorf("Down took %v: SIGKILL came before the stop timeout", d)
+		}
+		assertGone(t, tp, deploy.DefaultStateDir, ps)
+	})
+
+	t.Run("cancelled-up-rolls-back", func(t *testing.T) {
+		t.Setenv("FAKEPRISMD_MODE", "mute")
+		tp := shipped(t, "fat-tree", labtest.UniqueName())
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := deploy.Up(cctx, tp, &deploy.Options{Prismd: fake, StopTimeout: 200 * time.Millisecond})
+		if err == nil {
+			t.Fatal("Up succeeded with a mute prismd")
+		}
+		assertGone(t, tp, deploy.DefaultStateDir, nil)
+	})
+
+	t.Run("down-of-half-built-lab", func(t *testing.T) {
+		tp := shipped(t, "single", labtest.UniqueName())
+		// What a crash half-way through Up leaves: one namespace and one
+		// temporary veth in the root namespace.
+		if out, err := exec.Command("ip", "netns", "add", deploy.NetNSName(tp.Name, "h1")).CombinedOutput(); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		tmp := deploy.TmpPrefix(tp.Name) + "0"
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: tmp + "a"}, PeerName: tmp + "b"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := deploy.Down(tp, nil); err != nil {
+			t.Fatal(err)
+		}
+		assertGone(t, tp, deploy.DefaultStateDir, nil)
+	})
+
+	t.Run("bridge-and-exec", func(t *testing.T) {
+		lab := labtest.Up(t, "bridge-pair")
+		ping(t, lab, "h1", "h2")
+		out, err := lab.Exec("br1", "ip", "-o", "link", "show", "master", deploy.BridgeIface).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "p1") || !strings.Contains(string(out), "p2") {
+			t.Errorf("bridge ports: %v %s", err, out)
+		}
+		out, err = lab.Exec("h1", "ethtool", "-k", "eth0").CombinedOutput()
+		for _, f := range []string{"tcp-segmentation-offload: off", "generic-segmentation-offload: off", "generic-receive-offload: off", "tx-checksumming: off", "rx-checksumming: off"} {
+			if err != nil || !strings.Contains(string(out), f) {
+				t.Errorf("h1 eth0: want %q: %v", f, err)
+			}
+		}
+		// An unreachable address is reported, not hung on.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := lab.Ping(ctx, "h1", netip.MustParseAddr("10.0.0.99"), 1, 300*time.Millisecond); !errors.Is(err, deploy.ErrNoReply) {
+			t.Errorf("ping to nobody: %v, want ErrNoReply", err)
+		}
+	})
+
+	t.Run("jumbo", func(t *testing.T) {
+		lab := labtest.UpWith(t, "spine-leaf-jumbo", &deploy.Options{Prismd: fake})
+		out, err := lab.Exec("h1", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", "8972", "10.0.0.4").CombinedOutput()
+		if _, lerr := exec.LookPath("ping"); lerr != nil {
+			t.Skip("ping not installed (iputils-ping)")
+		}
+		if err != nil {
+			t.Errorf("jumbo ping: %v\n%s", err, out)
+		}
+	})
+}

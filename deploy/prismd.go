@@ -1,0 +1,100 @@
+// This file owns what a lab tells prismd: the generated configuration and
+// where the binary is found. The schema belongs to cmd/prismd; this is a
+// producer of it and must follow it field for field.
+
+package deploy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// MetricsAddr is where every lab prismd serves /metrics. Each switch has its
+// own namespace, hence its own loopback, so one fixed address serves all.
+const MetricsAddr = "127.0.0.1:9100"
+
+// PrismdPort is one port in a prismd configuration.
+type PrismdPort struct {
+	Name string `yaml:"name"`
+	MTU  int    `yaml:"mtu"`
+}
+
+// PrismdConfig is the configuration file a lab writes for each prismd node,
+// in the daemon's schema (field order as the daemon documents it).
+type PrismdConfig struct {
+	NodeMAC       string       `yaml:"node_mac"`
+	Ports         []PrismdPort `yaml:"ports"`
+	Workers       int          `yaml:"workers"`
+	MACAging      string       `yaml:"mac_aging"`
+	MetricsListen string       `yaml:"metrics_listen"`
+	ControlListen string       `yaml:"control_listen"`
+	AMSources     []string     `yaml:"am_sources"`
+}
+
+// NewPrismdConfig returns the configuration of prismd node node when the
+// lab's state directory is labDir: node MAC MAC(lab, node, "node"), ports in
+// PortIndex order, the control socket in labDir, and every host interface MAC
+// as an allowed Aggregation Manager source (any host may run the AM).
+func NewPrismdConfig(t *Topology, node, labDir string) (*PrismdConfig, error) {
+	n, ok := t.Nodes[node]
+	if !ok || n.Kind != KindPrismd {
+		return nil, fmt.Errorf("deploy: %q is not a prismd node of lab %s", node, t.Name)
+	}
+	c := &PrismdConfig{
+		NodeMAC:       HardwareAddr(t.MAC(node, NodeMACIface)).String(),
+		Workers:       1,
+		MACAging:      "300s",
+		MetricsListen: MetricsAddr,
+		ControlListen: filepath.Join(labDir, node+".sock"),
+		AMSources:     []string{},
+	}
+	for _, a := range t.Neighbors(node) {
+		c.Ports = append(c.Ports, PrismdPort{Name: a.Iface, MTU: a.MTU})
+	}
+	for _, m := range t.HostMACs() {
+		c.AMSources = append(c.AMSources, HardwareAddr(m).String())
+	}
+	// sun_path is 108 bytes including the NUL; a longer path would fail in
+	// prismd's bind with a message that does not mention the state directory.
+	if len(c.ControlListen) > 107 {
+		return nil, fmt.Errorf("deploy: control socket path %s is longer than 107 bytes; use a shorter state directory", c.ControlListen)
+	}
+	return c, nil
+}
+
+// Marshal renders the configuration as YAML.
+func (c *PrismdConfig) Marshal() ([]byte, error) { return yaml.Marshal(c) }
+
+// ErrNoPrismd is returned when a lab with prismd nodes cannot find the binary.
+var ErrNoPrismd = errors.New("prismd binary not found")
+
+// FindPrismd locates bin/prismd: $PRISMD_BIN (the binary, or a directory
+// holding it, as the Makefile sets it), then next to the running executable
+// (bin/prismctl beside bin/prismd), then $PATH.
+func FindPrismd() (string, error) {
+	isExe := func(p string) bool {
+		st, err := os.Stat(p)
+		return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+	}
+	if env := os.Getenv("PRISMD_BIN"); env != "" {
+		for _, p := range []string{env, filepath.Join(env, "prismd")} {
+			if isExe(p) {
+				return filepath.Abs(p)
+			}
+		}
+	}
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), "prismd"); isExe(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("prismd"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", fmt.Errorf("deploy: %w: build it (make build, or go build -o bin/ ./cmd/prismd), then pass its path (--prismd or Options.Prismd) or set PRISMD_BIN", ErrNoPrismd)
+}

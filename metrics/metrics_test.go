@@ -1,0 +1,162 @@
+package metrics_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/dataplane/porttest"
+	"github.com/prismd/prismd/metrics"
+)
+
+type fakeSource struct{ st dataplane.Stats }
+
+func (f fakeSource) Stats() dataplane.Stats { return f.st }
+
+func TestCollectorExposition(t *testing.T) {
+	var st dataplane.Stats
+	p := dataplane.PortSample{Name: "p1", RxFrames: 10, RxBytes: 1000, TxFrames: 7, TxBytes: 700, KernelDrops: 3}
+	p.Drops[dataplane.DropHairpin] = 2
+	p.Drops[dataplane.DropUnsupported] = 5
+	st.Ports = append(st.Ports, p)
+	st.Classes[dataplane.ClassL2] = 4
+	st.Classes[dataplane.ClassData] = 6
+	st.MACEntries = 9
+	reg := mustServer(t, fakeSource{st}).Registry()
+
+	want := `
+# HELP prismd_port_receive_frames_total Frames read from the port, including ones later dropped.
+# TYPE prismd_port_receive_frames_total counter
+prismd_port_receive_frames_total{port="p1"} 10
+# HELP prismd_port_receive_bytes_total Bytes of frames read from the port (Ethernet header included, FCS excluded).
+# TYPE prismd_port_receive_bytes_total counter
+prismd_port_receive_bytes_total{port="p1"} 1000
+# HELP prismd_port_transmit_frames_total Frames transmitted on the port.
+# TYPE prismd_port_transmit_frames_total counter
+prismd_port_transmit_frames_total{port="p1"} 7
+# HELP prismd_port_transmit_bytes_total Bytes of frames transmitted on the port.
+# TYPE prismd_port_transmit_bytes_total counter
+prismd_port_transmit_bytes_total{port="p1"} 700
+# HELP prismd_port_kernel_drops_total Frames the kernel dropped because the port's socket receive buffer was full.
+# TYPE prismd_port_kernel_drops_total counter
+prismd_port_kernel_drops_total{port="p1"} 3
+# HELP prismd_mac_table_entries Live (not aged out) entries in the MAC learning table.
+# TYPE prismd_mac_table_entries gauge
+prismd_mac_table_entries 9
+# HELP prismd_frames_total Received frames by classification.
+# TYPE prismd_frames_total counter
+prismd_frames_total{class="control"} 0
+prismd_frames_total{class="data"} 6
+prismd_frames_total{class="host"} 0
+prismd_frames_total{class="l2"} 4
+prismd_frames_total{class="progress"} 0
+prismd_frames_total{class="result"} 0
+prismd_frames_total{class="transit"} 0
+# HELP prismd_port_drops_total Frames dropped by prismd, by port and reason.
+# TYPE prismd_port_drops_total counter
+prismd_port_drops_total{port="p1",reason="bad_src_mac"} 0
+prismd_port_drops_total{port="p1",reason="bad_version"} 0
+prismd_port_drops_total{port="p1",reason="hairpin"} 2
+prismd_port_drops_total{port="p1",reason="loopback"} 0
+prismd_port_drops_total{port="p1",reason="oversize"} 0
+prismd_port_drops_total{port="p1",reason="ring_full"} 0
+prismd_port_drops_total{port="p1",reason="short_frame"} 0
+prismd_port_drops_total{port="p1",reason="truncated"} 0
+prismd_port_drops_total{port="p1",reason="tx_error"} 0
+prismd_port_drops_total{port="p1",reason="tx_queue_full"} 0
+prismd_port_drops_total{port="p1",reason="unknown_class"} 0
+prismd_port_drops_total{port="p1",reason="unsupported"} 5
+`
+	names := []string{"prismd_port_receive_frames_total", "prismd_port_receive_bytes_total",
+		"prismd_port_transmit_frames_total", "prismd_port_transmit_bytes_total", "prismd_port_kernel_drops_total",
+		"prismd_mac_table_entries", "prismd_frames_total", "prismd_port_drops_total"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	// Build info, Go and process collectors are present.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, mf := range mfs {
+		have[mf.GetName()] = true
+	}
+	for _, n := range []string{"prismd_build_info", "go_goroutines", "process_cpu_seconds_total"} {
+		if !have[n] {
+			t.Errorf("metric %s missing", n)
+		}
+	}
+}
+
+func mustServer(t *testing.T, src metrics.Source) *metrics.Server {
+	t.Helper()
+	s, err := metrics.New(src, metrics.BuildInfo{Version: "test", Revision: "abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestPromtoolCheck runs promtool on the real /metrics output of a running
+// dataplane with a fake port.
+func TestPromtoolCheck(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found in PATH: `make deps` installs it (Debian package prometheus)")
+	}
+	d, err := dataplane.New(dataplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	p := porttest.New("p1", porttest.MAC(1), 1500)
+	q := porttest.New("p2", porttest.MAC(2), 1500)
+	if err := d.SetPorts([]dataplane.Port{p, q}); err != nil {
+		t.Fatal(err)
+	}
+	p.Inject([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0a, 0, 0, 0, 0, 1, 0x08, 0x06})
+	if _, err := q.Wait(1, 2e9); err != nil {
+		t.Fatal(err)
+	}
+	s := mustServer(t, d)
+	if err := s.Serve("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	resp, err := http.Get("http://" + s.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(body, []byte(`prismd_port_receive_frames_total{port="p1"} 1`)) {
+		t.Fatalf("/metrics lacks the received frame:\n%s", body)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+func TestRegisterExtraCollector(t *testing.T) {
+	s := mustServer(t, nil)
+	c := fakeSource{}
+	if err := s.Register(metrics.NewCollector(c)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Register(metrics.NewCollector(c)); err == nil {
+		t.Fatal("registering the same descriptors twice succeeded")
+	}
+}
