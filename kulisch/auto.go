@@ -1,0 +1,288 @@
+// This file owns the AUTO planner: the choice of concrete, lossless
+// NumberGroup formats for a run of consecutive accumulator outputs within one
+// packet's body budget.
+
+package kulisch
+
+import "fmt"
+
+// Group is one planned NumberGroup: Count consecutive values in Format.
+type Group struct {
+	Format Format
+	Count  int
+}
+
+const (
+	// Lookahead is the AUTO window in values (prism-protocol: "bounded
+	// eight-element lookahead").
+	Lookahead = 8
+	// MaxGroups and MaxGroupCount are the protocol's limits: an 8-bit
+	// Group Count and a 16-bit per-group Count.
+	MaxGroups     = 255
+	MaxGroupCount = 65535
+	// DescriptorSize is the NumberGroup descriptor.
+	DescriptorSize = 4
+	// HeaderOverhead is the control word plus the DATA/RESULT header.
+	HeaderOverhead = 2 + 40
+)
+
+func pad4(n int) int { return (n + 3) &^ 3 }
+
+// GroupBytes is the body bytes of a group of count values of format f
+// (descriptor, values, zero padding to 4); w is the Kulisch width.
+func GroupBytes(f Format, count, w int) int {
+	return DescriptorSize + pad4(count*f.Width(w))
+}
+
+// BodyBudget is the NumberGroup budget of a DATA/RESULT frame at mtu with
+// ext bytes of endpoint-set extension: 1458 at MTU 1500 without extension.
+func BodyBudget(mtu, ext int) int { return mtu - HeaderOverhead - ext }
+
+// MaxCount is the largest count of one group of format f within budget.
+func MaxCount(f Format, w, budget int) int {
+	wd := f.Width(w)
+	if wd == 0 || budget < DescriptorSize {
+		return 0
+	}
+	return min(((budget-DescriptorSize)&^3)/wd, MaxGroupCount)
+}
+
+// AutoSets fills sets[k] with b.AutoSet(first+k).
+func AutoSets(b Bank, first int, sets []FormatSet) error {
+	for k := range sets {
+		s, err := b.AutoSet(first + k)
+		if err != nil {
+			return err
+		}
+		sets[k] = s
+	}
+	return nil
+}
+
+type planner struct {
+	sets  []FormatSet
+	width [KULISCH + 1]int
+	allow FormatSet
+}
+
+// minWidth is the narrowest width among the allowed formats of s (widths
+// are ordered INT8 < FP16 = BF16 < FP32 < KULISCH).
+func (p *planner) minWidth(s FormatSet) int {
+	s &= p.allow
+	switch {
+	case s.Has(INT8):
+		return 1
+	case s.Has(FP16) || s.Has(BF16):
+		return 2
+	case s.Has(FP32):
+		return 4
+	}
+	return p.width[KULISCH]
+}
+
+type dpState struct {
+	cost   int
+	first  Format // format of the window's first value
+	flen   int    // values of the first group within the window
+	closed bool   // a later value started another group
+}
+
+const inf = 1 << 30
+
+// window plans sets[pos:pos+Lookahead] exactly (minimum bytes: value
+// widths, 4-byte descriptors, padding of every group closed in the window,
+// and of the last group when the window ends the run), starting from the open group (open, mod) (open 0: none),
+// and returns the first group's format and length within the window. Ties
+// keep the first plan found in a fixed order (extend first, then formats in
+// code order), so the result is deterministic.
+func (p *planner) window(pos int, open Format, mod int) (Format, int) {
+	m := min(Lookahead, len(p.sets)-pos)
+	for j := 0; j < m; j++ {
+		if p.sets[pos+j]&p.allow == 0 {
+			m = j // defensive: PlanAuto rejects such sets before planning
+			break
+		}
+	}
+	var cur, nxt [KULISCH + 1][4]dpState
+	reset := func(t *[KULISCH + 1][4]dpState) {
+		for f := range t {
+			for r := range t[f] {
+				t[f][r] = dpState{cost: inf}
+			}
+		}
+	}
+	reset(&cur)
+	cur[open][mod] = dpState{}
+	padClose := func(f Format, r int) int {
+		if f == 0 {
+			return 0
+		}
+		return (4 - r) & 3
+	}
+	for j := 0; j < m; j++ {
+		reset(&nxt)
+		s := p.sets[pos+j] & p.allow
+		relax := func(f Format, r int, st dpState) {
+			if st.cost < nxt[f][r].cost {
+				nxt[f][r] = st
+			}
+		}
+		for f := Format(0); f <= KULISCH; f++ {
+			for r := 0; r < 4; r++ {
+				st := cur[f][r]
+				if st.cost >= inf {
+					continue
+				}
+				if f != 0 && s.Has(f) {
+					ns := st
+					ns.cost += p.width[f]
+					if j == 0 {
+						ns.first, ns.flen = f, 1
+					} else if !ns.closed {
+						ns.flen++
+					}
+					relax(f, (r+p.width[f])&3, ns)
+				}
+				for g := INT8; g <= KULISCH; g++ {
+					if g == f || !s.Has(g) {
+						continue // a new group of the open format never beats extending
+					}
+					ns := st
+					ns.cost += padClose(f, r) + DescriptorSize + p.width[g]
+					if j == 0 {
+						ns.first, ns.flen = g, 1
+					} else {
+						ns.closed = true
+					}
+					relax(g, p.width[g]&3, ns)
+				}
+			}
+		}
+		cur = nxt
+	}
+	// The group open at the window's end usually continues past it, so its
+	// padding is only charged when the window reaches the last value.
+	last := pos+m == len(p.sets)
+	best := dpState{cost: inf}
+	for f := INT8; f <= KULISCH; f++ {
+		for r := 0; r < 4; r++ {
+			st := cur[f][r]
+			if st.cost >= inf {
+				continue
+			}
+			if last {
+				st.cost += padClose(f, r)
+			}
+			if st.cost < best.cost {
+				best = st
+			}
+		}
+	}
+	return best.first, best.flen
+}
+
+// PlanAuto plans one packet's NumberGroups for the values whose lossless
+// format sets are sets (sets[k] for position first+k, from AutoSet), within
+// budget body bytes (BodyBudget). base is the policy's base format
+// (Policy.Base: KULISCH or FP32) and must be lossless for every value; w is
+// the Kulisch width (0 when KULISCH is not in use: it is then never
+// chosen).
+//
+// Groups are written into dst[:0] (at most min(cap(dst), 255) groups; PlanAuto
+// does not allocate); the result is that slice and the number of values
+// consumed from the front of sets. The caller sends the rest in the next
+// packet.
+//
+// The plan uses an exact lookahead over the next eight values (value widths,
+// descriptors, padding), emits the first group of that window's best plan,
+// merges it with the open group when the format is the same, slides the
+// window, and stops at the first value that no longer fits the budget.
+// When the open group's format is already the narrowest lossless one for
+// all eight values ahead, extending it is optimal and the window is skipped,
+// so homogeneous runs cost O(1) per value. Finally, if one group of base
+// would carry more values, or as many in fewer bytes, that group is used
+// instead: AUTO never does worse than the base format.
+func PlanAuto(dst []Group, sets []FormatSet, base Format, w, budget int) ([]Group, int, error) {
+	p := planner{sets: sets}
+	for f := INT8; f <= FP32; f++ {
+		p.width[f] = f.Width(w)
+		p.allow |= 1 << f
+	}
+	if ValidWidth(w) == nil {
+		p.width[KULISCH] = KULISCH.Width(w)
+		p.allow |= 1 << KULISCH
+	} else if w != 0 {
+		return dst[:0], 0, ErrWidth
+	}
+	if !p.allow.Has(base) {
+		return dst[:0], 0, fmt.Errorf("%w: base %v", ErrFormat, base)
+	}
+	maxG := min(cap(dst), MaxGroups)
+	if maxG == 0 {
+		return dst[:0], 0, fmt.Errorf("%w: no room for a group in dst", ErrLength)
+	}
+	n := len(sets)
+	// Only the first budget values can fit (each takes at least one byte);
+	// the window may look Lookahead further.
+	for j := 0; j < min(n, budget+Lookahead); j++ {
+		if !sets[j].Has(base) {
+			return dst[:0], 0, fmt.Errorf("%w: position %d not representable in %v", ErrNotLossless, j, base)
+		}
+	}
+	out := dst[:0]
+	pos, used := 0, 0
+	var cur Format
+	cnt, okUntil := 0, 0
+plan:
+	for pos < n {
+		g, l := Format(0), 0
+		if cur != 0 {
+			end := min(pos+Lookahead, n)
+			okUntil = max(okUntil, pos)
+			for okUntil < end && sets[okUntil].Has(cur) && p.width[cur] == p.minWidth(sets[okUntil]) {
+				okUntil++
+			}
+			if okUntil >= end {
+				g, l = cur, 1
+			}
+		}
+		if l == 0 {
+			mod := 0
+			if cur != 0 {
+				mod = (cnt * p.width[cur]) & 3
+			}
+			g, l = p.window(pos, cur, mod)
+			if l == 0 {
+				break
+			}
+		}
+		for k := 0; k < l; k++ {
+			if g == cur && cnt < MaxGroupCount {
+				c := pad4((cnt+1)*p.width[g]) - pad4(cnt*p.width[g])
+				if used+c > budget {
+					break plan
+				}
+				used += c
+				cnt++
+				out[len(out)-1].Count = cnt
+			} else {
+				c := DescriptorSize + pad4(p.width[g])
+				if len(out) == maxG || used+c > budget {
+					break plan
+				}
+				out = append(out, Group{Format: g, Count: 1})
+				used += c
+				cur, cnt, okUntil = g, 1, 0
+			}
+			pos++
+		}
+	}
+	if nb := min(MaxCount(base, w, budget), n); pos < nb || (pos == nb && used > GroupBytes(base, nb, w)) {
+		out = append(dst[:0], Group{Format: base, Count: nb})
+		pos = nb
+	}
+	if pos == 0 && n > 0 {
+		return dst[:0], 0, ErrBudget
+	}
+	return out, pos, nil
+}

@@ -1,0 +1,348 @@
+// This file owns the single final rounding of an exact value to FP32, FP16
+// or BF16 (round to nearest, ties to even), the INT8 integrality check and
+// the test of which formats hold a value losslessly.
+
+package kulisch
+
+import (
+	"math/bits"
+)
+
+// floatFmt describes an IEEE-style binary format.
+type floatFmt struct {
+	p      int    // precision, hidden bit included
+	emin   int    // exponent of the smallest normal
+	emax   int    // exponent of the largest finite, also the bias
+	expAll uint32 // all-ones exponent field
+	sign   uint32 // sign bit
+	nan    uint32 // canonical NaN
+}
+
+var (
+	fmt32 = floatFmt{p: 24, emin: -126, emax: 127, expAll: 0xFF, sign: 1 << 31, nan: NaN32}
+	fmt16 = floatFmt{p: 11, emin: -14, emax: 15, expAll: 0x1F, sign: 1 << 15, nan: uint32(NaN16)}
+	fmtBF = floatFmt{p: 8, emin: -126, emax: 127, expAll: 0xFF, sign: 1 << 15, nan: uint32(NaNBF)}
+)
+
+func floatFor(f Format) (*floatFmt, bool) {
+	switch f {
+	case FP32:
+		return &fmt32, true
+	case FP16:
+		return &fmt16, true
+	case BF16:
+		return &fmtBF, true
+	}
+	return nil, false
+}
+
+func (ff *floatFmt) inf(neg bool) uint32 {
+	x := ff.expAll << (ff.p - 1)
+	if neg {
+		x |= ff.sign
+	}
+	return x
+}
+
+// magnitude is |V| in units of 2^-149 as 32-bit digits (the top digit may be
+// wider), with the position of its most significant bit.
+type magnitude struct {
+	dg  [maxDigits]uint64
+	n   int // digits in use
+	msb int // index of the highest set bit
+	neg bool
+}
+
+// load fills m from resolved nonzero digits.
+func (m *magnitude) load(dg []int64) {
+	n := len(dg)
+	m.n = n
+	m.neg = dg[n-1] < 0
+	if !m.neg {
+		for j, x := range dg {
+			m.dg[j] = uint64(x)
+		}
+	} else {
+		c := uint64(1)
+		for j := 0; j < n-1; j++ {
+			x := (^uint64(dg[j]) & digitMask) + c
+			m.dg[j] = x & digitMask
+			c = x >> digitBits
+		}
+		m.dg[n-1] = ^uint64(dg[n-1]) + c
+	}
+	for j := n - 1; j >= 0; j-- {
+		if m.dg[j] != 0 {
+			m.msb = j*digitBits + bits.Len64(m.dg[j]) - 1
+			return
+		}
+	}
+	m.msb = -1
+}
+
+// field returns up to 32 bits of m starting at bit pos.
+func (m *magnitude) field(pos, width int) uint64 {
+	j, r := pos/digitBits, uint(pos%digitBits)
+	x := m.dg[j] >> r
+	if j+1 < m.n {
+		x |= m.dg[j+1] << (digitBits - r)
+	}
+	return x & (1<<width - 1)
+}
+
+// below reports whether any bit below pos is set.
+func (m *magnitude) below(pos int) bool {
+	if pos <= 0 {
+		return false
+	}
+	j, r := pos/digitBits, uint(pos%digitBits)
+	for k := 0; k < j; k++ {
+		if m.dg[k] != 0 {
+			return true
+		}
+	}
+	return r != 0 && m.dg[j]&(1<<r-1) != 0
+}
+
+// lowest is the index of the lowest set bit (m nonzero).
+func (m *magnitude) lowest() int {
+	for j := 0; j < m.n; j++ {
+		if m.dg[j] != 0 {
+			return j*digitBits + bits.TrailingZeros64(m.dg[j])
+		}
+	}
+	return -1
+}
+
+// quantum is the bit position (in units) of the last significand bit when
+// a value with highest bit msb is held in ff.
+func (ff *floatFmt) quantum(msb int) int {
+	e := msb - ScaleExp
+	if e < ff.emin {
+		e = ff.emin
+	}
+	return e - (ff.p - 1) + ScaleExp // >= 0 for all three formats
+}
+
+// round rounds the nonzero magnitude to ff with ties to even.
+func (ff *floatFmt) round(m *magnitude) uint32 {
+	var sign uint32
+	if m.neg {
+		sign = ff.sign
+	}
+	if m.msb-ScaleExp > ff.emax {
+		return ff.inf(m.neg)
+	}
+	q := ff.quantum(m.msb)
+	s := m.field(q, ff.p)
+	if q > 0 && m.field(q-1, 1) == 1 && (s&1 == 1 || m.below(q-1)) {
+		s++
+		if s == 1<<ff.p {
+			s >>= 1
+			q++
+		}
+	}
+	if s < 1<<(ff.p-1) { // subnormal: biased exponent 0
+		return sign | uint32(s)
+	}
+	be := q - ScaleExp + ff.p - 1 + ff.emax
+	if be >= int(ff.expAll) {
+		return ff.inf(m.neg)
+	}
+	return sign | uint32(be)<<(ff.p-1) | uint32(s)&(1<<(ff.p-1)-1)
+}
+
+// exact reports whether ff holds the nonzero magnitude without rounding.
+func (ff *floatFmt) exact(m *magnitude) bool {
+	return m.msb-ScaleExp <= ff.emax && m.lowest() >= ff.quantum(m.msb)
+}
+
+// int8Of returns the INT8 value of the nonzero magnitude if it is integral
+// and in range.
+func int8Of(m *magnitude) (int8, bool) {
+	if m.lowest() < ScaleExp || m.msb > ScaleExp+7 {
+		return 0, false
+	}
+	x := int(m.field(ScaleExp, 8))
+	if m.neg {
+		x = -x
+	}
+	if x < -128 || x > 127 {
+		return 0, false
+	}
+	return int8(x), true
+}
+
+// special encodes a non-finite or zero state in ff.
+func (ff *floatFmt) special(s State) uint32 {
+	switch s {
+	case PosZero:
+		return 0
+	case NegZero:
+		return ff.sign
+	case PosInf:
+		return ff.inf(false)
+	case NegInf:
+		return ff.inf(true)
+	}
+	return ff.nan
+}
+
+// Round rounds accumulator i once to f (FP32, FP16 or BF16; the result is
+// the bit pattern in the low bits) or converts it to INT8 (the byte in the
+// low 8 bits). Errors: ErrOverflow (finite sum does not fit W), ErrNotInt8,
+// ErrFormat.
+func (v *Vector) Round(i int, f Format) (uint32, error) {
+	x := v.get(i)
+	if x.over {
+		return 0, v.overErr(i)
+	}
+	if f == INT8 {
+		r, err := int8Value(x, &v.mag)
+		return uint32(uint8(r)), err
+	}
+	ff, ok := floatFor(f)
+	if !ok {
+		return 0, ErrFormat
+	}
+	if x.state != Finite {
+		return ff.special(x.state), nil
+	}
+	m := &v.mag
+	m.load(x.dg)
+	return ff.round(m), nil
+}
+
+func int8Value(x value, m *magnitude) (int8, error) {
+	switch x.state {
+	case PosZero, NegZero:
+		return 0, nil
+	case Finite:
+		m.load(x.dg)
+		if r, ok := int8Of(m); ok {
+			return r, nil
+		}
+	}
+	return 0, ErrNotInt8
+}
+
+// RoundFP32 rounds accumulator i once to binary32.
+func (v *Vector) RoundFP32(i int) (uint32, error) { return v.Round(i, FP32) }
+
+// RoundFP16 rounds accumulator i once to binary16.
+func (v *Vector) RoundFP16(i int) (uint16, error) {
+	r, err := v.Round(i, FP16)
+	return uint16(r), err
+}
+
+// RoundBF16 rounds accumulator i once to bfloat16.
+func (v *Vector) RoundBF16(i int) (uint16, error) {
+	r, err := v.Round(i, BF16)
+	return uint16(r), err
+}
+
+// INT8 returns accumulator i as an int8 when it is integral and in range,
+// else ErrNotInt8 (never clamped). Both zeros give 0.
+func (v *Vector) INT8(i int) (int8, error) {
+	x := v.get(i)
+	if x.over {
+		return 0, v.overErr(i)
+	}
+	return int8Value(x, &v.mag)
+}
+
+// FormatSet is a set of concrete formats, bit 1<<f for format f.
+type FormatSet uint8
+
+// Has reports whether f is in s.
+func (s FormatSet) Has(f Format) bool { return f < 8 && s&(1<<f) != 0 }
+
+// Set builds a FormatSet.
+func SetOf(fs ...Format) FormatSet {
+	var s FormatSet
+	for _, f := range fs {
+		s |= 1 << f
+	}
+	return s
+}
+
+const floatsSet = FormatSet(1<<FP16 | 1<<BF16 | 1<<FP32)
+
+// AutoSet returns the formats that hold accumulator i losslessly (encode
+// then decode gives the same state and exact value): KULISCH always when the
+// sum fits W, INT8 only for integral finite values in range and +0 (INT8 has
+// no -0, inf or NaN). A sum that does not fit W is ErrOverflow.
+func (v *Vector) AutoSet(i int) (FormatSet, error) {
+	x := v.get(i)
+	if x.over {
+		return 0, v.overErr(i)
+	}
+	s := FormatSet(1 << KULISCH)
+	switch x.state {
+	case PosZero:
+		return s | floatsSet | 1<<INT8, nil
+	case Finite:
+	default:
+		return s | floatsSet, nil
+	}
+	m := &v.mag
+	m.load(x.dg)
+	if _, ok := int8Of(m); ok {
+		s |= 1 << INT8
+	}
+	if fmt32.exact(m) {
+		s |= 1 << FP32
+		if fmt16.exact(m) {
+			s |= 1 << FP16
+		}
+		if fmtBF.exact(m) {
+			s |= 1 << BF16
+		}
+	}
+	return s, nil
+}
+
+// PutValues writes accumulators first..first+count-1 in concrete format f
+// into dst (values only: no descriptor, no padding) and returns the bytes
+// written. Float formats round once (RNE); under AUTO the caller picks f
+// from AutoSet so the rounding is exact.
+func (v *Vector) PutValues(dst []byte, first, count int, f Format) (int, error) {
+	if first < 0 || count < 0 || first+count > v.n {
+		return 0, ErrRange
+	}
+	w := f.Width(v.w)
+	if w == 0 {
+		return 0, ErrFormat
+	}
+	if len(dst) < count*w {
+		return 0, ErrLength
+	}
+	for k := 0; k < count; k++ {
+		i := first + k
+		out := dst[k*w:]
+		switch f {
+		case KULISCH:
+			if err := v.PutWire(out, i); err != nil {
+				return 0, err
+			}
+		default:
+			r, err := v.Round(i, f)
+			if err != nil {
+				return 0, err
+			}
+			putBits(out, f, r)
+		}
+	}
+	return count * w, nil
+}
+
+func putBits(out []byte, f Format, r uint32) {
+	switch f {
+	case INT8:
+		out[0] = byte(r)
+	case FP16, BF16:
+		out[0], out[1] = byte(r), byte(r>>8)
+	case FP32:
+		out[0], out[1], out[2], out[3] = byte(r), byte(r>>8), byte(r>>16), byte(r>>24)
+	}
+}
