@@ -12,11 +12,13 @@ import (
 )
 
 // Authenticator signs and verifies frames of one job. It keeps one HMAC state
-// so that Sign and Verify allocate nothing; it is not safe for concurrent use
-// (one per worker).
+// and one FieldError so that Sign and Verify allocate nothing, not even for a
+// forged frame; it is not safe for concurrent use (one per worker). The error
+// Sign or Verify returns is valid until the next call on the Authenticator.
 type Authenticator struct {
 	h   hash.Hash
 	sum [sha256.Size]byte
+	err FieldError // what Sign and Verify return; valid until the next call
 }
 
 var zeroTag [TagLen]byte
@@ -60,7 +62,7 @@ func authSpan(frame []byte) (tagOff, end int, ok bool) {
 func (a *Authenticator) Sign(frame []byte) error {
 	tagOff, end, ok := authSpan(frame)
 	if !ok {
-		return fieldErr(0, "ext.tag", DataBodyOff, ErrLength)
+		return a.err.set(0, "ext.tag", DataBodyOff, ErrLength)
 	}
 	p := frame[EthLen:]
 	copy(p[tagOff:tagOff+TagLen], a.tag(p, tagOff, end))
@@ -73,11 +75,11 @@ func (a *Authenticator) Sign(frame []byte) error {
 func (a *Authenticator) Verify(frame []byte) error {
 	tagOff, end, ok := authSpan(frame)
 	if !ok {
-		return fieldErr(0, "ext.tag", DataBodyOff, ErrAuth)
+		return a.err.set(0, "ext.tag", DataBodyOff, ErrAuth)
 	}
 	p := frame[EthLen:]
 	if subtle.ConstantTimeCompare(p[tagOff:tagOff+TagLen], a.tag(p, tagOff, end)) != 1 {
-		return fieldErr(Class(p[1]), "ext.tag", EthLen+tagOff, ErrAuth)
+		return a.err.set(Class(p[1]), "ext.tag", EthLen+tagOff, ErrAuth)
 	}
 	return nil
 }

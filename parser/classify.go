@@ -44,23 +44,33 @@ func ShardHash(frame []byte) uint32 {
 	return uint32(x) ^ uint32(x>>32)
 }
 
+// Classify's three errors have a fixed class, field and offset, so they are
+// built once: Classify has no value of its own to keep an error in, and a
+// flood of frames with a foreign control word must not allocate.
+var (
+	errCWTruncated = &FieldError{Field: "control_word", Offset: EthLen, Err: ErrTruncated}
+	errCWVersion   = &FieldError{Field: "version", Offset: CWOff, Err: ErrVersion}
+	errCWClass     = &FieldError{Field: "class", Offset: CWOff + 1, Err: ErrClass}
+)
+
 // Classify checks the control word of a whole Ethernet frame already known to
 // carry EtherType 0x88B5 and returns its class. It does not validate the
-// class header: the class decoder does that.
+// class header: the class decoder does that. Its errors are shared
+// package-level *FieldError values: read them, never modify them.
 func Classify(frame []byte) (Class, error) {
 	if len(frame) < EthLen+CWLen {
-		return 0, fieldErr(0, "control_word", EthLen, ErrTruncated)
+		return 0, errCWTruncated
 	}
 	return classifyCW(frame[EthLen:])
 }
 
 func classifyCW(prism []byte) (Class, error) {
 	if prism[0]>>4 != VersionMajor {
-		return 0, fieldErr(0, "version", CWOff, ErrVersion)
+		return 0, errCWVersion
 	}
 	c := Class(prism[1])
 	if c < ClassControl || c > ClassProgress {
-		return 0, fieldErr(0, "class", CWOff+1, ErrClass)
+		return 0, errCWClass
 	}
 	return c, nil
 }

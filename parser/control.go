@@ -18,6 +18,8 @@ type Control struct {
 	FragIndex uint8
 	FragCount uint8
 	Body      []byte
+
+	err FieldError // what Decode returns on rejection (see Decode)
 }
 
 // ContextRecord is the STAGE context record.
@@ -103,11 +105,13 @@ type CapsPage struct {
 // Decode validates a whole CONTROL Ethernet frame: header, fragment rules and
 // the complete body of its command. lim.MTU (if nonzero) bounds the frame;
 // lim.ListCap (if nonzero) bounds LIST sets in STAGE set records, otherwise
-// the context record's Max Terms does [choice].
+// the context record's Max Terms does [choice]. On error c is zeroed and the
+// error is a *FieldError held inside c, so rejecting a frame allocates
+// nothing: it stays valid until the next Decode on c (copy it to keep it).
 func (c *Control) Decode(frame []byte, lim Limits) error {
 	if len(frame) < EthLen {
 		*c = Control{}
-		return fieldErr(ClassControl, "ethernet", 0, ErrTruncated)
+		return c.err.set(ClassControl, "ethernet", 0, ErrTruncated)
 	}
 	return c.decode(frame[EthLen:], &lim)
 }
@@ -118,65 +122,72 @@ func (c *Control) DecodePRISM(prism []byte, lim Limits) error { return c.decode(
 func (c *Control) decode(p []byte, lim *Limits) error {
 	*c = Control{}
 	err := c.decode1(p, lim)
-	if err != nil {
-		*c = Control{}
+	if err == nil {
+		return nil
 	}
-	return err
+	if err != error(&c.err) { // not ours (there is none today): pass it on
+		*c = Control{}
+		return err
+	}
+	fe := c.err // the reset below must not wipe the error it returns
+	*c = Control{err: fe}
+	return &c.err
 }
 
 func (c *Control) decode1(p []byte, lim *Limits) error {
 	const C = ClassControl
+	e := &c.err
 	if lim.MTU > 0 && len(p) > lim.MTU {
-		return fieldErr(C, "frame", EthLen, ErrMTU)
+		return e.set(C, "frame", EthLen, ErrMTU)
 	}
 	if len(p) < CWLen+ControlHdrLen {
-		return fieldErr(C, "header", HdrOff, ErrTruncated)
+		return e.set(C, "header", HdrOff, ErrTruncated)
 	}
 	if p[0]>>4 != VersionMajor {
-		return fieldErr(C, "version", CWOff, ErrVersion)
+		return e.set(C, "version", CWOff, ErrVersion)
 	}
 	if Class(p[1]) != C {
-		return fieldErr(Class(p[1]), "class", CWOff+1, ErrClass)
+		return e.set(Class(p[1]), "class", CWOff+1, ErrClass)
 	}
 	h := ControlHeader(p[CWLen : CWLen+ControlHdrLen])
 	cmd := h.Command()
 	if cmd < CmdStage || cmd > CmdCapsResponse {
-		return fieldErr(C, "command", HdrOff+ctlCmd, ErrRange)
+		return e.set(C, "command", HdrOff+ctlCmd, ErrRange)
 	}
 	st := h.Status()
 	if (cmd != CmdAck && st != StatusOK) || st > StatusInvalidBinding {
-		return fieldErr(C, "status", HdrOff+ctlStatus, ErrRange)
+		return e.set(C, "status", HdrOff+ctlStatus, ErrRange)
 	}
 	fi, fc := h.FragIndex(), h.FragCount()
 	if fc == 0 || (fc > 1 && cmd != CmdCapsResponse) {
-		return fieldErr(C, "fragment_count", HdrOff+ctlFragCnt, ErrRange)
+		return e.set(C, "fragment_count", HdrOff+ctlFragCnt, ErrRange)
 	}
 	if fi >= fc {
-		return fieldErr(C, "fragment_index", HdrOff+ctlFragIdx, ErrRange)
+		return e.set(C, "fragment_index", HdrOff+ctlFragIdx, ErrRange)
 	}
 	bl := int(h.BodyLen())
 	if CWLen+ControlHdrLen+bl > len(p) {
-		return fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrTruncated)
+		return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrTruncated)
 	}
 	body := p[CWLen+ControlHdrLen : CWLen+ControlHdrLen+bl : CWLen+ControlHdrLen+bl]
 	var err error
 	switch cmd {
 	case CmdCommit, CmdComplete, CmdRelease, CmdAbort:
 		if bl != 0 {
-			err = fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+			err = e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 		}
 	case CmdAck:
-		err = validateAck(body)
+		err = validateAck(e, body)
 	case CmdCapsQuery:
 		if bl != CapsQueryLen {
-			err = fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+			err = e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 		} else if body[1]|body[2]|body[3] != 0 {
-			err = fieldErr(C, "caps_query.reserved", ControlBodyOff+1, ErrReserved)
+			err = e.set(C, "caps_query.reserved", ControlBodyOff+1, ErrReserved)
 		}
 	case CmdCapsResponse:
-		err = validateCaps(body)
+		err = validateCaps(e, body)
 	case CmdStage:
-		err = validateStage(body, lim.ListCap)
+		err = validateStage(e, body, lim.ListCap)
 	}
 	if err != nil {
 		return err
@@ -189,37 +200,37 @@ func (c *Control) decode1(p []byte, lim *Limits) error {
 	return nil
 }
 
-func validateAck(b []byte) error {
+func validateAck(e *FieldError, b []byte) error {
 	const C = ClassControl
 	if len(b) != AckBodyLen {
-		return fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+		return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 	}
 	if cmd := Command(b[0]); cmd < CmdStage || cmd > CmdCapsResponse || cmd == CmdAck {
-		return fieldErr(C, "ack.command", ControlBodyOff, ErrRange)
+		return e.set(C, "ack.command", ControlBodyOff, ErrRange)
 	}
 	if OpState(b[1]) > StateAborted {
-		return fieldErr(C, "ack.state", ControlBodyOff+1, ErrRange)
+		return e.set(C, "ack.state", ControlBodyOff+1, ErrRange)
 	}
 	if b[10]|b[11] != 0 {
-		return fieldErr(C, "ack.reserved", ControlBodyOff+10, ErrReserved)
+		return e.set(C, "ack.reserved", ControlBodyOff+10, ErrReserved)
 	}
 	return nil
 }
 
-func validateCaps(b []byte) error {
+func validateCaps(e *FieldError, b []byte) error {
 	const C = ClassControl
 	if len(b) < CapsPageHdrLen {
-		return fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+		return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 	}
 	n := int(b[0])
 	if n > MaxCapRecords {
-		return fieldErr(C, "caps.record_count", ControlBodyOff, ErrCount)
+		return e.set(C, "caps.record_count", ControlBodyOff, ErrCount)
 	}
 	if b[1] != 0 || be.Uint32(b[8:]) != 0 {
-		return fieldErr(C, "caps.reserved", ControlBodyOff+1, ErrReserved)
+		return e.set(C, "caps.reserved", ControlBodyOff+1, ErrReserved)
 	}
 	if len(b) != CapsPageHdrLen+n*CapRecordLen {
-		return fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+		return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 	}
 	for i := 0; i < n; i++ {
 		o := CapsPageHdrLen + i*CapRecordLen
@@ -227,13 +238,13 @@ func validateCaps(b []byte) error {
 		base := ControlBodyOff + o
 		switch {
 		case r[0] < uint8(FormatINT8) || r[0] > uint8(FormatFP32):
-			return fieldErr(C, "caps.record.input_format", base, ErrFormat)
+			return e.set(C, "caps.record.input_format", base, ErrFormat)
 		case AccPolicy(r[1]) != AccFP32Arrival && AccPolicy(r[1]) != AccKulischFixed:
-			return fieldErr(C, "caps.record.accumulator", base+1, ErrRange)
+			return e.set(C, "caps.record.accumulator", base+1, ErrRange)
 		case r[2] < uint8(FormatINT8) || r[2] > uint8(FormatAuto):
-			return fieldErr(C, "caps.record.partial_policy", base+2, ErrFormat)
+			return e.set(C, "caps.record.partial_policy", base+2, ErrFormat)
 		case r[3] < uint8(FormatINT8) || r[3] > uint8(FormatAuto):
-			return fieldErr(C, "caps.record.output_format", base+3, ErrFormat)
+			return e.set(C, "caps.record.output_format", base+3, ErrFormat)
 		}
 	}
 	return nil
@@ -247,77 +258,79 @@ func usesKulisch(acc AccPolicy, partial, out Format) bool {
 // one INT8 group, 4*floor((MTU-46)/4) (1452 at 1500, 528 at 576).
 func MaxPacketElements(mtu int) int { return (mtu - CWLen - DataHdrLen - GroupDescLen) &^ 3 }
 
-func validateStage(b []byte, listCap int) error {
+func validateStage(e *FieldError, b []byte, listCap int) error {
 	const C = ClassControl
 	o := ControlBodyOff
 	if len(b) < ContextRecordLen {
-		return fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+		return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 	}
 	r := decodeContext(b)
-	bad := func(field string, off int, err error) error { return fieldErr(C, "stage.context."+field, o+off, err) }
+	// Field names are spelled out in full: "stage.context."+field would
+	// allocate on every rejection.
+	bad := func(field string, off int, err error) error { return e.set(C, field, o+off, err) }
 	switch {
 	case r.Role < RoleSingle || r.Role > RoleRoot:
-		return bad("role", ctxRole, ErrRange)
+		return bad("stage.context.role", ctxRole, ErrRange)
 	case r.Collective < CollReduce || r.Collective > CollBitmap:
-		return bad("collective", ctxColl, ErrRange)
+		return bad("stage.context.collective", ctxColl, ErrRange)
 	case r.InputFormat < FormatINT8 || r.InputFormat > FormatFP32:
-		return bad("input_format", ctxIn, ErrFormat)
+		return bad("stage.context.input_format", ctxIn, ErrFormat)
 	case r.AccPolicy != AccFP32Arrival && r.AccPolicy != AccKulischFixed:
-		return bad("accumulator", ctxAcc, ErrRange)
+		return bad("stage.context.accumulator", ctxAcc, ErrRange)
 	case r.PartialPolicy < FormatINT8 || r.PartialPolicy > FormatAuto:
-		return bad("partial_policy", ctxPartial, ErrFormat)
+		return bad("stage.context.partial_policy", ctxPartial, ErrFormat)
 	case r.OutputFormat < FormatINT8 || r.OutputFormat > FormatAuto:
-		return bad("output_format", ctxOut, ErrFormat)
+		return bad("stage.context.output_format", ctxOut, ErrFormat)
 	}
 	kw := int(r.KulischWidth)
 	if usesKulisch(r.AccPolicy, r.PartialPolicy, r.OutputFormat) {
 		if kw%8 != 0 || kw < MinKulischBytes*8 || kw > MaxKulischBytes*8 {
-			return bad("kulisch_width", ctxKulW, ErrRange)
+			return bad("stage.context.kulisch_width", ctxKulW, ErrRange)
 		}
 	} else if kw != 0 {
-		return bad("kulisch_width", ctxKulW, ErrRange)
+		return bad("stage.context.kulisch_width", ctxKulW, ErrRange)
 	}
 	mtu := int(r.MTU)
 	switch {
 	case r.VectorLen == 0:
-		return bad("vector_length", ctxVecLen, ErrRange)
+		return bad("stage.context.vector_length", ctxVecLen, ErrRange)
 	case !IsDefinedMTU(mtu):
-		return bad("mtu", ctxMTU, ErrRange)
+		return bad("stage.context.mtu", ctxMTU, ErrRange)
 	case r.BindingCount < 1 || r.BindingCount > MaxBindings:
-		return bad("binding_count", ctxBindings, ErrCount)
+		return bad("stage.context.binding_count", ctxBindings, ErrCount)
 	case r.SetCount > MaxSetRecords || (r.SetCount > 0 && r.Collective != CollBitmap):
-		return bad("set_count", ctxSets, ErrCount)
+		return bad("stage.context.set_count", ctxSets, ErrCount)
 	case r.WindowIntervals == 0:
-		return bad("window_intervals", ctxWinIv, ErrRange)
+		return bad("stage.context.window_intervals", ctxWinIv, ErrRange)
 	case r.ReplayDepth == 0:
-		return bad("replay_depth", ctxReplay, ErrRange)
+		return bad("stage.context.replay_depth", ctxReplay, ErrRange)
 	case r.WindowBytes < uint32(mtu):
-		return bad("window_bytes", ctxWinBytes, ErrRange)
+		return bad("stage.context.window_bytes", ctxWinBytes, ErrRange)
 	case r.WindowElements < uint32(MaxPacketElements(mtu)):
-		return bad("window_elements", ctxWinElems, ErrRange)
+		return bad("stage.context.window_elements", ctxWinElems, ErrRange)
 	case r.MaxTerms == 0:
-		return bad("max_terms", ctxMaxTerms, ErrRange)
+		return bad("stage.context.max_terms", ctxMaxTerms, ErrRange)
 	case r.TimeoutMs < 1 || r.TimeoutMs > 600000:
-		return bad("timeout", ctxTimeout, ErrRange)
+		return bad("stage.context.timeout", ctxTimeout, ErrRange)
 	case r.Tenant != 0 && r.Collective != CollBitmap:
-		return bad("tenant", ctxTenant, ErrRange)
+		return bad("stage.context.tenant", ctxTenant, ErrRange)
 	}
 	// An exact sum of N FP32-domain terms needs W >= 278 + ceil(log2 N) bits.
 	if r.AccPolicy == AccKulischFixed && kw < 278+ceilLog2(r.MaxTerms) {
-		return bad("kulisch_width", ctxKulW, ErrRange)
+		return bad("stage.context.kulisch_width", ctxKulW, ErrRange)
 	}
 	nb := int(r.BindingCount)
 	off := ContextRecordLen
 	if len(b) < off+nb*BindingLen {
-		return fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+		return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 	}
 	for i := 0; i < nb; i++ {
 		v := b[off : off+BindingLen]
 		if k := BindingKind(v[bndKind]); k < KindContributor || k > KindResultOut {
-			return fieldErr(C, "stage.binding.kind", o+off, ErrRange)
+			return e.set(C, "stage.binding.kind", o+off, ErrRange)
 		}
 		if v[bndFlags]&^BindingFlagRank != 0 {
-			return fieldErr(C, "stage.binding.flags", o+off+bndFlags, ErrReserved)
+			return e.set(C, "stage.binding.flags", o+off+bndFlags, ErrReserved)
 		}
 		off += BindingLen
 	}
@@ -326,40 +339,37 @@ func validateStage(b []byte, listCap int) error {
 	}
 	for i := 0; i < int(r.SetCount); i++ {
 		if len(b) < off+SetRecordHdrLen+SetPrefixLen {
-			return fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+			return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 		}
 		idx := b[off]
 		if idx != OwnSet && int(idx) >= nb {
-			return fieldErr(C, "stage.set.binding_index", o+off, ErrRange)
+			return e.set(C, "stage.set.binding_index", o+off, ErrRange)
 		}
 		if b[off+1] != 0 {
-			return fieldErr(C, "stage.set.reserved", o+off+1, ErrReserved)
+			return e.set(C, "stage.set.reserved", o+off+1, ErrReserved)
 		}
 		n := int(be.Uint16(b[off+2:]))
 		if n%4 != 0 || n < SetPrefixLen+4 {
-			return fieldErr(C, "stage.set.length", o+off+2, ErrLength)
+			return e.set(C, "stage.set.length", o+off+2, ErrLength)
 		}
 		if len(b) < off+SetRecordHdrLen+n {
-			return fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+			return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 		}
 		pre := off + SetRecordHdrLen
 		enc := b[pre]
 		if enc < EncFlat || enc > EncList {
-			return fieldErr(C, "stage.set.encoding", o+pre, ErrFormat)
+			return e.set(C, "stage.set.encoding", o+pre, ErrFormat)
 		}
 		if b[pre+1]|b[pre+2]|b[pre+3] != 0 {
-			return fieldErr(C, "stage.set.reserved", o+pre+1, ErrReserved)
+			return e.set(C, "stage.set.reserved", o+pre+1, ErrReserved)
 		}
-		if err := validateSet(enc, b[pre+SetPrefixLen:off+SetRecordHdrLen+n], C, o+pre+SetPrefixLen, listCap); err != nil {
-			if fe, ok := err.(*FieldError); ok {
-				fe.Field = "stage." + fe.Field
-			}
+		if err := validateSet(e, &stageSetNames, enc, b[pre+SetPrefixLen:off+SetRecordHdrLen+n], C, o+pre+SetPrefixLen, listCap); err != nil {
 			return err
 		}
 		off += SetRecordHdrLen + n
 	}
 	if off != len(b) {
-		return fieldErr(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
+		return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ type Data struct {
 	Stream   uint16
 	Ext      Ext    // valid when Flags&FlagExt != 0
 	Body     []byte // the NumberGroups, exactly BodyLen bytes
+
+	err FieldError // what Decode returns on rejection (see Decode)
 }
 
 // Group is one NumberGroup. Values aliases the frame: Count values of
@@ -49,11 +51,13 @@ type GroupIter struct {
 }
 
 // Decode validates a whole DATA or RESULT Ethernet frame against every rule
-// of section 6 and lim, and fills d. On error d is zeroed.
+// of section 6 and lim, and fills d. On error d is zeroed and the error is a
+// *FieldError held inside d, so rejecting a frame allocates nothing: it stays
+// valid until the next Decode on d (copy it to keep it longer).
 func (d *Data) Decode(frame []byte, lim Limits) error {
 	if len(frame) < EthLen {
 		*d = Data{}
-		return fieldErr(0, "ethernet", 0, ErrTruncated)
+		return d.err.set(0, "ethernet", 0, ErrTruncated)
 	}
 	return d.decode(frame[EthLen:], &lim)
 }
@@ -64,40 +68,47 @@ func (d *Data) DecodePRISM(prism []byte, lim Limits) error { return d.decode(pri
 func (d *Data) decode(p []byte, lim *Limits) error {
 	*d = Data{}
 	err := d.decode1(p, lim)
-	if err != nil {
-		*d = Data{}
+	if err == nil {
+		return nil
 	}
-	return err
+	if err != error(&d.err) { // not ours (there is none today): pass it on
+		*d = Data{}
+		return err
+	}
+	fe := d.err // the reset below must not wipe the error it returns
+	*d = Data{err: fe}
+	return &d.err
 }
 
 func (d *Data) decode1(p []byte, lim *Limits) error {
+	e := &d.err
 	if lim.MTU > 0 && len(p) > lim.MTU {
-		return fieldErr(0, "frame", EthLen, ErrMTU)
+		return e.set(0, "frame", EthLen, ErrMTU)
 	}
 	if len(p) < CWLen+DataHdrLen {
 		if len(p) >= CWLen {
-			return fieldErr(Class(p[1]), "header", HdrOff, ErrTruncated)
+			return e.set(Class(p[1]), "header", HdrOff, ErrTruncated)
 		}
-		return fieldErr(0, "header", CWOff, ErrTruncated)
+		return e.set(0, "header", CWOff, ErrTruncated)
 	}
 	if p[0]>>4 != VersionMajor {
-		return fieldErr(Class(p[1]), "version", CWOff, ErrVersion)
+		return e.set(Class(p[1]), "version", CWOff, ErrVersion)
 	}
 	c := Class(p[1])
 	if c != ClassData && c != ClassResult {
-		return fieldErr(c, "class", CWOff+1, ErrClass)
+		return e.set(c, "class", CWOff+1, ErrClass)
 	}
 	h := DataHeader(p[CWLen : CWLen+DataHdrLen])
 	if h.Reserved() != 0 {
-		return fieldErr(c, "reserved", HdrOff+dataReserved, ErrReserved)
+		return e.set(c, "reserved", HdrOff+dataReserved, ErrReserved)
 	}
 	flags := h.Flags()
 	if flags&flagsReserved != 0 {
-		return fieldErr(c, "flags", HdrOff+dataFlags, ErrReserved)
+		return e.set(c, "flags", HdrOff+dataFlags, ErrReserved)
 	}
 	off := CWLen + DataHdrLen
 	if flags&FlagExt != 0 {
-		n, err := d.Ext.decode(p[off:], c, EthLen+off, lim)
+		n, err := d.Ext.decode(e, p[off:], c, EthLen+off, lim)
 		if err != nil {
 			return err
 		}
@@ -105,7 +116,7 @@ func (d *Data) decode1(p []byte, lim *Limits) error {
 	}
 	bodyLen := int(h.BodyLen())
 	if off+bodyLen > len(p) {
-		return fieldErr(c, "body_length", HdrOff+dataBodyLen, ErrTruncated)
+		return e.set(c, "body_length", HdrOff+dataBodyLen, ErrTruncated)
 	}
 	body := p[off : off+bodyLen : off+bodyLen]
 	bodyBase := EthLen + off
@@ -114,71 +125,71 @@ func (d *Data) decode1(p []byte, lim *Limits) error {
 		// ACCUMULATION_INEXACT is terminal and carries no values.
 		switch {
 		case flags&FlagLast == 0:
-			return fieldErr(c, "flags.last", HdrOff+dataFlags, ErrRange)
+			return e.set(c, "flags.last", HdrOff+dataFlags, ErrRange)
 		case cnt != 0:
-			return fieldErr(c, "element_count", HdrOff+dataCount, ErrCount)
+			return e.set(c, "element_count", HdrOff+dataCount, ErrCount)
 		case groups != 0:
-			return fieldErr(c, "group_count", HdrOff+dataGroups, ErrCount)
+			return e.set(c, "group_count", HdrOff+dataGroups, ErrCount)
 		case bodyLen != 0:
-			return fieldErr(c, "body_length", HdrOff+dataBodyLen, ErrLength)
+			return e.set(c, "body_length", HdrOff+dataBodyLen, ErrLength)
 		}
 	}
 	if groups == 0 {
 		switch {
 		case cnt != 0:
-			return fieldErr(c, "element_count", HdrOff+dataCount, ErrCount)
+			return e.set(c, "element_count", HdrOff+dataCount, ErrCount)
 		case bodyLen != 0:
-			return fieldErr(c, "body_length", HdrOff+dataBodyLen, ErrLength)
+			return e.set(c, "body_length", HdrOff+dataBodyLen, ErrLength)
 		case flags&(FlagInexact|FlagExt) == 0:
-			return fieldErr(c, "group_count", HdrOff+dataGroups, ErrCount)
+			return e.set(c, "group_count", HdrOff+dataGroups, ErrCount)
 		}
 	}
 	o, sum := 0, 0
 	for g := 0; g < groups; g++ {
 		if o+GroupDescLen > bodyLen {
-			return fieldErr(c, "body_length", bodyBase+o, ErrLength)
+			return e.set(c, "body_length", bodyBase+o, ErrLength)
 		}
 		gd := GroupDescriptor(body[o : o+GroupDescLen])
 		n := int(gd.Count())
 		if n == 0 {
-			return fieldErr(c, "group.count", bodyBase+o, ErrCount)
+			return e.set(c, "group.count", bodyBase+o, ErrCount)
 		}
 		f, kb := gd.Format(), int(gd.KulischBytes())
 		var w int
 		switch f {
 		case FormatINT8, FormatFP16, FormatBF16, FormatFP32:
 			if kb != 0 {
-				return fieldErr(c, "group.format", bodyBase+o+2, ErrFormat)
+				return e.set(c, "group.format", bodyBase+o+2, ErrFormat)
 			}
 			w = f.Width(0)
 		case FormatKulisch:
 			if kb < MinKulischBytes || kb > MaxKulischBytes || (lim.KulischBytes != 0 && kb != lim.KulischBytes) {
-				return fieldErr(c, "group.kulisch_bytes", bodyBase+o+2, ErrFormat)
+				return e.set(c, "group.kulisch_bytes", bodyBase+o+2, ErrFormat)
 			}
 			w = 1 + kb
 		default:
-			return fieldErr(c, "group.format", bodyBase+o+2, ErrFormat)
+			return e.set(c, "group.format", bodyBase+o+2, ErrFormat)
 		}
 		vb := n * w
 		end := o + GroupDescLen + pad4(vb)
 		if end > bodyLen {
-			return fieldErr(c, "body_length", bodyBase+o, ErrLength)
+			return e.set(c, "body_length", bodyBase+o, ErrLength)
 		}
 		vals := body[o+GroupDescLen : o+GroupDescLen+vb]
 		for i := o + GroupDescLen + vb; i < end; i++ {
 			if body[i] != 0 {
-				return fieldErr(c, "group.padding", bodyBase+i, ErrReserved)
+				return e.set(c, "group.padding", bodyBase+i, ErrReserved)
 			}
 		}
 		if f == FormatKulisch {
 			for i := 0; i < vb; i += w {
 				st := vals[i]
 				if st > KulischNaN {
-					return fieldErr(c, "group.kulisch_state", bodyBase+o+GroupDescLen+i, ErrRange)
+					return e.set(c, "group.kulisch_state", bodyBase+o+GroupDescLen+i, ErrRange)
 				}
 				// FINITE carries a nonzero integer; every special state a zero one.
 				if allZero(vals[i+1:i+w]) == (st == KulischFinite) {
-					return fieldErr(c, "group.kulisch_value", bodyBase+o+GroupDescLen+i, ErrRange)
+					return e.set(c, "group.kulisch_value", bodyBase+o+GroupDescLen+i, ErrRange)
 				}
 			}
 		}
@@ -186,19 +197,19 @@ func (d *Data) decode1(p []byte, lim *Limits) error {
 		o = end
 	}
 	if o != bodyLen {
-		return fieldErr(c, "body_length", HdrOff+dataBodyLen, ErrLength)
+		return e.set(c, "body_length", HdrOff+dataBodyLen, ErrLength)
 	}
 	if sum != cnt {
-		return fieldErr(c, "element_count", HdrOff+dataCount, ErrCount)
+		return e.set(c, "element_count", HdrOff+dataCount, ErrCount)
 	}
 	first := h.First()
 	if cnt > 0 {
 		end := uint64(first) + uint64(cnt)
 		if end > 0xFFFFFFFF || (lim.VectorLen != 0 && end > uint64(lim.VectorLen)) {
-			return fieldErr(c, "first_element", HdrOff+dataFirst, ErrRange)
+			return e.set(c, "first_element", HdrOff+dataFirst, ErrRange)
 		}
 		if lim.VectorLen != 0 && (end == uint64(lim.VectorLen)) != (flags&FlagLast != 0) {
-			return fieldErr(c, "flags.last", HdrOff+dataFlags, ErrRange)
+			return e.set(c, "flags.last", HdrOff+dataFlags, ErrRange)
 		}
 	}
 	d.Class = c
@@ -297,7 +308,9 @@ type DataFields struct {
 
 // DataBuilder builds one DATA or RESULT frame in place in a caller buffer:
 // Reset, then Room/AddGroup as often as needed, then Finish. It never
-// allocates and never writes past min(len(buf), EthLen+mtu).
+// allocates, not even for an error (Reset and AddGroup return a *FieldError
+// held in the builder, valid until the next call), and never writes past
+// min(len(buf), EthLen+mtu).
 type DataBuilder struct {
 	buf    []byte
 	limit  int
@@ -305,6 +318,7 @@ type DataBuilder struct {
 	off    int // end of the last group
 	count  int
 	groups int
+	err    FieldError // what Reset and AddGroup return; valid until the next call
 }
 
 // Reset starts a frame in buf. mtu 0 means "limited by len(buf) only".
@@ -319,10 +333,10 @@ func (b *DataBuilder) Reset(buf []byte, h *DataFields, ext *Ext, mtu int) error 
 		need += ext.Len()
 	}
 	if need > limit {
-		return fieldErr(h.Class, "buffer", 0, ErrMTU)
+		return b.err.set(h.Class, "buffer", 0, ErrMTU)
 	}
 	if h.Class != ClassData && h.Class != ClassResult {
-		return fieldErr(h.Class, "class", CWOff+1, ErrClass)
+		return b.err.set(h.Class, "class", CWOff+1, ErrClass)
 	}
 	h.Eth.put(buf)
 	ControlWord(buf[CWOff:]).Set(h.Class)
@@ -379,17 +393,17 @@ func (b *DataBuilder) Room(f Format, kbytes int) int {
 func (b *DataBuilder) AddGroup(f Format, kbytes int, count int) ([]byte, error) {
 	switch {
 	case f < FormatINT8 || f > FormatKulisch:
-		return nil, fieldErr(0, "group.format", b.off+2, ErrFormat)
+		return nil, b.err.set(0, "group.format", b.off+2, ErrFormat)
 	case f == FormatKulisch && (kbytes < MinKulischBytes || kbytes > MaxKulischBytes):
-		return nil, fieldErr(0, "group.kulisch_bytes", b.off+2, ErrFormat)
+		return nil, b.err.set(0, "group.kulisch_bytes", b.off+2, ErrFormat)
 	case f != FormatKulisch:
 		kbytes = 0
 	}
 	if count < 1 {
-		return nil, fieldErr(0, "group.count", b.off, ErrCount)
+		return nil, b.err.set(0, "group.count", b.off, ErrCount)
 	}
 	if count > b.Room(f, kbytes) {
-		return nil, fieldErr(0, "group.count", b.off, ErrMTU)
+		return nil, b.err.set(0, "group.count", b.off, ErrMTU)
 	}
 	w := f.Width(kbytes)
 	gd := GroupDescriptor(b.buf[b.off : b.off+GroupDescLen])
@@ -433,14 +447,14 @@ func AppendData(dst []byte, h *DataFields, ext *Ext, groups ...Group) ([]byte, e
 	}
 	start := len(dst)
 	dst = append(dst, make([]byte, n)...)
-	var b DataBuilder
-	if err := b.Reset(dst[start:], h, ext, 0); err != nil {
-		return dst[:start], err
+	var b DataBuilder // its errors are copied out, so b stays on the stack
+	if b.Reset(dst[start:], h, ext, 0) != nil {
+		return dst[:start], b.err.clone()
 	}
 	for _, g := range groups {
 		slot, err := b.AddGroup(g.Format, int(g.KBytes), int(g.Count))
 		if err != nil {
-			return dst[:start], err
+			return dst[:start], b.err.clone()
 		}
 		if len(g.Values) != len(slot) {
 			return dst[:start], fieldErr(h.Class, "group.values", 0, ErrLength)

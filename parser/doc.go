@@ -12,7 +12,16 @@
 //   - encoders that write into caller-owned buffers (DataBuilder for the hot
 //     path, Encode methods and Append helpers for control traffic and tests);
 //   - typed errors (FieldError wrapping a sentinel) whose Reason is a stable
-//     drop-reason label for metrics;
+//     drop-reason label for metrics. Rejecting a frame allocates nothing
+//     either: each decoder value (Control, Data, Progress, Ext; likewise
+//     DataBuilder and Authenticator) owns one FieldError, fills it on
+//     rejection and returns a pointer to it, valid until the next call on
+//     the same value (copy *fe to keep it longer); Classify returns shared,
+//     read-only package-level errors. A decoder value is therefore meant to
+//     live as long as its worker: a short-lived local whose error escapes
+//     (to Reason, a logger, a return) is moved to the heap by the compiler,
+//     one allocation per decode. Encoders, Append helpers and ValidateSet,
+//     off the receive path, return fresh errors;
 //   - the optional per-job authentication tag (HMAC-SHA256/128, Authenticator).
 //
 // It must not touch: arithmetic on values (package kulisch), set algebra on

@@ -24,9 +24,17 @@ var (
 )
 
 // FieldError says which field of which class failed and why.
+//
+// The *FieldError a Decode returns is not a fresh value: it points into the
+// decoder value (Data, Control, Progress, Ext; likewise DataBuilder and
+// Authenticator), which owns one FieldError and refills it on every
+// rejection. It is valid until the next call on the same value; a caller that
+// keeps the error longer must copy it (fe := *err.(*FieldError), or
+// fmt.Errorf / err.Error() for text). Errors from Classify are shared
+// package-level values. Treat every FieldError as read-only.
 type FieldError struct {
 	Class Class
-	// Field is a stable dotted name, e.g. "group.count", "ext.set.list_count".
+	// Field is a stable dotted name, e.g. "group.count", "set.list_count".
 	Field string
 	// Offset is the byte offset of the field from the start of the Ethernet
 	// frame. For a STAGE body error, Offset-ControlBodyOff is the ACK Detail.
@@ -79,18 +87,36 @@ func Reason(err error) string {
 var Reasons = [...]string{"truncated", "reserved_nonzero", "bad_version", "out_of_range", "bad_length",
 	"bad_count", "bad_format", "unknown_class", "over_mtu", "auth_failed", "invalid"}
 
-// fieldErr builds the error. FieldErrors are only built on the reject path,
-// where one allocation is acceptable; valid frames allocate nothing.
+// set fills e and returns it. The per-frame code paths (every Decode, Classify,
+// DataBuilder, Authenticator) report errors through a FieldError they own, so
+// that rejecting a frame allocates nothing: a flood of malformed frames must
+// not turn into garbage-collector work. Every field name passed here is a
+// constant string for the same reason.
+func (e *FieldError) set(c Class, field string, off int, err error) error {
+	*e = FieldError{Class: c, Field: field, Offset: off, Err: err}
+	return e
+}
+
+// fieldErr builds a fresh error for the encoders and ValidateSet, which run
+// on the send path of control traffic, in tools and in tests: there an
+// allocation per error is harmless and an error that outlives the next call
+// is simpler for the caller.
 func fieldErr(c Class, field string, off int, err error) error {
 	return &FieldError{Class: c, Field: field, Offset: off, Err: err}
 }
+
+// clone returns a fresh copy of e, for helpers that return an error past the
+// life of the local builder or decoder holding it.
+func (e *FieldError) clone() error { return fieldErr(e.Class, e.Field, e.Offset, e.Err) }
 
 // StageDetail reports whether err is a content error inside a STAGE body (to
 // be answered by ACK INVALID with this Detail) rather than malformed framing
 // (dropped without reply).
 func StageDetail(err error) (detail uint16, ok bool) {
-	var fe *FieldError
-	if !errors.As(err, &fe) || fe.Class != ClassControl || !strings.HasPrefix(fe.Field, "stage.") {
+	// AsType, not As: As makes its target escape, which would cost an
+	// allocation per rejected STAGE.
+	fe, ok := errors.AsType[*FieldError](err)
+	if !ok || fe.Class != ClassControl || !strings.HasPrefix(fe.Field, "stage.") {
 		return 0, false
 	}
 	if errors.Is(fe.Err, ErrTruncated) || errors.Is(fe.Err, ErrLength) {

@@ -15,6 +15,8 @@ type Ext struct {
 	Token    uint64 // token / sequence / window identifier
 	Set      []byte // encoding-specific set body, exactly as long as it declares
 	Tag      []byte // TagLen bytes when XFlagAuth, else nil
+
+	err FieldError // what Decode returns on rejection (see Decode)
 }
 
 // Len is the Extension Length the extension encodes to.
@@ -50,43 +52,44 @@ func (e *Ext) put(b []byte) int {
 
 // decode validates the extension at b (b runs to the end of the frame) for a
 // frame of class c; base is b's offset in the Ethernet frame. It returns the
-// Extension Length.
-func (e *Ext) decode(b []byte, c Class, base int, lim *Limits) (int, error) {
+// Extension Length. A rejection is written to dst (the enclosing decoder's
+// FieldError) and returned.
+func (e *Ext) decode(dst *FieldError, b []byte, c Class, base int, lim *Limits) (int, error) {
 	*e = Ext{}
 	if len(b) < ExtHdrLen {
-		return 0, fieldErr(c, "ext", base, ErrTruncated)
+		return 0, dst.set(c, "ext", base, ErrTruncated)
 	}
 	h := ExtHeader(b)
 	n := int(h.Len())
 	if n%4 != 0 || n < ExtHdrLen+4 {
-		return 0, fieldErr(c, "ext.length", base+extLen, ErrLength)
+		return 0, dst.set(c, "ext.length", base+extLen, ErrLength)
 	}
 	if n > len(b) {
-		return 0, fieldErr(c, "ext.length", base+extLen, ErrTruncated)
+		return 0, dst.set(c, "ext.length", base+extLen, ErrTruncated)
 	}
 	enc := h.Encoding()
 	if enc < EncFlat || enc > EncList {
-		return 0, fieldErr(c, "ext.encoding", base+extEnc, ErrFormat)
+		return 0, dst.set(c, "ext.encoding", base+extEnc, ErrFormat)
 	}
 	xf := h.XFlags()
 	if xf&xflagsReserved != 0 {
-		return 0, fieldErr(c, "ext.xflags", base+extXFlags, ErrReserved)
+		return 0, dst.set(c, "ext.xflags", base+extXFlags, ErrReserved)
 	}
 	// INSTALL belongs to the multicast direction, PARTIAL to the aggregation
 	// direction; the opposite combination has no meaning [choice].
 	if (c == ClassData && xf&XFlagInstall != 0) || (c == ClassResult && xf&XFlagPartial != 0) {
-		return 0, fieldErr(c, "ext.xflags", base+extXFlags, ErrRange)
+		return 0, dst.set(c, "ext.xflags", base+extXFlags, ErrRange)
 	}
 	setEnd := n
 	if xf&XFlagAuth != 0 {
 		setEnd -= TagLen
 		if setEnd < ExtHdrLen+4 {
-			return 0, fieldErr(c, "ext.length", base+extLen, ErrLength)
+			return 0, dst.set(c, "ext.length", base+extLen, ErrLength)
 		}
 		e.Tag = b[setEnd:n:n]
 	}
 	set := b[ExtHdrLen:setEnd:setEnd]
-	if err := validateSet(enc, set, c, base+ExtHdrLen, lim.ListCap); err != nil {
+	if err := validateSet(dst, &extSetNames, enc, set, c, base+ExtHdrLen, lim.ListCap); err != nil {
 		return 0, err
 	}
 	e.Encoding, e.XFlags, e.Tenant, e.Token, e.Set = enc, xf, h.Tenant(), h.Token(), set
@@ -94,50 +97,80 @@ func (e *Ext) decode(b []byte, c Class, base int, lim *Limits) (int, error) {
 }
 
 // ValidateSet checks one endpoint-set body of encoding enc; it must be
-// exactly as long as it declares. listCap (0 = no cap) bounds a LIST.
+// exactly as long as it declares. listCap (0 = no cap) bounds a LIST. It is
+// for sets outside a frame (control plane, tools): unlike a Decode, its
+// error is a fresh value (one allocation per rejection, none on success).
 func ValidateSet(enc uint8, set []byte, listCap int) error {
-	return validateSet(enc, set, 0, 0, listCap)
+	var fe FieldError
+	if validateSet(&fe, &extSetNames, enc, set, 0, 0, listCap) != nil {
+		return fe.clone()
+	}
+	return nil
 }
 
-func validateSet(enc uint8, set []byte, c Class, base, listCap int) error {
+// setNames are the Field names of the endpoint-set checks. A set sits in an
+// extension (names "set.*") or in a STAGE set record ("stage.set.*"); both
+// spellings are constants, because building "stage."+name per rejection
+// would allocate. TestSetNames checks the two tables agree.
+type setNames struct {
+	set, wordCount, length, setID, empty, blockBits, blockCount, upper,
+	lowerCount, lowerEmpty, reserved, listCount, listOrder, encoding string
+}
+
+var extSetNames = setNames{
+	set: "set", wordCount: "set.word_count", length: "set.length", setID: "set.set_id", empty: "set.empty",
+	blockBits: "set.block_bits", blockCount: "set.block_count", upper: "set.upper", lowerCount: "set.lower_count",
+	lowerEmpty: "set.lower_empty", reserved: "set.reserved", listCount: "set.list_count", listOrder: "set.list_order",
+	encoding: "set.encoding",
+}
+
+var stageSetNames = setNames{
+	set: "stage.set", wordCount: "stage.set.word_count", length: "stage.set.length", setID: "stage.set.set_id",
+	empty: "stage.set.empty", blockBits: "stage.set.block_bits", blockCount: "stage.set.block_count",
+	upper: "stage.set.upper", lowerCount: "stage.set.lower_count", lowerEmpty: "stage.set.lower_empty",
+	reserved: "stage.set.reserved", listCount: "stage.set.list_count", listOrder: "stage.set.list_order",
+	encoding: "stage.set.encoding",
+}
+
+func validateSet(dst *FieldError, nm *setNames, enc uint8, set []byte, c Class, base, listCap int) error {
 	if len(set) < 4 {
-		return fieldErr(c, "set", base, ErrTruncated)
+		return dst.set(c, nm.set, base, ErrTruncated)
 	}
 	a, b := int(be.Uint16(set[0:])), int(be.Uint16(set[2:]))
 	switch enc {
 	case EncFlat:
 		setID, wc := a, b
 		if wc == 0 {
-			return fieldErr(c, "set.word_count", base+2, ErrCount)
+			return dst.set(c, nm.wordCount, base+2, ErrCount)
 		}
 		if len(set) != 4+8*wc {
-			return fieldErr(c, "set.length", base, ErrLength)
+			return dst.set(c, nm.length, base, ErrLength)
 		}
 		// Endpoint IDs are 32 bits: the highest one must fit.
 		if uint64(setID+1)*uint64(wc)*64 > 1<<32 {
-			return fieldErr(c, "set.set_id", base, ErrRange)
+			return dst.set(c, nm.setID, base, ErrRange)
 		}
 		if allZero(set[4:]) {
-			return fieldErr(c, "set.empty", base+4, ErrCount)
+			return dst.set(c, nm.empty, base+4, ErrCount)
 		}
 	case EncHier:
 		bb, bc := a, b
 		if bb == 0 || bb%64 != 0 {
-			return fieldErr(c, "set.block_bits", base, ErrRange)
+			return dst.set(c, nm.blockBits, base, ErrRange)
 		}
 		if bc == 0 {
-			return fieldErr(c, "set.block_count", base+2, ErrCount)
+			return dst.set(c, nm.blockCount, base+2, ErrCount)
 		}
 		ul := (bc + 63) / 64 * 8
 		if len(set) < 4+ul {
-			return fieldErr(c, "set.length", base, ErrLength)
+			return dst.set(c, nm.length, base, ErrLength)
 		}
 		upper := set[4 : 4+ul]
 		// Bits for blocks >= Block Count are padding of the upper bitmap.
 		if last := bc % 64; last != 0 {
 			w := be.Uint64(upper[ul-8:])
 			if w<<uint(last) != 0 {
-				return fieldErr(c, "set.upper", base+4+ul-8, ErrReserved)
+				return dst.set(c, nm.upper, base+4+ul-8, ErrReserved)
 			}
 		}
 		pop := 0
@@ -145,46 +178,46 @@ func validateSet(enc uint8, set []byte, c Class, base, listCap int) error {
 			pop += bits.OnesCount64(be.Uint64(upper[i:]))
 		}
 		if pop == 0 {
-			return fieldErr(c, "set.empty", base+4, ErrCount)
+			return dst.set(c, nm.empty, base+4, ErrCount)
 		}
 		lb := bb / 8
 		rest := len(set) - 4 - ul
 		if rest%lb != 0 {
-			return fieldErr(c, "set.length", base, ErrLength)
+			return dst.set(c, nm.length, base, ErrLength)
 		}
 		if rest/lb != pop {
-			return fieldErr(c, "set.lower_count", base+4, ErrCount)
+			return dst.set(c, nm.lowerCount, base+4, ErrCount)
 		}
 		for i := 0; i < pop; i++ {
 			off := 4 + ul + i*lb
 			if allZero(set[off : off+lb]) {
-				return fieldErr(c, "set.lower_empty", base+off, ErrCount)
+				return dst.set(c, nm.lowerEmpty, base+off, ErrCount)
 			}
 		}
 	case EncList:
 		cnt := a
 		if b != 0 {
-			return fieldErr(c, "set.reserved", base+2, ErrReserved)
+			return dst.set(c, nm.reserved, base+2, ErrReserved)
 		}
 		if cnt == 0 {
-			return fieldErr(c, "set.list_count", base, ErrCount)
+			return dst.set(c, nm.listCount, base, ErrCount)
 		}
 		if listCap > 0 && cnt > listCap {
-			return fieldErr(c, "set.list_count", base, ErrCount)
+			return dst.set(c, nm.listCount, base, ErrCount)
 		}
 		if len(set) != 4+4*cnt {
-			return fieldErr(c, "set.length", base, ErrLength)
+			return dst.set(c, nm.length, base, ErrLength)
 		}
 		prev := be.Uint32(set[4:])
 		for i := 1; i < cnt; i++ {
 			v := be.Uint32(set[4+4*i:])
 			if v <= prev {
-				return fieldErr(c, "set.list_order", base+4+4*i, ErrRange)
+				return dst.set(c, nm.listOrder, base+4+4*i, ErrRange)
 			}
 			prev = v
 		}
 	default:
-		return fieldErr(c, "set.encoding", base, ErrFormat)
+		return dst.set(c, nm.encoding, base, ErrFormat)
 	}
 	return nil
 }
@@ -343,9 +376,20 @@ func AppendListSet(dst []byte, eps ...uint32) []byte {
 // Decode validates an extension that starts at b[0] (b runs to the end of the
 // frame) for a frame of class c, as Data.Decode does at rule D7, and returns
 // its Extension Length. Error offsets assume the extension sits at
-// DataBodyOff. Set and Tag alias b.
+// DataBodyOff. Set and Tag alias b. On error e is zeroed and the error is a
+// *FieldError held inside e, valid until the next Decode on e.
 func (e *Ext) Decode(b []byte, c Class, lim Limits) (int, error) {
-	return e.decode(b, c, DataBodyOff, &lim)
+	n, err := e.decode(&e.err, b, c, DataBodyOff, &lim)
+	if err == nil {
+		return n, nil
+	}
+	if err != error(&e.err) { // not ours (there is none today): pass it on
+		*e = Ext{}
+		return 0, err
+	}
+	fe := e.err // the reset below must not wipe the error it returns
+	*e = Ext{err: fe}
+	return 0, &e.err
 }
 
 // Encode writes the extension into b and returns its length. A nil or short

@@ -70,6 +70,19 @@ func checkRoundTrip(t *testing.T, in []byte, mk func() codec, dirty []byte) {
 			if Reason(err) == "invalid" {
 				t.Fatalf("error without a reason: %v", err)
 			}
+			// The error lives in the decoder value: it must survive the
+			// value's reset, and a value that decoded another frame first
+			// must report exactly what a fresh one does.
+			fe, ok := err.(*FieldError)
+			if !ok || fe.Field == "" || fe.Err == nil {
+				t.Fatalf("malformed error %#v", err)
+			}
+			want := *fe
+			w := mk()
+			w.decodeFrame(dirty, Limits{})
+			if err2, ok := w.decodeFrame(in, lim).(*FieldError); !ok || *err2 != want {
+				t.Fatalf("reused decoder reports %+v, fresh one %+v", err2, want)
+			}
 			continue
 		}
 		n := EthLen + v.declared()
@@ -184,12 +197,12 @@ func FuzzExt(f *testing.F) {
 			}
 			var e2 Ext
 			e2.Token = 1
-			if _, err := e2.decode(out, c, DataBodyOff, &lim); err != nil || !reflect.DeepEqual(e, e2) {
+			if _, err := e2.decode(&e2.err, out, c, DataBodyOff, &lim); err != nil || !reflect.DeepEqual(e, e2) {
 				t.Fatalf("second decode differs: %v", err)
 			}
 			for cut := 0; cut < n; cut = nextCut(cut, n) {
 				var e3 Ext
-				if _, err := e3.decode(b[:cut], c, DataBodyOff, &lim); err == nil {
+				if _, err := e3.decode(&e3.err, b[:cut], c, DataBodyOff, &lim); err == nil {
 					t.Fatalf("truncated ext at %d of %d accepted", cut, n)
 				}
 			}

@@ -20,14 +20,19 @@ type Progress struct {
 	Flags           uint8
 	NHoles          int
 	Holes           [MaxHoles]Hole
+
+	err FieldError // what Decode returns on rejection (see Decode)
 }
 
 // Decode validates a whole PROGRESS Ethernet frame. lim.VectorLen (if
-// nonzero) bounds Committed Element and the holes; lim.MTU the frame.
+// nonzero) bounds Committed Element and the holes; lim.MTU the frame. On
+// error g is zeroed and the error is a *FieldError held inside g, so
+// rejecting a frame allocates nothing: it stays valid until the next Decode
+// on g (copy it to keep it).
 func (g *Progress) Decode(frame []byte, lim Limits) error {
 	if len(frame) < EthLen {
 		*g = Progress{}
-		return fieldErr(ClassProgress, "ethernet", 0, ErrTruncated)
+		return g.err.set(ClassProgress, "ethernet", 0, ErrTruncated)
 	}
 	return g.decode(frame[EthLen:], &lim)
 }
@@ -38,44 +43,51 @@ func (g *Progress) DecodePRISM(prism []byte, lim Limits) error { return g.decode
 func (g *Progress) decode(p []byte, lim *Limits) error {
 	*g = Progress{}
 	err := g.decode1(p, lim)
-	if err != nil {
-		*g = Progress{}
+	if err == nil {
+		return nil
 	}
-	return err
+	if err != error(&g.err) { // not ours (there is none today): pass it on
+		*g = Progress{}
+		return err
+	}
+	fe := g.err // the reset below must not wipe the error it returns
+	*g = Progress{err: fe}
+	return &g.err
 }
 
 func (g *Progress) decode1(p []byte, lim *Limits) error {
 	const C = ClassProgress
+	fe := &g.err
 	if lim.MTU > 0 && len(p) > lim.MTU {
-		return fieldErr(C, "frame", EthLen, ErrMTU)
+		return fe.set(C, "frame", EthLen, ErrMTU)
 	}
 	if len(p) < CWLen+ProgressHdrLen {
-		return fieldErr(C, "header", HdrOff, ErrTruncated)
+		return fe.set(C, "header", HdrOff, ErrTruncated)
 	}
 	if p[0]>>4 != VersionMajor {
-		return fieldErr(C, "version", CWOff, ErrVersion)
+		return fe.set(C, "version", CWOff, ErrVersion)
 	}
 	if Class(p[1]) != C {
-		return fieldErr(Class(p[1]), "class", CWOff+1, ErrClass)
+		return fe.set(Class(p[1]), "class", CWOff+1, ErrClass)
 	}
 	h := ProgressHeader(p[CWLen : CWLen+ProgressHdrLen])
 	switch {
 	case h.Reserved() != 0:
-		return fieldErr(C, "reserved", HdrOff+prgReserved, ErrReserved)
+		return fe.set(C, "reserved", HdrOff+prgReserved, ErrReserved)
 	case h.Flags()&progressFlagsReserved != 0:
-		return fieldErr(C, "flags", HdrOff+prgFlags, ErrReserved)
+		return fe.set(C, "flags", HdrOff+prgFlags, ErrReserved)
 	case h.Status() > ProgressStatusFailed:
-		return fieldErr(C, "status", HdrOff+prgStatus, ErrRange)
+		return fe.set(C, "status", HdrOff+prgStatus, ErrRange)
 	case h.HoleCount() > MaxHoles:
-		return fieldErr(C, "hole_count", HdrOff+prgHoles, ErrCount)
+		return fe.set(C, "hole_count", HdrOff+prgHoles, ErrCount)
 	}
 	nh := int(h.HoleCount())
 	if len(p) < CWLen+ProgressHdrLen+nh*HoleLen {
-		return fieldErr(C, "hole_count", HdrOff+prgHoles, ErrTruncated)
+		return fe.set(C, "hole_count", HdrOff+prgHoles, ErrTruncated)
 	}
 	committed := h.Committed()
 	if lim.VectorLen != 0 && committed > lim.VectorLen {
-		return fieldErr(C, "committed", HdrOff+prgCommitted, ErrRange)
+		return fe.set(C, "committed", HdrOff+prgCommitted, ErrRange)
 	}
 	prev := committed
 	for i := 0; i < nh; i++ {
@@ -83,7 +95,7 @@ func (g *Progress) decode1(p []byte, lim *Limits) error {
 		s, e := be.Uint32(p[o:]), be.Uint32(p[o+4:])
 		// Ascending, non-overlapping, non-empty, above the watermark.
 		if s < prev || e <= s || (lim.VectorLen != 0 && e > lim.VectorLen) {
-			return fieldErr(C, "hole", EthLen+o, ErrRange)
+			return fe.set(C, "hole", EthLen+o, ErrRange)
 		}
 		g.Holes[i] = Hole{s, e}
 		prev = e

@@ -30,22 +30,33 @@ type rule struct {
 	field string
 }
 
-func decodeAny(b []byte, lim Limits) error {
+// decoders is what a dataplane worker keeps: one long-lived decoder value
+// per class, so that the errors they return (which live inside them) cost
+// nothing.
+type decoders struct {
+	c Control
+	d Data
+	g Progress
+}
+
+func (x *decoders) decode(b []byte, lim Limits) error {
 	c, err := Classify(b)
 	if err != nil {
 		return err
 	}
 	switch c {
 	case ClassControl:
-		var x Control
-		return x.Decode(b, lim)
+		return x.c.Decode(b, lim)
 	case ClassData, ClassResult:
-		var x Data
-		return x.Decode(b, lim)
+		return x.d.Decode(b, lim)
 	default:
-		var x Progress
-		return x.Decode(b, lim)
+		return x.g.Decode(b, lim)
 	}
+}
+
+func decodeAny(b []byte, lim Limits) error {
+	var x decoders // escapes with the error it returns: fine in a test
+	return x.decode(b, lim)
 }
 
 const (
@@ -233,7 +244,8 @@ var rules = []rule{
 	{"hole beyond vector", "progress-holes", set32(ProgressHoleOff+12, 1025), nil, ErrRange, "hole"},
 }
 
-func TestValidationRules(t *testing.T) {
+// ruleExamples are the base frames of the rules table.
+func ruleExamples(t testing.TB) map[string]Example {
 	ex := map[string]Example{}
 	for _, e := range examples(t) {
 		ex[e.Marker] = e
@@ -241,20 +253,32 @@ func TestValidationRules(t *testing.T) {
 	// An INT8 group of 3 values carries one padding byte.
 	h := DataFields{Eth: exEth, Class: ClassData, Op: exOp, SrcEP: 1, DstEP: 2, PacketID: 1, Stream: 1}
 	ex["data-int8"] = Example{Frame: mustData(&h, nil, Group{Format: FormatINT8, Count: 3, Values: []byte{1, 2, 3}}), Limits: exLim}
+	return ex
+}
+
+// ruleFrame applies r to its base frame (a fresh copy) and returns the frame
+// and the limits to decode it under.
+func ruleFrame(t testing.TB, ex map[string]Example, r rule) ([]byte, Limits) {
+	e, ok := ex[r.base]
+	if !ok {
+		t.Fatalf("%s: no base %q", r.name, r.base)
+	}
+	b := append([]byte(nil), e.Frame...)
+	if r.mut != nil {
+		b = r.mut(b)
+	}
+	l := e.Limits
+	if r.lim != nil {
+		l = *r.lim
+	}
+	return b, l
+}
+
+func TestValidationRules(t *testing.T) {
+	ex := ruleExamples(t)
 	for _, r := range rules {
 		t.Run(r.name, func(t *testing.T) {
-			e, ok := ex[r.base]
-			if !ok {
-				t.Fatalf("no base %q", r.base)
-			}
-			b := append([]byte(nil), e.Frame...)
-			if r.mut != nil {
-				b = r.mut(b)
-			}
-			l := e.Limits
-			if r.lim != nil {
-				l = *r.lim
-			}
+			b, l := ruleFrame(t, ex, r)
 			err := decodeAny(b, l)
 			if r.err == nil {
 				if err != nil {
@@ -347,43 +371,30 @@ func TestReasonsClosed(t *testing.T) {
 }
 
 // Each class decoder rejects the other classes and a foreign major version
-// on its own (the dispatcher normally prevents the first).
+// on its own (the dispatcher normally prevents the first). Every error is
+// checked before the next Decode on the same value, which reuses it.
 func TestDecoderClassAndVersion(t *testing.T) {
 	ctl, dat, prg := exampleFrame(t, "control-commit"), exampleFrame(t, "data-fp32"), exampleFrame(t, "progress-holes")
 	var c Control
 	var d Data
 	var g Progress
-	checks := []struct {
-		name string
-		err  error
-		want error
-	}{
-		{"control decodes data", c.Decode(dat, Limits{}), ErrClass},
-		{"data decodes control", d.Decode(exampleFrame(t, "control-stage"), Limits{}), ErrClass},
-		{"data decodes progress", d.Decode(prg, Limits{}), ErrClass},
-		{"progress decodes data", g.Decode(dat, Limits{}), ErrClass},
-		{"control short ethernet", c.Decode(ctl[:10], Limits{}), ErrTruncated},
-		{"data short ethernet", d.Decode(dat[:10], Limits{}), ErrTruncated},
-		{"progress short ethernet", g.Decode(prg[:10], Limits{}), ErrTruncated},
-		{"data one byte of control word", d.Decode(dat[:15], Limits{}), ErrTruncated},
+	check := func(name string, err, want error) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Errorf("%s: got %v, want %v", name, err, want)
+		}
 	}
+	check("control decodes data", c.Decode(dat, Limits{}), ErrClass)
+	check("data decodes control", d.Decode(exampleFrame(t, "control-stage"), Limits{}), ErrClass)
+	check("data decodes progress", d.Decode(prg, Limits{}), ErrClass)
+	check("progress decodes data", g.Decode(dat, Limits{}), ErrClass)
+	check("control short ethernet", c.Decode(ctl[:10], Limits{}), ErrTruncated)
+	check("data short ethernet", d.Decode(dat[:10], Limits{}), ErrTruncated)
+	check("progress short ethernet", g.Decode(prg[:10], Limits{}), ErrTruncated)
+	check("data one byte of control word", d.Decode(dat[:15], Limits{}), ErrTruncated)
 	for _, f := range [][]byte{ctl, dat, prg} {
 		f[CWOff] = 0x20
 	}
-	checks = append(checks,
-		struct {
-			name string
-			err  error
-			want error
-		}{"control version", c.Decode(ctl, Limits{}), ErrVersion},
-		struct {
-			name string
-			err  error
-			want error
-		}{"progress version", g.Decode(prg, Limits{}), ErrVersion})
-	for _, k := range checks {
-		if !errors.Is(k.err, k.want) {
-			t.Errorf("%s: got %v, want %v", k.name, k.err, k.want)
-		}
-	}
+	check("control version", c.Decode(ctl, Limits{}), ErrVersion)
+	check("progress version", g.Decode(prg, Limits{}), ErrVersion)
 }

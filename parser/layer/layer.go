@@ -48,6 +48,8 @@ type PRISM struct {
 	// the operation (vector length, Kulisch width, MTU, list cap). They are
 	// configuration and survive a decode.
 	Limits parser.Limits
+
+	err parser.FieldError // what DecodeFromBytes returns; valid until the next decode
 }
 
 // LayerType implements gopacket.Layer.
@@ -94,8 +96,16 @@ func (p *PRISM) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 		if errors.Is(err, parser.ErrTruncated) {
 			df.SetTruncated()
 		}
-		*p = PRISM{Limits: lim}
-		return err
+		// A parser error lives inside the decoder value the reset below
+		// clears (package parser's errors allocate nothing): keep a copy
+		// in p, which the reset spares.
+		fe, ok := err.(*parser.FieldError)
+		if !ok {
+			*p = PRISM{Limits: lim}
+			return err
+		}
+		*p = PRISM{Limits: lim, err: *fe}
+		return &p.err
 	}
 	p.Version = data[0]
 	p.Contents = data[:hdr:hdr]

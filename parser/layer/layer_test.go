@@ -2,6 +2,7 @@ package layer
 
 import (
 	"bytes"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -83,6 +84,8 @@ func TestDecodingLayerParserReuse(t *testing.T) {
 	bad[parser.CWOff] = 0x20
 	if err := dlp.DecodeLayers(bad, &decoded); err == nil {
 		t.Fatal("bad version accepted")
+	} else if fe, ok := errors.AsType[*parser.FieldError](err); !ok || fe.Field != "version" || !errors.Is(err, parser.ErrVersion) {
+		t.Fatalf("bad version: %v", err) // the error must survive the layer's reset
 	}
 	if pr.Class != 0 || pr.Control.Body != nil || pr.Contents != nil {
 		t.Fatalf("stale after error: %+v", pr)
