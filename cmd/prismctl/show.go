@@ -1,0 +1,253 @@
+// This file owns 'prismctl show': a running prismd's operations, ports and
+// MAC table, read over its control_listen unix-socket HTTP server (GET
+// /v1/ops from package control, GET /v1/status from the daemon).
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prismd/prismd/control"
+	"github.com/prismd/prismd/deploy"
+)
+
+func init() {
+	register("show", "show a running prismd's operations, ports or MAC table (ops|ports|macs)", runShow)
+}
+
+const defaultSocket = "/run/prismd/prismd.sock"
+
+func runShow(args []string) int {
+	fs := flag.NewFlagSet("show", flag.ContinueOnError)
+	sock := fs.String("socket", "", "control socket of the prismd (default "+defaultSocket+")")
+	ns := fs.String("netns", "", "network namespace of a lab node (pl-<lab>-<node>): use that node's socket under "+deploy.DefaultStateDir)
+	asJSON := fs.Bool("json", false, "print the raw JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: prismctl show ops|ports|macs [--socket PATH | --netns NS] [--json]")
+		fs.PrintDefaults()
+	}
+	// Accept flags before or after the subject.
+	var subject string
+	rest := args
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		subject, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		return 2
+	}
+	if subject == "" && fs.NArg() > 0 {
+		subject = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "prismctl show: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if subject != "ops" && subject != "ports" && subject != "macs" {
+		fs.Usage()
+		return 2
+	}
+	if *sock != "" && *ns != "" {
+		fmt.Fprintln(os.Stderr, "prismctl show: use --socket or --netns, not both")
+		return 2
+	}
+	path := *sock
+	if *ns != "" {
+		p, err := socketForNetNS(*ns)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "prismctl show: %v\n", err)
+			return 1
+		}
+		path = p
+	}
+	if path == "" {
+		path = defaultSocket
+	}
+	endpoint := "/v1/ops"
+	if subject != "ops" {
+		endpoint = "/v1/status"
+	}
+	body, err := getUnix(path, endpoint)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl show: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		os.Stdout.Write(body)
+		return 0
+	}
+	switch subject {
+	case "ops":
+		err = printOps(os.Stdout, body)
+	case "ports":
+		err = printPorts(os.Stdout, body)
+	case "macs":
+		err = printMACs(os.Stdout, body)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl show: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// socketForNetNS finds the control socket of the lab node whose namespace is
+// ns: <state dir>/<lab>/<node>.sock with deploy.NetNSName(lab, node) == ns.
+func socketForNetNS(ns string) (string, error) {
+	socks, _ := filepath.Glob(filepath.Join(deploy.DefaultStateDir, "*", "*.sock"))
+	for _, s := range socks {
+		lab := filepath.Base(filepath.Dir(s))
+		node := strings.TrimSuffix(filepath.Base(s), ".sock")
+		if deploy.NetNSName(lab, node) == ns {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("no control socket for namespace %q under %s (is the lab up? pass --socket)", ns, deploy.DefaultStateDir)
+}
+
+func getUnix(sock, path string) ([]byte, error) {
+	c := &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}},
+	}
+	resp, err := c.Get("http://prismd" + path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (is prismd running with control_listen: %s?)", sock, err, sock)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, fmt.Errorf("%s: %s not served by this prismd (built without the engine?)", sock, path)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s %s: %s: %s", sock, path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+func printOps(w io.Writer, body []byte) error {
+	var r control.OpsResponse
+	if err := json.Unmarshal(body, &r); err != nil {
+		return err
+	}
+	if len(r.Ops) == 0 {
+		fmt.Fprintf(w, "no operations (%d workers)\n", r.Workers)
+		return nil
+	}
+	for i, o := range r.Ops {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "job %d group %d/%d op %d/%d  %s %s  %s  worker %d\n", o.Job, o.Group, o.GroupGen, o.Op, o.OpGen,
+			o.Role, o.Collective, o.State, o.Worker)
+		fmt.Fprintf(w, "  tuple %s  vector %d  window %d  frontier %d  handed on %d  active %dms\n",
+			o.Tuple, o.VectorLen, o.Window, o.Frontier, o.Emitted, o.ActiveMs)
+		if o.Inexact {
+			fmt.Fprintln(w, "  ACCUMULATION_INEXACT")
+		}
+		if o.Error != "" {
+			fmt.Fprintf(w, "  error: %s\n", o.Error)
+		}
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  IN\tSTREAM\tPEER\tPORT\tMAC\tCOMMITTED\tHOLES\tCREDITS\tIDLE\t")
+		for _, s := range o.Inbound {
+			holes := make([]string, 0, len(s.Holes))
+			for _, h := range s.Holes {
+				holes = append(holes, fmt.Sprintf("[%d,%d)", h.Start, h.End))
+			}
+			hs := strings.Join(holes, " ")
+			if hs == "" {
+				hs = "-"
+			}
+			done := ""
+			if s.Done {
+				done = " done"
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%d%s\t%s\t%d/%d\t%dms\t\n", s.Kind, s.Stream, s.PeerEP, s.Port, s.PeerMAC,
+				s.Committed, done, hs, s.IntervalCredits, s.ByteCredits, s.IdleMs)
+		}
+		tw.Flush()
+		if len(o.Outbound) > 0 {
+			tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "  OUT\tSTREAM\tPEER\tPORT\tMAC\tACKED\tUNACKED\tCREDITS\tRETX\t")
+			for _, s := range o.Outbound {
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%d\t%d frames [%d,%d)\t%d/%d\t%d\t\n", s.Kind, s.Stream, s.PeerEP, s.Port,
+					s.PeerMAC, s.PeerCommitted, s.UnackedFrames, s.UnackedFrom, s.UnackedTo, s.IntervalCredits, s.ByteCredits, s.Retransmits)
+			}
+			tw.Flush()
+		}
+		for _, wf := range o.WaitingFor {
+			fmt.Fprintf(w, "  waiting for %s\n", wf)
+		}
+	}
+	return nil
+}
+
+// status mirrors the daemon's GET /v1/status body.
+type status struct {
+	Version string `json:"version"`
+	Ports   []struct {
+		Index    int               `json:"index"`
+		Name     string            `json:"name"`
+		MAC      string            `json:"mac"`
+		MTU      int               `json:"mtu"`
+		RxFrames uint64            `json:"rx_frames"`
+		TxFrames uint64            `json:"tx_frames"`
+		Drops    map[string]uint64 `json:"drops"`
+	} `json:"ports"`
+	Frames     map[string]uint64 `json:"frames"`
+	MACEntries int               `json:"mac_table_entries"`
+}
+
+func printPorts(w io.Writer, body []byte) error {
+	var s status
+	if err := json.Unmarshal(body, &s); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tNAME\tMAC\tMTU\tRX\tTX\tDROPS\t")
+	for _, p := range s.Ports {
+		var ds []string
+		for r, n := range p.Drops {
+			ds = append(ds, fmt.Sprintf("%s=%d", r, n))
+		}
+		sort.Strings(ds)
+		d := strings.Join(ds, " ")
+		if d == "" {
+			d = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t\n", p.Index, p.Name, p.MAC, p.MTU, p.RxFrames, p.TxFrames, d)
+	}
+	return tw.Flush()
+}
+
+func printMACs(w io.Writer, body []byte) error {
+	var s status
+	if err := json.Unmarshal(body, &s); err != nil {
+		return err
+	}
+	if s.Ports == nil && s.Frames == nil {
+		return errors.New("unexpected /v1/status body")
+	}
+	// The dataplane exports only the number of live entries; it has no
+	// table dump yet.
+	fmt.Fprintf(w, "%d live MAC table entries (per-entry listing not exported by the dataplane)\n", s.MACEntries)
+	return nil
+}

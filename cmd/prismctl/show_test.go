@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prismd/prismd/control"
+	"github.com/prismd/prismd/engine"
+	"github.com/prismd/prismd/stream"
+)
+
+func TestShowOverUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "p.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := control.OpsResponse{Workers: 1, Ops: []control.OpView{{Worker: 0, OpSnapshot: engine.OpSnapshot{
+		Job: 7, Op: 3, OpGen: 1, Role: "SINGLE", Collective: "ALLREDUCE", State: "FAILED", VectorLen: 100,
+		Error: "CONTRIBUTOR stream 101 silent",
+		Inbound: []engine.InboundStream{{Kind: "CONTRIBUTOR", Stream: 101, PeerMAC: "02:4b:00:00:01:02", Committed: 40,
+			Holes: []stream.Hole{{Start: 50, End: 60}}}},
+	}}}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/ops", func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(ops) })
+	mux.HandleFunc("/v1/status", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"version":"x","ports":[{"index":0,"name":"p0","mac":"02:00:00:00:00:01","mtu":1500,"rx_frames":5,"tx_frames":6,"drops":{"short_frame":1}}],"frames":{},"mac_table_entries":3}`))
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	body, err := getUnix(sock, "/v1/ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printOps(&out, body); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"job 7 group 0/0 op 3/1", "FAILED", "error: CONTRIBUTOR stream 101 silent", "[50,60)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("ops output lacks %q:\n%s", want, out.String())
+		}
+	}
+	body, err = getUnix(sock, "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := printPorts(&out, body); err != nil || !strings.Contains(out.String(), "short_frame=1") {
+		t.Fatalf("ports: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := printMACs(&out, body); err != nil || !strings.Contains(out.String(), "3 live") {
+		t.Fatalf("macs: %v\n%s", err, out.String())
+	}
+	if code := runShow([]string{"bogus"}); code != 2 {
+		t.Fatalf("bogus subject: exit %d", code)
+	}
+}

@@ -1,0 +1,78 @@
+package control
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/prismd/prismd/parser"
+)
+
+func TestIntrospectionHandler(t *testing.T) {
+	node := NewNode(NodeConfig{AMMACs: [][6]byte{amMAC}, Logger: quietLogger()})
+	w := node.NewWorker(0, 2)
+	node.NewWorker(1, 2)
+	tx := &recorder{}
+	w.Handle(1e9, 2, stageFrame(t, ruleKey, 1, goodCtx(), goodBindings()), tx)
+	w.Handle(1e9, 2, controlFrame(t, ruleKey, parser.CmdCommit, nil, 2), tx)
+	w.Engine().Publish(2e9)
+
+	srv := httptest.NewServer(IntrospectionHandler(node))
+	defer srv.Close()
+	get := func(q string) OpsResponse {
+		resp, err := http.Get(srv.URL + "/v1/ops" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r OpsResponse
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := get("")
+	if r.Workers != 2 || len(r.Ops) != 1 {
+		t.Fatalf("workers %d ops %d", r.Workers, len(r.Ops))
+	}
+	o := r.Ops[0]
+	if o.Job != 42 || o.OpGen != 10 || o.State != "ACTIVE" || o.Role != "SINGLE" || len(o.Inbound) != 2 || len(o.Outbound) != 1 {
+		t.Fatalf("op %+v", o)
+	}
+	if len(o.WaitingFor) == 0 || !strings.Contains(o.WaitingFor[0], "CONTRIBUTOR stream 1 ") {
+		t.Fatalf("waiting for %q", o.WaitingFor)
+	}
+	if n := len(get("?job=41").Ops); n != 0 {
+		t.Fatalf("job filter: %d ops", n)
+	}
+	if n := len(get("?state=ACTIVE").Ops); n != 1 {
+		t.Fatalf("state filter: %d ops", n)
+	}
+}
+
+func TestControlMetricsLint(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	r.do(stageFrame(t, ruleKey, 1, goodCtx(), goodBindings()))
+	if problems, err := testutil.CollectAndLint(r.w.n.ControlMetrics()); err != nil || len(problems) != 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
+	}
+	want := `
+# HELP prism_control_acks_total CONTROL ACKs sent, by status.
+# TYPE prism_control_acks_total counter
+prism_control_acks_total{status="BAD_STATE"} 0
+prism_control_acks_total{status="CONFLICT"} 0
+prism_control_acks_total{status="INVALID"} 0
+prism_control_acks_total{status="INVALID_BINDING"} 0
+prism_control_acks_total{status="NO_RESOURCES"} 0
+prism_control_acks_total{status="OK"} 1
+prism_control_acks_total{status="STALE_GENERATION"} 0
+prism_control_acks_total{status="UNSUPPORTED"} 0
+`
+	if err := testutil.CollectAndCompare(r.w.n.ControlMetrics(), strings.NewReader(want), "prism_control_acks_total"); err != nil {
+		t.Fatal(err)
+	}
+}

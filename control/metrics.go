@@ -1,0 +1,89 @@
+// This file owns the node's CONTROL counters (plain atomics) and their
+// prometheus.Collector.
+
+package control
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prismd/prismd/parser"
+)
+
+type dropReason uint8
+
+const (
+	reasonUntrusted  dropReason = iota // source MAC is not a configured AM
+	reasonMalformed                    // parser rejected the framing
+	reasonUnexpected                   // ACK or CAPS_RESPONSE sent to a node
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"untrusted_source", "malformed", "unexpected_command"}
+
+// Metrics are the CONTROL counters of one node.
+type Metrics struct {
+	drops    [numReasons]atomic.Uint64
+	commands [9]atomic.Uint64 // by parser.Command
+	statuses [8]atomic.Uint64 // ACKs sent by parser.Status
+	replays  atomic.Uint64    // recorded ACKs resent for a retried transaction
+	txFull   atomic.Uint64
+}
+
+func (m *Metrics) drop(r dropReason) { m.drops[r].Add(1) }
+
+func (m *Metrics) cmd(c parser.Command) {
+	if int(c) < len(m.commands) {
+		m.commands[c].Add(1)
+	}
+}
+
+func (m *Metrics) status(s parser.Status) {
+	if int(s) < len(m.statuses) {
+		m.statuses[s].Add(1)
+	}
+}
+
+// Drops returns the drop count for a reason label (tests, introspection).
+func (m *Metrics) Drops(reason string) uint64 {
+	for i, n := range reasonNames {
+		if n == reason {
+			return m.drops[i].Load()
+		}
+	}
+	return 0
+}
+
+var (
+	descCtlDrops  = prometheus.NewDesc("prism_control_drops_total", "CONTROL frames dropped without reply, by reason.", []string{"reason"}, nil)
+	descCtlCmds   = prometheus.NewDesc("prism_control_requests_total", "CONTROL requests received from a trusted AM, by command.", []string{"command"}, nil)
+	descCtlAcks   = prometheus.NewDesc("prism_control_acks_total", "CONTROL ACKs sent, by status.", []string{"status"}, nil)
+	descCtlReplay = prometheus.NewDesc("prism_control_replayed_acks_total", "Recorded ACKs resent for a retried transaction.", nil, nil)
+	descCtlTxFull = prometheus.NewDesc("prism_control_tx_full_total", "CONTROL replies the dataplane refused (TX queue full).", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCtlDrops, descCtlCmds, descCtlAcks, descCtlReplay, descCtlTxFull} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	c := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	for i := range m.drops {
+		c(descCtlDrops, m.drops[i].Load(), reasonNames[i])
+	}
+	for cmd := parser.CmdStage; cmd <= parser.CmdCapsResponse; cmd++ {
+		c(descCtlCmds, m.commands[cmd].Load(), cmd.String())
+	}
+	for s := parser.StatusOK; s <= parser.StatusInvalidBinding; s++ {
+		c(descCtlAcks, m.statuses[s].Load(), s.String())
+	}
+	c(descCtlReplay, m.replays.Load())
+	c(descCtlTxFull, m.txFull.Load())
+}

@@ -1,0 +1,391 @@
+package control
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/prismd/prismd/engine"
+	"github.com/prismd/prismd/kulisch"
+	"github.com/prismd/prismd/parser"
+)
+
+// recorder is a dataplane.Sender that keeps every frame with its port.
+type recorder struct {
+	ports  []int
+	frames [][]byte
+}
+
+func (r *recorder) Send(port int, frame []byte) bool {
+	r.ports = append(r.ports, port)
+	r.frames = append(r.frames, append([]byte(nil), frame...))
+	return true
+}
+func (r *recorder) PortMAC(port int) [6]byte { return swMAC(9, port) }
+func (r *recorder) NumPorts() int            { return 4 }
+
+type nodeRig struct {
+	t   *testing.T
+	w   *Worker
+	tx  *recorder
+	now int64
+}
+
+func newNodeRig(t *testing.T, cfg NodeConfig) *nodeRig {
+	if cfg.AMMACs == nil {
+		cfg.AMMACs = [][6]byte{amMAC}
+	}
+	cfg.Logger = quietLogger()
+	return &nodeRig{t: t, w: NewNode(cfg).NewWorker(0, 1), tx: &recorder{}, now: 1e9}
+}
+
+// do sends a CONTROL frame in on port 2 and returns the raw replies.
+func (r *nodeRig) do(frame []byte) [][]byte {
+	r.tx.ports, r.tx.frames = nil, nil
+	r.w.Handle(r.now, 2, frame, r.tx)
+	for i, p := range r.tx.ports {
+		if p != 2 {
+			r.t.Fatalf("reply out of port %d, want the ingress port 2", p)
+		}
+		if [6]byte(r.tx.frames[i][0:6]) != [6]byte(frame[6:12]) {
+			r.t.Fatalf("reply to %x, want the requester %x", r.tx.frames[i][0:6], frame[6:12])
+		}
+	}
+	return r.tx.frames
+}
+
+func (r *nodeRig) ack(frame []byte) (parser.Status, parser.Ack) {
+	r.t.Helper()
+	out := r.do(frame)
+	if len(out) != 1 {
+		r.t.Fatalf("%d replies, want 1 ACK", len(out))
+	}
+	var c parser.Control
+	if err := c.Decode(out[0], parser.Limits{}); err != nil || c.Cmd != parser.CmdAck {
+		r.t.Fatalf("reply is not an ACK: %v", err)
+	}
+	return c.Status, c.Ack()
+}
+
+var ruleKey = parser.OpKey{Job: 42, Group: 1, GroupGen: 1, Op: 5, OpGen: 10}
+
+func goodCtx() parser.ContextRecord {
+	return parser.ContextRecord{Role: parser.RoleSingle, Collective: parser.CollAllReduce, InputFormat: parser.FormatFP32,
+		AccPolicy: parser.AccKulischFixed, PartialPolicy: parser.FormatKulisch, OutputFormat: parser.FormatFP32,
+		KulischWidth: 288, VectorLen: 1000, MTU: 1500, WindowIntervals: 8, ReplayDepth: 8, WindowBytes: 8 * 1514,
+		WindowElements: 2904, MaxTerms: 2, TimeoutMs: 1000}
+}
+
+func goodBindings() []parser.Binding {
+	return []parser.Binding{
+		{Kind: parser.KindContributor, Flags: parser.BindingFlagRank, Stream: 1, LocalEP: 10, PeerEP: 100, Port: 0, PeerMAC: rankMAC(0)},
+		{Kind: parser.KindContributor, Flags: parser.BindingFlagRank, Stream: 2, LocalEP: 11, PeerEP: 101, Port: 1, PeerMAC: rankMAC(1)},
+		{Kind: parser.KindResultOut, Flags: parser.BindingFlagRank, Stream: 3, LocalEP: 12, PeerEP: 100, Port: 0, PeerMAC: rankMAC(0)},
+	}
+}
+
+func stageFrame(t *testing.T, key parser.OpKey, txn uint32, ctx parser.ContextRecord, bs []parser.Binding) []byte {
+	return controlFrame(t, key, parser.CmdStage, stageBody(t, ctx, bs), txn)
+}
+
+func TestControlStageStatuses(t *testing.T) {
+	type tc struct {
+		name   string
+		ctx    func(*parser.ContextRecord)
+		bind   func([]parser.Binding) []parser.Binding
+		body   func([]byte) // raw corruption after encoding
+		status parser.Status
+		detail uint16
+	}
+	cases := []tc{
+		{name: "ok", status: parser.StatusOK, detail: parser.NoDetail},
+		{name: "mtu", ctx: func(c *parser.ContextRecord) { c.MTU = 1000 }, status: parser.StatusInvalid, detail: 12},
+		{name: "vector length", ctx: func(c *parser.ContextRecord) { c.VectorLen = 0 }, status: parser.StatusInvalid, detail: 8},
+		{name: "timeout", ctx: func(c *parser.ContextRecord) { c.TimeoutMs = 0 }, status: parser.StatusInvalid, detail: 32},
+		{name: "width too small for terms", ctx: func(c *parser.ContextRecord) { c.KulischWidth = 64 }, status: parser.StatusInvalid, detail: 6},
+		{name: "policy 0x02", body: func(b []byte) { b[3] = 2 }, status: parser.StatusInvalid, detail: 3},
+		{name: "reserved", body: func(b []byte) { b[39] = 1 }, status: parser.StatusInvalid, detail: 36},
+		{name: "binding kind", body: func(b []byte) { b[40+16] = 9 }, status: parser.StatusInvalid, detail: 56},
+		{name: "tuple not advertised", ctx: func(c *parser.ContextRecord) {
+			c.AccPolicy, c.PartialPolicy, c.KulischWidth, c.InputFormat = parser.AccFP32Arrival, parser.FormatFP32, 0, parser.FormatFP16
+		}, status: parser.StatusUnsupported, detail: parser.NoDetail},
+		{name: "arrival with kulisch partial", ctx: func(c *parser.ContextRecord) { c.AccPolicy = parser.AccFP32Arrival }, status: parser.StatusUnsupported, detail: parser.NoDetail},
+		{name: "window beyond caps", ctx: func(c *parser.ContextRecord) { c.WindowElements = 1<<20 + 1 }, status: parser.StatusUnsupported, detail: parser.NoDetail},
+		{name: "port", bind: func(b []parser.Binding) []parser.Binding { b[1].Port = 7; return b }, status: parser.StatusInvalidBinding, detail: 40 + 16 + 8},
+		{name: "zero mac", bind: func(b []parser.Binding) []parser.Binding { b[2].PeerMAC = [6]byte{}; return b }, status: parser.StatusInvalidBinding, detail: 40 + 32 + 10},
+		{name: "duplicate stream", bind: func(b []parser.Binding) []parser.Binding { b[1].Stream = 1; return b }, status: parser.StatusInvalidBinding, detail: 40 + 16 + 2},
+		{name: "duplicate endpoint", bind: func(b []parser.Binding) []parser.Binding { b[2].LocalEP = 10; return b }, status: parser.StatusInvalidBinding, detail: 40 + 32 + 4},
+		{name: "single with parent", bind: func(b []parser.Binding) []parser.Binding {
+			return append(b, parser.Binding{Kind: parser.KindParent, Stream: 9, LocalEP: 19, PeerEP: 1, Port: 3, PeerMAC: swMAC(1, 1)})
+		}, status: parser.StatusInvalidBinding, detail: 14},
+		{name: "no result path", bind: func(b []parser.Binding) []parser.Binding { return b[:2] }, status: parser.StatusInvalidBinding, detail: 14},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newNodeRig(t, NodeConfig{})
+			ctx, bs := goodCtx(), goodBindings()
+			if c.ctx != nil {
+				c.ctx(&ctx)
+			}
+			if c.bind != nil {
+				bs = c.bind(bs)
+			}
+			f := stageFrame(t, ruleKey, 1, ctx, bs)
+			if c.body != nil {
+				c.body(f[parser.ControlBodyOff:])
+			}
+			st, a := r.ack(f)
+			if st != c.status || a.Detail != c.detail || a.AckedCmd != parser.CmdStage {
+				t.Fatalf("got %v detail %d, want %v detail %d", st, a.Detail, c.status, c.detail)
+			}
+			_, installed := r.w.Engine().Status(ruleKey)
+			if installed != (c.status == parser.StatusOK) {
+				t.Fatalf("context installed = %v after %v", installed, st)
+			}
+		})
+	}
+}
+
+func TestControlLifecycle(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	ctx, bs := goodCtx(), goodBindings()
+	k := ruleKey
+	txn := uint32(100)
+	next := func() uint32 { txn++; return txn }
+	expect := func(f []byte, st parser.Status, state parser.OpState) parser.Ack {
+		t.Helper()
+		gs, a := r.ack(f)
+		if gs != st || a.State != state {
+			t.Fatalf("got %v state %v, want %v state %v", gs, a.State, st, state)
+		}
+		return a
+	}
+	cmd := func(key parser.OpKey, c parser.Command) []byte { return controlFrame(t, key, c, nil, next()) }
+
+	// Unknown operation.
+	expect(cmd(k, parser.CmdCommit), parser.StatusBadState, parser.StateNone)
+	expect(cmd(k, parser.CmdComplete), parser.StatusBadState, parser.StateNone)
+	// STAGE, retried with identical bytes: the recorded ACK, byte for byte.
+	sf := stageFrame(t, k, next(), ctx, bs)
+	first := r.do(sf)
+	again := r.do(sf)
+	if len(first) != 1 || len(again) != 1 || !bytes.Equal(first[0], again[0]) {
+		t.Fatal("retried STAGE did not return the recorded ACK")
+	}
+	// Same Transaction ID, different bytes.
+	ctx2 := ctx
+	ctx2.VectorLen++
+	cf := stageFrame(t, k, parser.ControlHeader(sf[parser.HdrOff:]).Txn(), ctx2, bs)
+	expect(cf, parser.StatusConflict, parser.StateNone)
+	// A second STAGE of the installed identity under a new transaction.
+	expect(stageFrame(t, k, next(), ctx, bs), parser.StatusBadState, parser.StateStaged)
+	// A newer generation while the old one is installed.
+	k2 := k
+	k2.OpGen++
+	expect(stageFrame(t, k2, next(), ctx, bs), parser.StatusBadState, parser.StateStaged)
+	// COMMIT, COMPLETE (active, nothing received yet), RELEASE refused while active.
+	expect(cmd(k, parser.CmdCommit), parser.StatusOK, parser.StateActive)
+	a := expect(cmd(k, parser.CmdComplete), parser.StatusOK, parser.StateActive)
+	if a.Completed != 0 || a.MissingStream != 1 || a.MissingFrom != 0 {
+		t.Fatalf("COMPLETE body %+v", a)
+	}
+	expect(cmd(k, parser.CmdRelease), parser.StatusBadState, parser.StateActive)
+	// ABORT tears down; the generation is retired.
+	expect(cmd(k, parser.CmdAbort), parser.StatusOK, parser.StateAborted)
+	if _, ok := r.w.Engine().Status(k); ok {
+		t.Fatal("context survived ABORT")
+	}
+	expect(cmd(k, parser.CmdComplete), parser.StatusOK, parser.StateAborted)
+	expect(stageFrame(t, k, next(), ctx, bs), parser.StatusStaleGeneration, parser.StateNone)
+	kOld := k
+	kOld.OpGen--
+	expect(stageFrame(t, kOld, next(), ctx, bs), parser.StatusStaleGeneration, parser.StateNone)
+	// A strictly newer generation is accepted, staged, released.
+	expect(stageFrame(t, k2, next(), ctx, bs), parser.StatusOK, parser.StateStaged)
+	expect(cmd(k, parser.CmdCommit), parser.StatusStaleGeneration, parser.StateNone)
+	expect(cmd(k2, parser.CmdRelease), parser.StatusOK, parser.StateReleased)
+	expect(cmd(k2, parser.CmdCommit), parser.StatusStaleGeneration, parser.StateNone)
+	expect(stageFrame(t, k2, next(), ctx, bs), parser.StatusStaleGeneration, parser.StateNone)
+	// A newer group generation also counts as newer.
+	k3 := k
+	k3.GroupGen++
+	k3.OpGen = 1
+	expect(stageFrame(t, k3, next(), ctx, bs), parser.StatusOK, parser.StateStaged)
+	// ABORT of a never-staged generation retires it.
+	k4 := k3
+	k4.OpGen = 50
+	expect(cmd(k4, parser.CmdAbort), parser.StatusOK, parser.StateAborted)
+	if _, ok := r.w.Engine().Status(k3); ok {
+		t.Fatal("older installed generation survived ABORT of a newer one")
+	}
+	expect(stageFrame(t, k4, next(), ctx, bs), parser.StatusStaleGeneration, parser.StateNone)
+}
+
+func TestControlNoResources(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{Engine: engine.Config{MaxOps: 1}})
+	ctx, bs := goodCtx(), goodBindings()
+	if st, _ := r.ack(stageFrame(t, ruleKey, 1, ctx, bs)); st != parser.StatusOK {
+		t.Fatal(st)
+	}
+	k := ruleKey
+	k.Op++
+	if st, _ := r.ack(stageFrame(t, k, 2, ctx, bs)); st != parser.StatusNoResources {
+		t.Fatalf("second op: %v", st)
+	}
+}
+
+func TestControlUntrustedAndMalformed(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	f := stageFrame(t, ruleKey, 1, goodCtx(), goodBindings())
+	evil := append([]byte(nil), f...)
+	copy(evil[6:12], []byte{2, 0xee, 0, 0, 0, 1})
+	if out := r.do(evil); len(out) != 0 {
+		t.Fatal("replied to an untrusted source")
+	}
+	if _, ok := r.w.Engine().Status(ruleKey); ok {
+		t.Fatal("untrusted STAGE changed state")
+	}
+	if r.w.n.cm.Drops("untrusted_source") != 1 {
+		t.Fatal("untrusted drop not counted")
+	}
+	short := append([]byte(nil), f[:parser.ControlBodyOff-3]...)
+	if out := r.do(short); len(out) != 0 {
+		t.Fatal("replied to a truncated frame")
+	}
+	badCmd := append([]byte(nil), f...)
+	badCmd[parser.HdrOff+26] = 99
+	if out := r.do(badCmd); len(out) != 0 {
+		t.Fatal("replied to an unknown command")
+	}
+	if r.w.n.cm.Drops("malformed") != 2 {
+		t.Fatalf("malformed drops %d", r.w.n.cm.Drops("malformed"))
+	}
+	// An ACK sent to a node is unexpected.
+	ack := controlFrame(t, ruleKey, parser.CmdAck, make([]byte, parser.AckBodyLen), 5)
+	parser.ControlHeader(ack[parser.HdrOff:]).SetCommand(parser.CmdAck)
+	ack[parser.ControlBodyOff] = byte(parser.CmdStage)
+	if out := r.do(ack); len(out) != 0 {
+		t.Fatal("replied to an ACK")
+	}
+}
+
+func TestControlCaps(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	var got []parser.CapRecord
+	pagesSeen := 0
+	for page := 0; ; page++ {
+		body := make([]byte, parser.CapsQueryLen)
+		if _, err := parser.EncodeCapsQuery(body, uint8(page)); err != nil {
+			t.Fatal(err)
+		}
+		out := r.do(controlFrame(t, parser.OpKey{}, parser.CmdCapsQuery, body, uint32(900+page)))
+		if len(out) != 1 {
+			t.Fatalf("page %d: %d replies", page, len(out))
+		}
+		var c parser.Control
+		if err := c.Decode(out[0], parser.Limits{}); err != nil || c.Cmd != parser.CmdCapsResponse {
+			t.Fatalf("page %d: %v %v", page, err, c.Cmd)
+		}
+		p := c.CapsPage()
+		if int(c.FragIndex) != page || p.PortCount != 4 || p.MaxMTU != 9000 {
+			t.Fatalf("page %d: index %d of %d, ports %d mtu %d", page, c.FragIndex, c.FragCount, p.PortCount, p.MaxMTU)
+		}
+		got = append(got, p.Records[:p.NRecords]...)
+		pagesSeen++
+		if page+1 == int(c.FragCount) {
+			break
+		}
+	}
+	// The oracle: FP32_ARRIVAL FP32/FP32/{FP32,AUTO} and KULISCH_FIXED
+	// {INT8,FP16,BF16,FP32}/{KULISCH,AUTO}/{FP32,FP16,BF16,INT8,KULISCH,AUTO}.
+	want := map[[4]parser.Format]bool{}
+	for _, out := range []parser.Format{parser.FormatFP32, parser.FormatAuto} {
+		want[[4]parser.Format{parser.FormatFP32, parser.Format(parser.AccFP32Arrival), parser.FormatFP32, out}] = true
+	}
+	for in := parser.FormatINT8; in <= parser.FormatFP32; in++ {
+		for _, p := range []parser.Format{parser.FormatKulisch, parser.FormatAuto} {
+			for out := parser.FormatINT8; out <= parser.FormatAuto; out++ {
+				want[[4]parser.Format{in, parser.Format(parser.AccKulischFixed), p, out}] = true
+			}
+		}
+	}
+	if len(got) != len(want) || pagesSeen != (len(want)+15)/16 {
+		t.Fatalf("%d records in %d pages, want %d", len(got), pagesSeen, len(want))
+	}
+	for _, rec := range got {
+		k := [4]parser.Format{rec.InputFormat, parser.Format(rec.AccPolicy), rec.PartialPolicy, rec.OutputFormat}
+		if !want[k] {
+			t.Fatalf("unexpected record %+v", rec)
+		}
+		delete(want, k)
+		tu := kulisch.Tuple{Input: kulisch.Format(k[0]), Acc: kulisch.Policy(k[1]), Partial: kulisch.Format(k[2]), Output: kulisch.Format(k[3])}
+		if err := tu.Validate(); err != nil {
+			t.Fatalf("advertised tuple is not valid: %v", err)
+		}
+		if rec.AccPolicy == parser.AccKulischFixed && (rec.MinKulischWidth != 64 || rec.MaxKulischWidth != 4096) {
+			t.Fatalf("widths %+v", rec)
+		}
+	}
+}
+
+// TestControlBitmapLifecycle: a BITMAP STAGE goes to the worker's
+// engine/bitmap shard, with the same transaction and generation rules.
+func TestControlBitmapLifecycle(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	ctx := goodCtx()
+	ctx.Collective = parser.CollBitmap
+	txn := uint32(1)
+	do := func(f []byte, want parser.Status, state parser.OpState) {
+		t.Helper()
+		st, a := r.ack(f)
+		if st != want || a.State != state {
+			t.Fatalf("got %v state %v, want %v state %v", st, a.State, want, state)
+		}
+	}
+	cmd := func(c parser.Command) []byte { txn++; return controlFrame(t, ruleKey, c, nil, txn) }
+	do(stageFrame(t, ruleKey, txn, ctx, goodBindings()), parser.StatusOK, parser.StateStaged)
+	if !r.w.bm.Owns(ruleKey) {
+		t.Fatal("BITMAP context not installed in the bitmap shard")
+	}
+	if _, ok := r.w.Engine().Status(ruleKey); ok {
+		t.Fatal("BITMAP context installed in the REDUCE engine")
+	}
+	do(cmd(parser.CmdCommit), parser.StatusOK, parser.StateActive)
+	do(cmd(parser.CmdComplete), parser.StatusOK, parser.StateActive)
+	do(cmd(parser.CmdRelease), parser.StatusOK, parser.StateReleased)
+	if r.w.bm.Owns(ruleKey) {
+		t.Fatal("RELEASE left the BITMAP context")
+	}
+	txn++
+	do(stageFrame(t, ruleKey, txn, ctx, goodBindings()), parser.StatusStaleGeneration, parser.StateNone)
+}
+
+type discard struct{}
+
+func (discard) Send(int, []byte) bool { return true }
+func (discard) PortMAC(p int) [6]byte { return swMAC(9, p) }
+func (discard) NumPorts() int         { return 4 }
+
+// TestHandleAllocs: dispatch through the Worker (bitmap shard first, then
+// the engine) adds no allocation to the DATA path.
+func TestHandleAllocs(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	r.ack(stageFrame(t, ruleKey, 1, goodCtx(), goodBindings()))
+	r.ack(controlFrame(t, ruleKey, parser.CmdCommit, nil, 2))
+	vals := make([]byte, 4*100)
+	f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: swMAC(9, 0), Src: rankMAC(0)}, Class: parser.ClassData,
+		Op: ruleKey, SrcEP: 100, DstEP: 10, PacketID: 1, Stream: 1}, nil, parser.Group{Format: parser.FormatFP32, Count: 100, Values: vals})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.w.Handle(r.now, 0, f, discard{})
+	m := r.w.Engine().Metrics()
+	if m.Frames[parser.ClassData].Load() != 1 {
+		t.Fatalf("DATA not admitted: %d unknown stream, %d wrong port", m.Drops[engine.DropUnknownStream].Load(), m.Drops[engine.DropWrongPort].Load())
+	}
+	if a := testing.AllocsPerRun(1000, func() { r.w.Handle(r.now, 0, f, discard{}) }); a != 0 {
+		t.Fatalf("%v allocations per duplicate DATA", a)
+	}
+	if m.Duplicates.Load() < 1000 {
+		t.Fatalf("duplicates %d", m.Duplicates.Load())
+	}
+}

@@ -1,0 +1,39 @@
+// Package engine knows operations: the per-operation contexts of the PRISM
+// in-switch aggregation engine (roles SINGLE, LEAF, INTERNAL, ROOT;
+// collectives REDUCE and ALLREDUCE).
+//
+// It owns, per dataplane worker (one Engine per worker, no locks):
+//   - the operation table (STAGED, ACTIVE, COMPLETE, FAILED contexts) keyed by
+//     the full operation identity including generations;
+//   - admission of DATA, RESULT and PROGRESS frames against the bindings of an
+//     active context (ingress port, source MAC, endpoints, stream);
+//   - one stream.RecvWindow per inbound binding (contributors, RESULT_IN) and
+//     one stream.SendWindow per outbound binding (PARENT, RESULT_OUT), with
+//     PROGRESS generation and hop-by-hop retransmission;
+//   - the ring of accumulators covering the active element window, joined by
+//     global element position, the completion frontier (minimum committed
+//     watermark over contributors), partial emission to the parent, the single
+//     final rounding at the root and RESULT replication;
+//   - inactivity timeouts, ACCUMULATION_INEXACT, counters (metrics.go) and
+//     introspection snapshots (snapshot.go).
+//
+// It must not touch: sockets, ports and MAC learning (package dataplane; the
+// engine only calls dataplane.Sender), CONTROL bytes, transactions and
+// generation retirement (package control: it validates STAGE and calls
+// Stage/Commit/Release/Abort here), wire layouts (package parser) and
+// arithmetic (package kulisch).
+//
+// Per-frame paths (HandleData, HandleProgress) do not allocate and do not
+// lock; allocation happens in Stage, and at most every SnapshotInterval in
+// Tick.
+//
+// BITMAP contexts (STAGE Collective 3, the bitmap framework) are not here:
+// package engine/bitmap serves them per worker next to this engine, and
+// package control routes each operation to the one that owns it. The
+// REDUCE/ALLREDUCE structures were kept compatible with that split: the
+// contributors of an operation are an indexed slice (a contributor set is a
+// bitmap over it), and emission replicates one encoded frame to a list of
+// outgoing bindings (a destination set), so a bitmap-driven completion test
+// or BIFT-driven replication can replace those two points without touching
+// windows or arithmetic.
+package engine

@@ -1,0 +1,282 @@
+// This file owns the Engine (one per dataplane worker): its operation table,
+// the lifecycle calls package control makes (Stage, Commit, Status, Release,
+// Abort) and the frame entry points (HandleData, HandleProgress, Tick).
+
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/kulisch"
+	"github.com/prismd/prismd/parser"
+	"github.com/prismd/prismd/stream"
+)
+
+// Errors returned by the lifecycle calls; control maps them to ACK statuses.
+var (
+	ErrNoResources = errors.New("engine: no resources")     // NO_RESOURCES
+	ErrBadState    = errors.New("engine: bad state")        // BAD_STATE
+	ErrExists      = errors.New("engine: operation exists") // a context with this identity is installed
+)
+
+// SnapshotInterval bounds how often Tick rebuilds the introspection snapshot:
+// often enough for an operator, rare enough that its allocation is noise.
+const SnapshotInterval = 100 * time.Millisecond
+
+// Config configures one worker's Engine. Zero values take defaults.
+type Config struct {
+	// Worker is the worker index (introspection only).
+	Worker int
+	// Metrics is shared by all workers (default: a private set).
+	Metrics *Metrics
+	// Logger receives operation failures (default slog.Default()).
+	Logger *slog.Logger
+	// MaxOps bounds installed contexts per worker (default 256).
+	MaxOps int
+	// MaxRingBytes bounds accumulator memory per worker (default 1 GiB).
+	MaxRingBytes int
+}
+
+// Engine is one worker's collective engine. Not safe for concurrent use
+// except Snapshot, which any goroutine may call.
+type Engine struct {
+	cfg       Config
+	m         *Metrics
+	log       *slog.Logger
+	ops       map[parser.OpKey]*op
+	ringBytes int
+
+	// Scratch reused by every frame: decoding and encoding never allocate.
+	d     parser.Data
+	p     parser.Progress
+	pout  parser.Progress
+	pbuf  [parser.EthLen + parser.CWLen + parser.ProgressHdrLen + parser.MaxHoles*parser.HoleLen]byte
+	holes [stream.MaxHoles]stream.Hole
+	b     parser.DataBuilder
+	tbuf  [parser.DataBodyOff]byte
+
+	snap     atomic.Pointer[Snapshot]
+	lastSnap int64
+}
+
+// New returns an empty engine.
+func New(cfg Config) *Engine {
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxOps <= 0 {
+		cfg.MaxOps = 256
+	}
+	if cfg.MaxRingBytes <= 0 {
+		cfg.MaxRingBytes = 1 << 30
+	}
+	e := &Engine{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, ops: map[parser.OpKey]*op{}}
+	e.snap.Store(&Snapshot{Worker: cfg.Worker})
+	return e
+}
+
+// Metrics returns the engine's counters.
+func (e *Engine) Metrics() *Metrics { return e.m }
+
+// Stage validates spec (ports = node port count, 0 = unchecked) and reserves
+// a complete local context in state STAGED. It returns a *SpecError for a
+// spec that cannot work, ErrExists when the identity is installed, and
+// ErrNoResources when the worker's limits are exhausted.
+func (e *Engine) Stage(now int64, spec *Spec, ports int) error {
+	if err := spec.Validate(ports); err != nil {
+		return err
+	}
+	if _, ok := e.ops[spec.Op]; ok {
+		return ErrExists
+	}
+	rb := spec.RingBytes()
+	if len(e.ops) >= e.cfg.MaxOps || e.ringBytes+rb > e.cfg.MaxRingBytes {
+		return ErrNoResources
+	}
+	o, err := newOp(e, spec)
+	if err != nil {
+		return err
+	}
+	o.ringBytes = rb
+	e.ringBytes += rb
+	e.ops[spec.Op] = o
+	e.m.OpsStaged.Add(1)
+	return nil
+}
+
+// Commit activates a STAGED context's receive windows.
+func (e *Engine) Commit(now int64, key parser.OpKey) error {
+	o := e.ops[key]
+	if o == nil {
+		return ErrBadState
+	}
+	switch o.state {
+	case parser.StateActive, parser.StateComplete:
+		return nil // idempotent: a repeated COMMIT changes nothing
+	case parser.StateStaged:
+	default:
+		return ErrBadState
+	}
+	o.state = parser.StateActive
+	o.activeAt = now
+	for i := range o.in {
+		o.in[i].lastActive = now
+	}
+	return nil
+}
+
+// Status is what COMPLETE reports about one context.
+type Status struct {
+	State         parser.OpState
+	Completed     uint32 // elements completed and handed on
+	MissingStream uint16 // first inbound stream still incomplete (0xFFFF none)
+	MissingFrom   uint32 // first element not yet covered on MissingStream
+	Inexact       bool
+	Err           error // why the operation failed
+}
+
+// Status returns the state of the context key.
+func (e *Engine) Status(key parser.OpKey) (Status, bool) {
+	o := e.ops[key]
+	if o == nil {
+		return Status{}, false
+	}
+	s := Status{State: o.state, Completed: o.emitted, MissingStream: 0xFFFF, Inexact: o.inexact, Err: o.err}
+	if o.result != nil {
+		// A relay has handed on only what both its partial stream and its
+		// result path have.
+		s.Completed = min(s.Completed, o.result.rw.Committed())
+	}
+	// Report the inbound stream furthest behind: it is what the operation
+	// waits for.
+	for i := range o.in {
+		in := &o.in[i]
+		if !in.rw.Done() && (s.MissingStream == 0xFFFF || in.rw.Committed() < s.MissingFrom) {
+			s.MissingStream, s.MissingFrom = in.b.Stream, in.rw.Committed()
+		}
+	}
+	if r := o.result; s.MissingStream == 0xFFFF && r != nil && !r.rw.Done() && !o.resultInexact {
+		s.MissingStream, s.MissingFrom = r.b.Stream, r.rw.Committed()
+	}
+	return s, true
+}
+
+// Remove tears down the context key (RELEASE or ABORT) and frees its
+// storage. It reports whether a context existed.
+func (e *Engine) Remove(key parser.OpKey) bool {
+	o := e.ops[key]
+	if o == nil {
+		return false
+	}
+	e.ringBytes -= o.ringBytes
+	delete(e.ops, key)
+	return true
+}
+
+// Ops returns the installed identities (for control's bookkeeping and tests).
+func (e *Engine) Ops() []parser.OpKey {
+	ks := make([]parser.OpKey, 0, len(e.ops))
+	for k := range e.ops {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// HandleData admits one DATA or RESULT frame that arrived on port in.
+func (e *Engine) HandleData(now int64, in int, frame []byte, tx dataplane.Sender) {
+	if len(frame) < parser.DataBodyOff {
+		e.m.decodeDrop(&parser.FieldError{Field: "header", Err: parser.ErrTruncated})
+		return
+	}
+	key := parser.OpIdentity(frame[parser.HdrOff:]).Key()
+	o := e.ops[key]
+	if o == nil {
+		e.m.drop(DropUnknownOperation)
+		return
+	}
+	if o.state != parser.StateActive && o.state != parser.StateComplete {
+		e.m.drop(DropNotActive)
+		return
+	}
+	d := &e.d
+	if err := d.Decode(frame, parser.Limits{VectorLen: o.spec.VectorLen, KulischBytes: o.kbytes, MTU: o.spec.MTU}); err != nil {
+		e.m.decodeDrop(err)
+		return
+	}
+	o.handleData(now, in, frame, d, tx)
+}
+
+// HandleProgress admits one PROGRESS frame that arrived on port in.
+func (e *Engine) HandleProgress(now int64, in int, frame []byte, tx dataplane.Sender) {
+	if len(frame) < parser.HdrOff+parser.ProgressHdrLen {
+		e.m.decodeDrop(&parser.FieldError{Field: "header", Err: parser.ErrTruncated})
+		return
+	}
+	key := parser.OpIdentity(frame[parser.HdrOff:]).Key()
+	o := e.ops[key]
+	if o == nil {
+		e.m.drop(DropUnknownOperation)
+		return
+	}
+	if o.state != parser.StateActive && o.state != parser.StateComplete {
+		e.m.drop(DropNotActive)
+		return
+	}
+	p := &e.p
+	if err := p.Decode(frame, parser.Limits{VectorLen: o.spec.VectorLen, MTU: o.spec.MTU}); err != nil {
+		e.m.decodeDrop(err)
+		return
+	}
+	o.handleProgress(now, in, frame, p, tx)
+}
+
+// Tick runs timers: retransmissions, inactivity and silence deadlines,
+// pending terminal frames, and the introspection snapshot.
+func (e *Engine) Tick(now int64, tx dataplane.Sender) {
+	for _, o := range e.ops {
+		if o.state == parser.StateActive || o.state == parser.StateComplete {
+			o.tick(now, tx)
+		}
+	}
+	if now-e.lastSnap >= int64(SnapshotInterval) {
+		e.publish(now)
+	}
+}
+
+// send hands a frame to the dataplane and counts a full queue.
+func (e *Engine) send(tx dataplane.Sender, port int, frame []byte) {
+	if !tx.Send(port, frame) {
+		e.m.TxFull.Add(1)
+	}
+}
+
+// ContributorTimeoutError reports an inbound stream (contributor or result
+// path) that sent nothing for longer than the operation's timeout.
+type ContributorTimeoutError struct {
+	Op       parser.OpKey
+	Kind     parser.BindingKind
+	Stream   uint16
+	PeerEP   uint16
+	PeerMAC  [6]byte
+	Port     int
+	From, To uint32 // missing element range
+	Idle     time.Duration
+}
+
+func (e *ContributorTimeoutError) Error() string {
+	m := e.PeerMAC
+	return fmt.Sprintf("job %d group %d op %d gen %d: %s stream %d (peer endpoint %d, MAC %02x:%02x:%02x:%02x:%02x:%02x, port %d) silent for %v; missing elements [%d, %d)",
+		e.Op.Job, e.Op.Group, e.Op.Op, e.Op.OpGen, e.Kind, e.Stream, e.PeerEP, m[0], m[1], m[2], m[3], m[4], m[5], e.Port,
+		e.Idle.Round(time.Millisecond), e.From, e.To)
+}
+
+// kulischFormat converts a parser format code to kulisch's (same numbers).
+func kulischFormat(f parser.Format) kulisch.Format { return kulisch.Format(f) }

@@ -1,0 +1,315 @@
+package engine
+
+import (
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/prismd/prismd/kulisch"
+	"github.com/prismd/prismd/parser"
+)
+
+// sink is a dataplane.Sender that copies every frame into one reusable
+// buffer, as the dataplane's TX batch does, and remembers the last one per
+// port.
+type sink struct {
+	buf    [parser.EthLen + parser.MTUJumbo]byte
+	last   map[int][]byte
+	sent   int
+	keep   bool
+	frames [][]byte
+}
+
+func (s *sink) Send(port int, frame []byte) bool {
+	copy(s.buf[:], frame)
+	s.sent++
+	if s.keep {
+		s.frames = append(s.frames, append([]byte(nil), frame...))
+	}
+	return true
+}
+func (s *sink) PortMAC(port int) [6]byte { return [6]byte{2, 0, 0, 0, byte(port), 1} }
+func (s *sink) NumPorts() int            { return 4 }
+
+var (
+	rank0 = [6]byte{2, 0x4b, 0, 0, 0, 2}
+	rank1 = [6]byte{2, 0x4b, 0, 0, 1, 2}
+)
+
+// rig is a SINGLE operation with two rank contributors (ports 0, 1) and an
+// ALLREDUCE result to both, driven directly through the engine.
+type rig struct {
+	e     *Engine
+	tx    *sink
+	key   parser.OpKey
+	data  [2][]byte // DATA frames, rewritten in place per position
+	prog  [2][]byte // PROGRESS for the RESULT_OUT streams
+	next  uint32
+	pid   uint32
+	now   int64
+	count uint32
+	vlen  uint32
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newRig(tb testing.TB, acc kulisch.Policy, vlen uint32) *rig {
+	key := parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}
+	spec := Spec{Op: key, Role: parser.RoleSingle, Collective: parser.CollAllReduce, VectorLen: vlen, MTU: 1500,
+		WindowIntervals: 64, ReplayDepth: 64, WindowBytes: 64 * 1514, WindowElements: 8192, MaxTerms: 2,
+		Timeout: time.Hour,
+		Bindings: []Binding{
+			{Kind: parser.KindContributor, Rank: true, Stream: 10, LocalEP: 100, PeerEP: 1, Port: 0, PeerMAC: rank0},
+			{Kind: parser.KindContributor, Rank: true, Stream: 11, LocalEP: 101, PeerEP: 2, Port: 1, PeerMAC: rank1},
+			{Kind: parser.KindResultOut, Rank: true, Stream: 20, LocalEP: 200, PeerEP: 1, Port: 0, PeerMAC: rank0},
+			{Kind: parser.KindResultOut, Rank: true, Stream: 21, LocalEP: 201, PeerEP: 2, Port: 1, PeerMAC: rank1},
+		}}
+	if acc == kulisch.KulischFixed {
+		spec.Tuple = kulisch.Tuple{Input: kulisch.FP32, Acc: acc, Partial: kulisch.KULISCH, Output: kulisch.FP32}
+		spec.KulischWidth = 280
+	} else {
+		spec.Tuple = kulisch.Tuple{Input: kulisch.FP32, Acc: acc, Partial: kulisch.FP32, Output: kulisch.FP32}
+	}
+	r := &rig{e: New(Config{Logger: quiet()}), tx: &sink{}, key: key, now: 1e9, count: 363, vlen: vlen}
+	if err := r.e.Stage(r.now, &spec, 4); err != nil {
+		tb.Fatal(err)
+	}
+	if err := r.e.Commit(r.now, key); err != nil {
+		tb.Fatal(err)
+	}
+	vals := make([]parser.Group, 1)
+	for i := range 2 {
+		v := make([]byte, 4*r.count)
+		for k := range int(r.count) {
+			binary.LittleEndian.PutUint32(v[4*k:], math.Float32bits(float32(k)*0.5+float32(i)))
+		}
+		vals[0] = parser.Group{Format: parser.FormatFP32, Count: uint16(r.count), Values: v}
+		mac := [][6]byte{rank0, rank1}[i]
+		f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: r.tx.PortMAC(i), Src: mac}, Class: parser.ClassData,
+			Op: key, SrcEP: uint16(1 + i), DstEP: uint16(100 + i), PacketID: 1, First: 0, Stream: uint16(10 + i)}, nil, vals...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r.data[i] = f
+		p := parser.Progress{Op: key, SrcEP: uint16(1 + i), DstEP: uint16(200 + i), Stream: uint16(20 + i),
+			IntervalCredits: 64, ByteCredits: 64 * 1514, Flags: parser.ProgressFlagResult}
+		pb := make([]byte, parser.EthLen+p.Len())
+		if _, err := p.Encode(pb, parser.Eth{Dst: r.tx.PortMAC(i), Src: mac}); err != nil {
+			tb.Fatal(err)
+		}
+		r.prog[i] = pb
+	}
+	return r
+}
+
+// step feeds one DATA frame from each rank at the next position and the
+// ranks' PROGRESS for the RESULT frames that completed.
+func (r *rig) step() {
+	r.pid++
+	r.now += 1000
+	for i := range 2 {
+		h := parser.DataHeader(r.data[i][parser.HdrOff:parser.DataBodyOff])
+		h.SetPacketID(r.pid)
+		h.SetFirst(r.next)
+		if r.next+r.count == r.vlen {
+			h.SetFlags(parser.FlagLast)
+		}
+		r.e.HandleData(r.now, i, r.data[i], r.tx)
+	}
+	r.next += r.count
+	for i := range 2 {
+		p := parser.ProgressHeader(r.prog[i][parser.HdrOff : parser.HdrOff+parser.ProgressHdrLen])
+		p.SetCommitted(r.next)
+		r.e.HandleProgress(r.now, i, r.prog[i], r.tx)
+	}
+}
+
+func TestDataPathAllocs(t *testing.T) {
+	for _, acc := range []kulisch.Policy{kulisch.FP32Arrival, kulisch.KulischFixed} {
+		r := newRig(t, acc, 1<<30)
+		for range 100 { // warm up: fill the ring and replay once
+			r.step()
+		}
+		m := r.e.Metrics()
+		before := m.FramesSent[parser.ClassResult].Load()
+		if a := testing.AllocsPerRun(2000, r.step); a != 0 {
+			t.Fatalf("%v: %v allocations per DATA+DATA+PROGRESS+PROGRESS", acc, a)
+		}
+		if m.FramesSent[parser.ClassResult].Load() == before || m.Drops[DropNoCredit].Load() != 0 {
+			t.Fatalf("%v: the loop did not exercise emission: sent %d no_credit %d", acc, m.FramesSent[parser.ClassResult].Load()-before, m.Drops[DropNoCredit].Load())
+		}
+		// Each step's two PROGRESS ACK exactly what it emitted.
+		s, _ := r.e.Status(r.key)
+		if s.Completed != r.next {
+			t.Fatalf("%v: completed %d, fed %d", acc, s.Completed, r.next)
+		}
+	}
+}
+
+// TestSingleResultValues checks the numbers a two-rank SINGLE produces
+// against a float64 oracle (exact for these small values).
+func TestSingleResultValues(t *testing.T) {
+	for _, acc := range []kulisch.Policy{kulisch.FP32Arrival, kulisch.KulischFixed} {
+		r := newRig(t, acc, 726)
+		r.tx.keep = true
+		r.step()
+		r.step()
+		got := map[uint32]float32{}
+		for _, f := range r.tx.frames {
+			if parser.Class(f[parser.CWOff+1]) != parser.ClassResult || [6]byte(f[0:6]) != rank1 {
+				continue
+			}
+			var d parser.Data
+			if err := d.Decode(f, parser.Limits{VectorLen: 726}); err != nil {
+				t.Fatal(err)
+			}
+			var it parser.GroupIter
+			for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
+				for k := 0; k < int(g.Count); k++ {
+					got[g.First+uint32(k)] = math.Float32frombits(binary.LittleEndian.Uint32(g.Values[4*k:]))
+				}
+			}
+		}
+		if len(got) != 726 {
+			t.Fatalf("%v: %d result elements", acc, len(got))
+		}
+		for i := uint32(0); i < 726; i++ {
+			k := float64(i % 363)
+			want := float32(k*0.5 + k*0.5 + 1)
+			if got[i] != want {
+				t.Fatalf("%v: element %d = %v, want %v", acc, i, got[i], want)
+			}
+		}
+		if s, _ := r.e.Status(r.key); s.State != parser.StateComplete {
+			t.Fatalf("%v: state %v", acc, s.State)
+		}
+	}
+}
+
+// TestAdmission checks the binding checks and counted drops.
+func TestAdmission(t *testing.T) {
+	r := newRig(t, kulisch.KulischFixed, 1<<20)
+	m := r.e.Metrics()
+	f := append([]byte(nil), r.data[0]...)
+	r.e.HandleData(r.now, 1, f, r.tx) // wrong port
+	if m.Drops[DropWrongPort].Load() != 1 {
+		t.Fatal("wrong port not dropped")
+	}
+	copy(f[6:12], rank1[:])
+	r.e.HandleData(r.now, 0, f, r.tx) // wrong MAC
+	if m.Drops[DropWrongMAC].Load() != 1 {
+		t.Fatal("wrong MAC not dropped")
+	}
+	g := append([]byte(nil), r.data[0]...)
+	parser.DataHeader(g[parser.HdrOff:]).SetOp(parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 2})
+	r.e.HandleData(r.now, 0, g, r.tx) // other generation
+	if m.Drops[DropUnknownOperation].Load() != 1 {
+		t.Fatal("stale generation not dropped")
+	}
+	h := append([]byte(nil), r.data[0]...)
+	parser.DataHeader(h[parser.HdrOff:]).SetStream(99)
+	r.e.HandleData(r.now, 0, h, r.tx)
+	if m.Drops[DropUnknownStream].Load() != 1 {
+		t.Fatal("unknown stream not dropped")
+	}
+	res := append([]byte(nil), r.data[0]...)
+	res[parser.CWOff+1] = byte(parser.ClassResult) // a RESULT is never an input
+	r.e.HandleData(r.now, 0, res, r.tx)
+	if m.Drops[DropUnknownStream].Load() != 2 {
+		t.Fatal("RESULT taken as input")
+	}
+	r.e.HandleData(r.now, 0, r.data[0], r.tx)
+	r.e.HandleData(r.now, 0, r.data[0], r.tx)
+	if m.Duplicates.Load() != 1 || m.Frames[parser.ClassData].Load() != 1 {
+		t.Fatalf("duplicate: dups %d frames %d", m.Duplicates.Load(), m.Frames[parser.ClassData].Load())
+	}
+	ch := append([]byte(nil), r.data[0]...)
+	ch[len(ch)-1] ^= 0x40 // same Packet ID, other bytes
+	r.e.HandleData(r.now, 0, ch, r.tx)
+	if m.Drops[DropInvalid].Load() != 1 {
+		t.Fatal("changed bytes under an old Packet ID accepted")
+	}
+	ov := append([]byte(nil), r.data[0]...)
+	parser.DataHeader(ov[parser.HdrOff:]).SetPacketID(77) // overlap under a new Packet ID
+	r.e.HandleData(r.now, 0, ov, r.tx)
+	if m.Drops[DropInvalid].Load() != 2 {
+		t.Fatal("overlap under a new Packet ID accepted")
+	}
+}
+
+func benchData(b *testing.B, acc kulisch.Policy) {
+	r := newRig(b, acc, 1<<31)
+	b.ReportAllocs()
+	b.SetBytes(int64(2 * len(r.data[0])))
+	b.ResetTimer()
+	for b.Loop() {
+		r.step()
+	}
+	b.ReportMetric(float64(2*b.N)/b.Elapsed().Seconds(), "dataframes/s")
+}
+
+// BenchmarkAbsorbFP32Arrival: one step = two DATA frames of 363 FP32 each
+// accumulated, one RESULT frame encoded per rank, two PROGRESS handled.
+func BenchmarkAbsorbFP32Arrival(b *testing.B) { benchData(b, kulisch.FP32Arrival) }
+
+// BenchmarkAbsorbKulischFixed: as above with exact Kulisch-280 accumulators
+// and a single final rounding to FP32.
+func BenchmarkAbsorbKulischFixed(b *testing.B) { benchData(b, kulisch.KulischFixed) }
+
+// BenchmarkCopyFrame is the floor: copying the two DATA frames.
+func BenchmarkCopyFrame(b *testing.B) {
+	r := newRig(b, kulisch.FP32Arrival, 1<<20)
+	var dst [2][1514]byte
+	b.ReportAllocs()
+	b.SetBytes(int64(2 * len(r.data[0])))
+	for b.Loop() {
+		copy(dst[0][:], r.data[0])
+		copy(dst[1][:], r.data[1])
+	}
+	b.ReportMetric(float64(2*b.N)/b.Elapsed().Seconds(), "dataframes/s")
+}
+
+func TestMetricsExposition(t *testing.T) {
+	r := newRig(t, kulisch.KulischFixed, 1<<20)
+	r.e.HandleData(r.now, 0, r.data[0], r.tx)
+	r.e.HandleData(r.now, 0, r.data[0], r.tx) // duplicate
+	r.e.HandleData(r.now, 1, r.data[0], r.tx) // wrong port
+	want := `
+# HELP prism_engine_duplicates_total Identical duplicate DATA/RESULT frames acknowledged and not applied.
+# TYPE prism_engine_duplicates_total counter
+prism_engine_duplicates_total 1
+# HELP prism_engine_progress_sent_total PROGRESS frames sent.
+# TYPE prism_engine_progress_sent_total counter
+prism_engine_progress_sent_total 2
+`
+	if err := testutil.CollectAndCompare(r.e.Metrics(), strings.NewReader(want), "prism_engine_duplicates_total", "prism_engine_progress_sent_total"); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.CollectAndLint(r.e.Metrics()); err != nil || len(problems) != 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(r.e.Metrics()); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "prism_engine_drops_total" {
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == "wrong_port" && m.GetCounter().GetValue() != 1 {
+					t.Fatalf("wrong_port = %v", m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+}

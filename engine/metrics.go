@@ -1,0 +1,122 @@
+// This file owns the engine's counters (plain atomics written on the hot
+// path, shared by every worker) and the prometheus.Collector that reads them
+// at scrape time.
+
+package engine
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prismd/prismd/parser"
+)
+
+// Drop is an engine drop reason (a bounded label set).
+type Drop uint8
+
+const (
+	DropUnknownOperation Drop = iota // no context for the identity (incl. generations)
+	DropNotActive                    // context staged, failed or torn down
+	DropMalformed                    // parser rejected the frame (see decode reasons)
+	DropUnknownStream                // no binding of that kind for the stream ID
+	DropWrongPort                    // ingress port differs from the binding's
+	DropWrongMAC                     // source MAC differs from the binding's peer MAC
+	DropWrongEndpoint                // endpoints differ from the binding's
+	DropBadFormat                    // group format not allowed for the binding/policy
+	DropInvalid                      // overlap under a new Packet ID or changed bytes
+	DropNoCredit                     // outside the receive window
+	DropArithmetic                   // the accumulator rejected a value (malformed Kulisch)
+	dropCount
+)
+
+var dropNames = [dropCount]string{"unknown_operation", "not_active", "malformed", "unknown_stream", "wrong_port",
+	"wrong_mac", "wrong_endpoint", "bad_format", "invalid", "no_credit", "arithmetic"}
+
+func (d Drop) String() string {
+	if d < dropCount {
+		return dropNames[d]
+	}
+	return "unknown"
+}
+
+// Metrics holds the counters of every worker's engine. One value per
+// daemon; pass it in Config.
+type Metrics struct {
+	Frames       [5]atomic.Uint64 // admitted by class (index parser.Class)
+	Duplicates   atomic.Uint64
+	Drops        [dropCount]atomic.Uint64
+	DecodeDrops  [len(parser.Reasons)]atomic.Uint64
+	ProgressSent atomic.Uint64
+	FramesSent   [5]atomic.Uint64 // new DATA/RESULT frames by class
+	Retransmits  atomic.Uint64
+	TxFull       atomic.Uint64 // Sender.Send returned false
+	OpsStaged    atomic.Uint64
+	OpsCompleted atomic.Uint64
+	OpsFailed    atomic.Uint64
+	OpsInexact   atomic.Uint64
+	ElementsDone atomic.Uint64 // elements completed and handed on
+}
+
+// NewMetrics returns zeroed counters.
+func NewMetrics() *Metrics { return &Metrics{} }
+
+func (m *Metrics) drop(d Drop) { m.Drops[d].Add(1) }
+
+func (m *Metrics) decodeDrop(err error) {
+	m.Drops[DropMalformed].Add(1)
+	r := parser.Reason(err)
+	for i, n := range parser.Reasons {
+		if n == r {
+			m.DecodeDrops[i].Add(1)
+			return
+		}
+	}
+}
+
+var (
+	descFrames   = prometheus.NewDesc("prism_engine_frames_total", "PRISM frames admitted by the engine, by class.", []string{"class"}, nil)
+	descDups     = prometheus.NewDesc("prism_engine_duplicates_total", "Identical duplicate DATA/RESULT frames acknowledged and not applied.", nil, nil)
+	descDrops    = prometheus.NewDesc("prism_engine_drops_total", "Frames dropped by the engine, by reason.", []string{"reason"}, nil)
+	descDecode   = prometheus.NewDesc("prism_engine_decode_drops_total", "Frames the engine dropped as malformed, by parser reason.", []string{"reason"}, nil)
+	descProgress = prometheus.NewDesc("prism_engine_progress_sent_total", "PROGRESS frames sent.", nil, nil)
+	descSent     = prometheus.NewDesc("prism_engine_frames_sent_total", "New DATA/RESULT frames sent (not retransmissions), by class.", []string{"class"}, nil)
+	descRetx     = prometheus.NewDesc("prism_engine_retransmits_total", "DATA/RESULT frames retransmitted.", nil, nil)
+	descTxFull   = prometheus.NewDesc("prism_engine_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
+	descOps      = prometheus.NewDesc("prism_engine_operations_total", "Operations by outcome.", []string{"outcome"}, nil)
+	descElems    = prometheus.NewDesc("prism_engine_elements_completed_total", "Vector elements completed and handed on.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descFrames, descDups, descDrops, descDecode, descProgress, descSent, descRetx, descTxFull, descOps, descElems} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	c := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	for cl := parser.ClassData; cl <= parser.ClassProgress; cl++ {
+		c(descFrames, m.Frames[cl].Load(), cl.String())
+	}
+	c(descDups, m.Duplicates.Load())
+	for i := range m.Drops {
+		c(descDrops, m.Drops[i].Load(), Drop(i).String())
+	}
+	for i, r := range parser.Reasons {
+		c(descDecode, m.DecodeDrops[i].Load(), r)
+	}
+	c(descProgress, m.ProgressSent.Load())
+	c(descSent, m.FramesSent[parser.ClassData].Load(), "DATA")
+	c(descSent, m.FramesSent[parser.ClassResult].Load(), "RESULT")
+	c(descRetx, m.Retransmits.Load())
+	c(descTxFull, m.TxFull.Load())
+	c(descOps, m.OpsStaged.Load(), "staged")
+	c(descOps, m.OpsCompleted.Load(), "completed")
+	c(descOps, m.OpsFailed.Load(), "failed")
+	c(descOps, m.OpsInexact.Load(), "inexact")
+	c(descElems, m.ElementsDone.Load())
+}

@@ -1,0 +1,800 @@
+// This file owns one operation context: admission of its DATA/RESULT and
+// PROGRESS frames, accumulation into the ring, the completion frontier,
+// partial and result emission, relaying, terminal frames and timers.
+
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/kulisch"
+	"github.com/prismd/prismd/parser"
+	"github.com/prismd/prismd/stream"
+)
+
+// inbound is a receiving binding: a contributor (DATA in) or the result path
+// in (RESULT_IN).
+type inbound struct {
+	b          Binding
+	rw         *stream.RecvWindow
+	lastActive int64
+	advZero    bool // the last PROGRESS advertised no interval credit
+	armed      bool // RESULT_IN: inactivity clock running
+}
+
+// outbound is a sending binding: the parent (DATA out) or a result path out
+// (RESULT_OUT).
+type outbound struct {
+	b  Binding
+	sw *stream.SendWindow
+}
+
+type op struct {
+	e        *Engine
+	spec     Spec
+	state    parser.OpState
+	err      error
+	inexact  bool
+	activeAt int64
+	doneAt   int64
+
+	bank kulisch.Bank
+	kv   *kulisch.Vector // KULISCH_FIXED bank, for wire checks before applying
+	ring uint32          // accumulator slots = WindowElements
+	w    int             // Kulisch width in bits
+	// kbytes is W/8 when a KULISCH group may appear on the wire, else 0.
+	kbytes    int
+	ringBytes int
+
+	in     []inbound // contributors
+	result *inbound  // RESULT_IN (relay), nil otherwise
+	parent *outbound
+	outs   []outbound // RESULT_OUT
+
+	frontier uint32 // every contributor committed below it
+	emitted  uint32 // elements encoded into every outgoing window
+
+	emitOut   []*outbound // where completed ranges go (parent, or every RESULT_OUT)
+	emitClass parser.Class
+	emitFmt   kulisch.Format // concrete format or AUTO
+
+	terminalPending bool // ACCUMULATION_INEXACT frames still to be queued on emitOut
+	// resultInexact: RESULT_IN delivered ACCUMULATION_INEXACT; the relay owes
+	// its RESULT_OUTs the same terminal frame (relayPending until queued).
+	resultInexact bool
+	relayPending  bool
+	relayOut      []*outbound
+
+	sets   []kulisch.FormatSet // AUTO scratch
+	groups []kulisch.Group
+}
+
+func newOp(e *Engine, s *Spec) (*op, error) {
+	o := &op{e: e, spec: *s, state: parser.StateStaged, ring: s.ringElements(), w: s.KulischWidth}
+	o.spec.Bindings = append([]Binding(nil), s.Bindings...)
+	bank, err := kulisch.NewBank(s.Tuple.Acc, int(o.ring), s.KulischWidth)
+	if err != nil {
+		return nil, &SpecError{-1, "tuple", err.Error()}
+	}
+	o.bank = bank
+	o.kv, _ = bank.(*kulisch.Vector)
+	if s.Tuple.Acc == kulisch.KulischFixed {
+		o.kbytes = s.KulischWidth / 8
+	}
+	frame := parser.EthLen + s.MTU
+	timeout := int64(s.Timeout)
+	name := func(kind string, st uint16) string {
+		return opName(s.Op) + " " + kind + " stream " + itoa(int(st))
+	}
+	for _, b := range s.Bindings {
+		switch b.Kind {
+		case parser.KindContributor, parser.KindResultIn:
+			minRoom := frameElements(s, &b)
+			ib := inbound{b: b, rw: stream.NewRecvWindow(stream.RecvConfig{
+				Name: name(b.Kind.String(), b.Stream), VectorLen: s.VectorLen, Intervals: s.WindowIntervals,
+				Bytes: s.WindowBytes, Elements: s.WindowElements, MaxFrame: frame, MinRoom: minRoom,
+			})}
+			if b.Kind == parser.KindContributor {
+				o.in = append(o.in, ib)
+			} else {
+				o.result = &ib
+			}
+		case parser.KindParent, parser.KindResultOut:
+			ob := outbound{b: b, sw: stream.NewSendWindow(stream.SendConfig{
+				Name: name(b.Kind.String(), b.Stream), ReplayDepth: s.ReplayDepth, FrameSize: frame,
+				Intervals: s.WindowIntervals, Bytes: s.WindowBytes, Elements: s.WindowElements, Deadline: timeout,
+			})}
+			if b.Kind == parser.KindParent {
+				o.parent = &ob
+			} else {
+				o.outs = append(o.outs, ob)
+			}
+		}
+	}
+	switch s.Role {
+	case parser.RoleLeaf, parser.RoleInternal:
+		o.emitOut = []*outbound{o.parent}
+		o.emitClass = parser.ClassData
+		o.emitFmt = s.Tuple.Partial
+	default:
+		for i := range o.outs {
+			o.emitOut = append(o.emitOut, &o.outs[i])
+		}
+		o.emitClass = parser.ClassResult
+		o.emitFmt = s.Tuple.Output
+	}
+	if o.emitFmt == kulisch.KULISCH || o.emitFmt == kulisch.AUTO {
+		o.kbytes = s.KulischWidth / 8
+	}
+	for i := range o.outs {
+		o.relayOut = append(o.relayOut, &o.outs[i])
+	}
+	if o.emitFmt == kulisch.AUTO {
+		o.sets = make([]kulisch.FormatSet, parser.MaxPacketElements(s.MTU))
+		o.groups = make([]kulisch.Group, 0, parser.MaxGroups)
+	}
+	return o, nil
+}
+
+// frameElements is the most elements one inbound frame on binding b can
+// carry: the input format for ranks, the partial (or, for RESULT_IN, the
+// output) format for switches, and the INT8 packet bound under AUTO.
+func frameElements(s *Spec, b *Binding) uint32 {
+	f := s.Tuple.Partial
+	switch {
+	case b.Kind == parser.KindContributor && b.Rank:
+		f = s.Tuple.Input
+	case b.Kind == parser.KindResultIn:
+		f = s.Tuple.Output
+	}
+	if f == kulisch.AUTO {
+		return uint32(parser.MaxPacketElements(s.MTU))
+	}
+	return uint32(max(1, kulisch.MaxCount(f, s.KulischWidth, kulisch.BodyBudget(s.MTU, 0))))
+}
+
+// allowed reports whether an inbound group format is legal on binding b:
+// ranks send the input format; child switches send the partial policy's
+// formats (any concrete format the policy can produce under AUTO).
+func (o *op) allowed(b *Binding, f parser.Format) bool {
+	kf := kulischFormat(f)
+	if b.Kind == parser.KindContributor && b.Rank {
+		return kf == o.spec.Tuple.Input
+	}
+	p := o.spec.Tuple.Partial
+	if b.Kind == parser.KindResultIn {
+		p = o.spec.Tuple.Output // results arrive in the output format
+	}
+	switch {
+	case p == kulisch.AUTO && o.spec.Tuple.Acc == kulisch.KulischFixed:
+		return kf.Concrete()
+	case p == kulisch.AUTO:
+		return kf.Concrete() && kf != kulisch.KULISCH
+	}
+	return kf == p
+}
+
+func (o *op) findIn(stream uint16) *inbound {
+	for i := range o.in {
+		if o.in[i].b.Stream == stream {
+			return &o.in[i]
+		}
+	}
+	return nil
+}
+
+// checkPeer verifies that a frame came from the binding's peer: ingress
+// port, source MAC and both endpoints.
+func (o *op) checkPeer(b *Binding, in int, frame []byte, src, dst uint16) bool {
+	m := o.e.m
+	if b.Port != in {
+		m.drop(DropWrongPort)
+		return false
+	}
+	if [6]byte(frame[6:12]) != b.PeerMAC {
+		m.drop(DropWrongMAC)
+		return false
+	}
+	if src != b.PeerEP || dst != b.LocalEP {
+		m.drop(DropWrongEndpoint)
+		return false
+	}
+	return true
+}
+
+func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx dataplane.Sender) {
+	m := o.e.m
+	var ib *inbound
+	if d.Class == parser.ClassData {
+		ib = o.findIn(d.Stream)
+	} else if o.result != nil && o.result.b.Stream == d.Stream {
+		// A RESULT is only ever taken on RESULT_IN: it is never reduced.
+		ib = o.result
+	}
+	if ib == nil {
+		m.drop(DropUnknownStream)
+		return
+	}
+	if !o.checkPeer(&ib.b, in, frame, d.SrcEP, d.DstEP) {
+		return
+	}
+	ib.lastActive = now
+	if d.Flags&parser.FlagInexact != 0 {
+		m.Frames[d.Class].Add(1)
+		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusOK, tx)
+		if o.state != parser.StateActive {
+			return
+		}
+		if ib == o.result {
+			if !o.resultInexact {
+				o.resultInexact, o.relayPending = true, true
+				o.relayPending = !o.sendTerminal(now, o.relayOut, parser.ClassResult, tx)
+			}
+		} else {
+			o.goInexact(now, tx)
+		}
+		o.checkDone(now)
+		return
+	}
+	if d.Flags&parser.FlagExt != 0 {
+		m.drop(DropBadFormat) // endpoint sets belong to bitmap jobs
+		return
+	}
+	// Validate every group before any value touches the accumulators.
+	var it parser.GroupIter
+	for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
+		if !o.allowed(&ib.b, g.Format) {
+			m.drop(DropBadFormat)
+			o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusInvalid, tx)
+			return
+		}
+		if g.Format == parser.FormatKulisch && (o.kv == nil || o.kv.CheckKulisch(g.Values) != nil) {
+			m.drop(DropArithmetic)
+			o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusInvalid, tx)
+			return
+		}
+	}
+	first, count := d.First, uint32(d.Count)
+	n := parser.DataBodyOff + int(d.BodyLen)
+	relay := ib == o.result
+	if relay && o.state == parser.StateActive && first+count > ib.rw.Committed() {
+		// (A frame wholly below the watermark is a duplicate whose ACK was
+		// lost: it is acknowledged below without needing any room.)
+		// An out-of-order result must leave one replay slot on every
+		// output for the frame that closes the first hole: the outputs
+		// release only cumulatively, so without it they could fill with
+		// later frames and never drain.
+		need := 1
+		if first != ib.rw.Committed() {
+			need = 2
+		}
+		for i := range o.outs {
+			if o.outs[i].sw.Free() < need || !o.outs[i].sw.CanSend(now, first+count, n) {
+				m.drop(DropNoCredit)
+				ib.advZero = true
+				o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusNoCredit, tx)
+				return
+			}
+		}
+	}
+	v := ib.rw.Admit(d.PacketID, first, count, n, stream.Hash(d.Body))
+	switch v {
+	case stream.Accepted:
+		m.Frames[d.Class].Add(1)
+		if relay {
+			o.relay(now, frame[:n], first, count, tx)
+			// The onward copies live in the RESULT_OUT replay buffers, so
+			// the incoming interval holds no storage here.
+			ib.rw.Release(ib.rw.Committed())
+		} else {
+			o.apply(d)
+		}
+		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusOK, tx)
+		if !relay {
+			o.advance(now, tx)
+		}
+		o.checkDone(now)
+	case stream.Duplicate:
+		m.Duplicates.Add(1)
+		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusDuplicate, tx)
+	case stream.Invalid:
+		m.drop(DropInvalid)
+		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusInvalid, tx)
+	case stream.NoCredit:
+		m.drop(DropNoCredit)
+		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusNoCredit, tx)
+	}
+}
+
+// apply accumulates every group into the ring by global position.
+func (o *op) apply(d *parser.Data) {
+	var it parser.GroupIter
+	for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
+		f := kulischFormat(g.Format)
+		w := f.Width(o.w)
+		idx := g.First % o.ring
+		cnt := uint32(g.Count)
+		vals := g.Values
+		if idx+cnt > o.ring { // wraps around the ring
+			k := o.ring - idx
+			if o.bank.Add(int(idx), f, vals[:int(k)*w]) != nil {
+				o.e.m.drop(DropArithmetic)
+			}
+			vals, idx, cnt = vals[int(k)*w:], 0, cnt-k
+		}
+		if o.bank.Add(int(idx), f, vals) != nil {
+			o.e.m.drop(DropArithmetic)
+		}
+	}
+}
+
+// relay replicates an accepted RESULT frame on every RESULT_OUT with this
+// node's own Packet IDs, stream IDs, endpoints and MACs.
+func (o *op) relay(now int64, frame []byte, first, count uint32, tx dataplane.Sender) {
+	for i := range o.outs {
+		o.sendCopy(now, &o.outs[i], frame, first, count, tx)
+	}
+}
+
+// sendCopy queues a copy of an encoded DATA/RESULT frame on ob, rewriting
+// the fields that belong to that direct stream.
+func (o *op) sendCopy(now int64, ob *outbound, frame []byte, first, count uint32, tx dataplane.Sender) {
+	buf, pid, ok := ob.sw.Reserve(now, first, count, len(frame))
+	if !ok {
+		return // cannot happen: CanSend was checked for every output
+	}
+	copy(buf, frame)
+	eh := parser.EthHeader(buf)
+	eh.SetDst(ob.b.PeerMAC)
+	eh.SetSrc(tx.PortMAC(ob.b.Port))
+	h := parser.DataHeader(buf[parser.HdrOff:parser.DataBodyOff])
+	h.SetPacketID(pid)
+	h.SetStream(ob.b.Stream)
+	h.SetSrcEP(ob.b.LocalEP)
+	h.SetDstEP(ob.b.PeerEP)
+	h.SetFlags(h.Flags() &^ parser.FlagRetransmit)
+	o.e.send(tx, ob.b.Port, ob.sw.Commit(now, len(frame)))
+	o.e.m.FramesSent[parser.Class(buf[parser.CWOff+1])].Add(1)
+}
+
+// advance recomputes the frontier and emits what completed.
+func (o *op) advance(now int64, tx dataplane.Sender) {
+	f := o.spec.VectorLen
+	for i := range o.in {
+		f = min(f, o.in[i].rw.Committed())
+	}
+	o.frontier = f
+	o.emit(now, tx)
+}
+
+// emit encodes completed elements [emitted, frontier) into every outgoing
+// window, as far as credits allow, then frees their ring slots and returns
+// credit to the contributors.
+func (o *op) emit(now int64, tx dataplane.Sender) {
+	if o.inexact {
+		o.discard(now, tx)
+		return
+	}
+	if o.state != parser.StateActive {
+		return
+	}
+	start := o.emitted
+	budget := kulisch.BodyBudget(o.spec.MTU, 0)
+	for o.emitted < o.frontier {
+		avail := o.frontier - o.emitted
+		var count uint32
+		var groups []kulisch.Group
+		if o.emitFmt == kulisch.AUTO {
+			n := min(avail, uint32(len(o.sets)))
+			if err := o.autoSets(o.emitted, n); err != nil {
+				o.encodeFailed(now, err, tx)
+				return
+			}
+			base := o.spec.Tuple.Acc.Base()
+			w := 0
+			if base == kulisch.KULISCH {
+				w = o.w
+			}
+			gs, used, err := kulisch.PlanAuto(o.groups[:0], o.sets[:n], base, w, budget)
+			if err != nil || used == 0 {
+				o.encodeFailed(now, err, tx)
+				return
+			}
+			groups, count = gs, uint32(used)
+		} else {
+			cap := uint32(kulisch.MaxCount(o.emitFmt, o.w, budget))
+			count = min(avail, cap)
+			if count < cap && o.frontier < o.spec.VectorLen {
+				break // wait for a full frame while more is coming
+			}
+		}
+		if o.emitFmt == kulisch.AUTO && count == avail && o.frontier < o.spec.VectorLen && avail < uint32(len(o.sets)) {
+			break // the plan used everything: a later plan may pack more
+		}
+		end := o.emitted + count
+		for _, ob := range o.emitOut {
+			if !ob.sw.CanSend(now, end, ob.sw.FrameSize()) {
+				goto done
+			}
+		}
+		// Encode (and round) once; every further output gets a copy with
+		// its own header fields.
+		fr, err := o.encode(now, o.emitOut[0], o.emitted, count, groups, tx)
+		if err != nil {
+			o.encodeFailed(now, err, tx)
+			return
+		}
+		for _, ob := range o.emitOut[1:] {
+			o.sendCopy(now, ob, fr, o.emitted, count, tx)
+		}
+		o.resetRing(o.emitted, count)
+		o.emitted = end
+		o.e.m.ElementsDone.Add(uint64(count))
+	}
+done:
+	if o.emitted != start {
+		o.release(now, tx)
+	}
+}
+
+// discard consumes completed ranges of an operation whose sum is already
+// known to be inexact: nothing more is sent, but contributors must still be
+// acknowledged and given credit so that their own transfers finish.
+func (o *op) discard(now int64, tx dataplane.Sender) {
+	if o.frontier <= o.emitted {
+		return
+	}
+	o.resetRing(o.emitted, o.frontier-o.emitted)
+	o.emitted = o.frontier
+	o.release(now, tx)
+}
+
+// release returns element-window credit up to emitted to every contributor
+// and sends a window update to those that were told they had none.
+func (o *op) release(now int64, tx dataplane.Sender) {
+	for i := range o.in {
+		ib := &o.in[i]
+		ib.rw.Release(o.emitted)
+		if ib.advZero {
+			if ci, _ := ib.rw.Credits(); ci > 0 {
+				o.sendProgress(now, ib, 0, parser.ProgressStatusOK, tx) // window update
+			}
+		}
+	}
+}
+
+func (o *op) autoSets(first, n uint32) error {
+	idx := first % o.ring
+	if idx+n <= o.ring {
+		return kulisch.AutoSets(o.bank, int(idx), o.sets[:n])
+	}
+	k := o.ring - idx
+	if err := kulisch.AutoSets(o.bank, int(idx), o.sets[:k]); err != nil {
+		return err
+	}
+	return kulisch.AutoSets(o.bank, 0, o.sets[k:n])
+}
+
+func (o *op) resetRing(first, n uint32) {
+	idx := first % o.ring
+	if idx+n > o.ring {
+		k := o.ring - idx
+		_ = o.bank.ResetRange(int(idx), int(k))
+		idx, n = 0, n-k
+	}
+	_ = o.bank.ResetRange(int(idx), int(n))
+}
+
+// putValues writes ring values for positions [first, first+n) in format f.
+func (o *op) putValues(dst []byte, first, n uint32, f kulisch.Format) error {
+	idx := first % o.ring
+	if idx+n > o.ring {
+		k := o.ring - idx
+		w, err := o.bank.PutValues(dst, int(idx), int(k), f)
+		if err != nil {
+			return err
+		}
+		dst, idx, n = dst[w:], 0, n-k
+	}
+	_, err := o.bank.PutValues(dst, int(idx), int(n), f)
+	return err
+}
+
+// encode builds one frame of [first, first+count) into ob's replay buffer,
+// sends it and returns it.
+func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulisch.Group, tx dataplane.Sender) ([]byte, error) {
+	buf, pid, ok := ob.sw.Reserve(now, first, count, ob.sw.FrameSize())
+	if !ok {
+		return nil, errNoCredit
+	}
+	var flags uint8
+	if first+count == o.spec.VectorLen {
+		flags = parser.FlagLast
+	}
+	h := parser.DataFields{
+		Eth:   parser.Eth{Dst: ob.b.PeerMAC, Src: tx.PortMAC(ob.b.Port)},
+		Class: o.emitClass, Op: o.spec.Op, SrcEP: ob.b.LocalEP, DstEP: ob.b.PeerEP,
+		PacketID: pid, First: first, Flags: flags, Stream: ob.b.Stream,
+	}
+	b := &o.e.b
+	if err := b.Reset(buf, &h, nil, o.spec.MTU); err != nil {
+		return nil, err
+	}
+	if groups == nil {
+		if err := o.addGroup(b, o.emitFmt, first, count); err != nil {
+			return nil, err
+		}
+	} else {
+		at := first
+		for _, g := range groups {
+			if err := o.addGroup(b, g.Format, at, uint32(g.Count)); err != nil {
+				return nil, err
+			}
+			at += uint32(g.Count)
+		}
+	}
+	fr := ob.sw.Commit(now, len(b.Finish()))
+	o.e.send(tx, ob.b.Port, fr)
+	o.e.m.FramesSent[o.emitClass].Add(1)
+	return fr, nil
+}
+
+func (o *op) addGroup(b *parser.DataBuilder, f kulisch.Format, first, count uint32) error {
+	kb := 0
+	if f == kulisch.KULISCH {
+		kb = o.w / 8
+	}
+	slot, err := b.AddGroup(parser.Format(f), kb, int(count))
+	if err != nil {
+		return err
+	}
+	return o.putValues(slot, first, count, f)
+}
+
+// encodeFailed handles an error from rounding or encoding a completed
+// range: a value that has no exact representation (Kulisch overflow, INT8
+// output not integral or out of range) ends the operation with
+// ACCUMULATION_INEXACT; anything else is an internal failure.
+func (o *op) encodeFailed(now int64, err error, tx dataplane.Sender) {
+	if err == nil || errors.Is(err, kulisch.ErrOverflow) || errors.Is(err, kulisch.ErrNotInt8) || errors.Is(err, kulisch.ErrNotLossless) {
+		o.goInexact(now, tx)
+		return
+	}
+	o.fail(now, fmt.Errorf("encoding elements from %d: %w", o.emitted, err))
+}
+
+// goInexact ends the arithmetic: the exact value cannot be represented in
+// the configured width or output format. The terminal frame replaces every
+// further value.
+func (o *op) goInexact(now int64, tx dataplane.Sender) {
+	if o.inexact {
+		return
+	}
+	o.inexact = true
+	o.err = errInexact
+	o.e.m.OpsInexact.Add(1)
+	o.e.log.Warn("prism operation accumulation inexact", "op", opName(o.spec.Op), "role", o.spec.Role.String(),
+		"emitted", o.emitted)
+	o.terminalPending = !o.sendTerminal(now, o.emitOut, o.emitClass, tx)
+}
+
+// sendTerminal queues the ACCUMULATION_INEXACT frame (LAST, no groups) on
+// every binding of outs; false when credits do not allow it yet (Tick
+// retries).
+func (o *op) sendTerminal(now int64, outs []*outbound, class parser.Class, tx dataplane.Sender) bool {
+	for _, ob := range outs {
+		if !ob.sw.CanSend(now, 0, parser.DataBodyOff) {
+			return false
+		}
+	}
+	for _, ob := range outs {
+		buf, pid, _ := ob.sw.Reserve(now, 0, 0, parser.DataBodyOff)
+		h := parser.DataFields{
+			Eth:   parser.Eth{Dst: ob.b.PeerMAC, Src: tx.PortMAC(ob.b.Port)},
+			Class: class, Op: o.spec.Op, SrcEP: ob.b.LocalEP, DstEP: ob.b.PeerEP,
+			PacketID: pid, Flags: parser.FlagLast | parser.FlagInexact, Stream: ob.b.Stream,
+		}
+		b := &o.e.b
+		if b.Reset(buf, &h, nil, o.spec.MTU) != nil {
+			continue
+		}
+		fr := b.Finish()
+		o.e.send(tx, ob.b.Port, ob.sw.Commit(now, len(fr)))
+		o.e.m.FramesSent[class].Add(1)
+	}
+	return true
+}
+
+func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress, tx dataplane.Sender) {
+	m := o.e.m
+	var ob *outbound
+	if p.Flags&parser.ProgressFlagResult != 0 {
+		for i := range o.outs {
+			if o.outs[i].b.Stream == p.Stream {
+				ob = &o.outs[i]
+				break
+			}
+		}
+	} else if o.parent != nil && o.parent.b.Stream == p.Stream {
+		ob = o.parent
+	}
+	if ob == nil {
+		m.drop(DropUnknownStream)
+		return
+	}
+	if !o.checkPeer(&ob.b, in, frame, p.SrcEP, p.DstEP) {
+		return
+	}
+	m.Frames[parser.ClassProgress].Add(1)
+	h := o.e.holes[:p.NHoles]
+	for i := range h {
+		h[i] = stream.Hole(p.Holes[i])
+	}
+	ob.sw.OnProgress(now, p.PacketID, p.Committed, h, int(p.IntervalCredits), int(p.ByteCredits))
+	if p.Status == parser.ProgressStatusNoCredit {
+		ob.sw.OnRejected(p.PacketID)
+	}
+	o.retransmit(now, ob, tx)
+	if o.state != parser.StateActive {
+		return
+	}
+	if ob == o.parent || o.result == nil {
+		o.emit(now, tx)
+	}
+	if o.result != nil && o.result.advZero && ob != o.parent {
+		o.sendProgress(now, o.result, 0, parser.ProgressStatusOK, tx) // relay room again
+	}
+	o.checkDone(now)
+}
+
+func (o *op) retransmit(now int64, ob *outbound, tx dataplane.Sender) {
+	for {
+		f, ok := ob.sw.NextRetransmit(now)
+		if !ok {
+			return
+		}
+		h := parser.DataHeader(f[parser.HdrOff:parser.DataBodyOff])
+		h.SetFlags(h.Flags() | parser.FlagRetransmit)
+		o.e.send(tx, ob.b.Port, f)
+		o.e.m.Retransmits.Add(1)
+	}
+}
+
+// sendProgress reports ib's receive state to its peer, out of its port.
+func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.ProgressStatus, tx dataplane.Sender) {
+	e := o.e
+	p := &e.pout
+	ci, cb := ib.rw.Credits()
+	var flags uint8
+	if ib == o.result {
+		flags |= parser.ProgressFlagResult
+	}
+	if ib.rw.Done() {
+		flags |= parser.ProgressFlagComplete
+	}
+	nh := ib.rw.Holes(e.holes[:])
+	*p = parser.Progress{Op: o.spec.Op, SrcEP: ib.b.LocalEP, DstEP: ib.b.PeerEP, Stream: ib.b.Stream, PacketID: pid,
+		Committed: ib.rw.Committed(), IntervalCredits: uint16(min(ci, 0xFFFF)), ByteCredits: cb, Status: st,
+		Flags: flags, NHoles: nh}
+	for i := 0; i < nh; i++ {
+		p.Holes[i] = parser.Hole(e.holes[i])
+	}
+	n, err := p.Encode(e.pbuf[:], parser.Eth{Dst: ib.b.PeerMAC, Src: tx.PortMAC(ib.b.Port)})
+	if err != nil {
+		return
+	}
+	ib.advZero = ci == 0
+	e.send(tx, ib.b.Port, e.pbuf[:n])
+	e.m.ProgressSent.Add(1)
+}
+
+// checkDone moves an active context to COMPLETE once every input is
+// covered, every output handed on and acknowledged.
+func (o *op) checkDone(now int64) {
+	if o.state != parser.StateActive {
+		return
+	}
+	for i := range o.emitOut {
+		if !o.emitOut[i].sw.Idle() {
+			return
+		}
+	}
+	if !o.inexact {
+		for i := range o.in {
+			if !o.in[i].rw.Done() {
+				return
+			}
+		}
+		if o.emitted != o.spec.VectorLen {
+			return
+		}
+	} else if o.terminalPending {
+		return
+	}
+	if o.result != nil {
+		if !o.result.armed {
+			o.result.armed, o.result.lastActive = true, now
+		}
+		if (!o.result.rw.Done() && !o.resultInexact) || o.relayPending {
+			return
+		}
+		for i := range o.outs {
+			if !o.outs[i].sw.Idle() {
+				return
+			}
+		}
+	}
+	o.state = parser.StateComplete
+	o.doneAt = now
+	o.e.m.OpsCompleted.Add(1)
+}
+
+func (o *op) fail(now int64, err error) {
+	if o.state != parser.StateActive {
+		return
+	}
+	o.state = parser.StateFailed
+	o.err = err
+	o.e.m.OpsFailed.Add(1)
+	o.e.log.Error("prism operation failed", "op", opName(o.spec.Op), "role", o.spec.Role.String(), "err", err.Error())
+}
+
+func (o *op) tick(now int64, tx dataplane.Sender) {
+	if o.parent != nil {
+		o.retransmit(now, o.parent, tx)
+	}
+	for i := range o.outs {
+		o.retransmit(now, &o.outs[i], tx)
+	}
+	if o.state != parser.StateActive {
+		return
+	}
+	if o.terminalPending {
+		o.terminalPending = !o.sendTerminal(now, o.emitOut, o.emitClass, tx)
+	}
+	if o.relayPending {
+		o.relayPending = !o.sendTerminal(now, o.relayOut, parser.ClassResult, tx)
+	}
+	timeout := int64(o.spec.Timeout)
+	for i := range o.in {
+		ib := &o.in[i]
+		if !ib.rw.Done() && !o.inexact && now-ib.lastActive > timeout {
+			o.fail(now, o.timeoutErr(now, ib))
+			return
+		}
+	}
+	if r := o.result; r != nil && r.armed && !r.rw.Done() && !o.resultInexact && now-r.lastActive > timeout {
+		o.fail(now, o.timeoutErr(now, r))
+		return
+	}
+	if o.parent != nil {
+		if err := o.parent.sw.Check(now); err != nil {
+			o.fail(now, err)
+			return
+		}
+	}
+	for i := range o.outs {
+		if err := o.outs[i].sw.Check(now); err != nil {
+			o.fail(now, err)
+			return
+		}
+	}
+	o.emit(now, tx)
+	o.checkDone(now)
+}
+
+func (o *op) timeoutErr(now int64, ib *inbound) error {
+	return &ContributorTimeoutError{Op: o.spec.Op, Kind: ib.b.Kind, Stream: ib.b.Stream, PeerEP: ib.b.PeerEP,
+		PeerMAC: ib.b.PeerMAC, Port: ib.b.Port, From: ib.rw.Committed(), To: o.spec.VectorLen,
+		Idle: time.Duration(now - ib.lastActive)}
+}
+
+// errInexact is the Status.Err of an operation whose sum was not
+// representable.
+var errInexact = errors.New("engine: accumulation inexact")
+
+// errNoCredit cannot escape emit: it checks credits before encoding.
+var errNoCredit = errors.New("engine: no send credit")

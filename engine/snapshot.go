@@ -1,0 +1,190 @@
+// This file owns introspection: the per-worker snapshot of every operation,
+// rebuilt in Tick at most every SnapshotInterval and published through an
+// atomic pointer so that readers (the control HTTP server) never touch live
+// engine state.
+
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/prismd/prismd/parser"
+	"github.com/prismd/prismd/stream"
+)
+
+// Snapshot is one worker's view of its operations.
+type Snapshot struct {
+	Worker int          `json:"worker"`
+	AtNs   int64        `json:"at_ns"`
+	Ops    []OpSnapshot `json:"ops"`
+}
+
+// OpSnapshot describes one operation context.
+type OpSnapshot struct {
+	Job        uint64 `json:"job"`
+	Group      uint16 `json:"group"`
+	GroupGen   uint16 `json:"group_gen"`
+	Op         uint16 `json:"op"`
+	OpGen      uint32 `json:"op_gen"`
+	Role       string `json:"role"`
+	Collective string `json:"collective"`
+	State      string `json:"state"`
+	Tuple      string `json:"tuple"`
+	VectorLen  uint32 `json:"vector_len"`
+	// Frontier: every contributor committed below it. Emitted: elements
+	// encoded into every outgoing stream (completed and handed on).
+	Frontier uint32 `json:"frontier"`
+	Emitted  uint32 `json:"emitted"`
+	Window   uint32 `json:"window_elements"`
+	Inexact  bool   `json:"inexact,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// WaitingFor says exactly what the operation needs next.
+	WaitingFor []string         `json:"waiting_for,omitempty"`
+	Inbound    []InboundStream  `json:"inbound"`
+	Outbound   []OutboundStream `json:"outbound"`
+	ActiveMs   int64            `json:"active_ms"`
+}
+
+// InboundStream is one receiving binding's coverage.
+type InboundStream struct {
+	Kind            string        `json:"kind"`
+	Stream          uint16        `json:"stream"`
+	PeerEP          uint16        `json:"peer_endpoint"`
+	Port            int           `json:"port"`
+	PeerMAC         string        `json:"peer_mac"`
+	Committed       uint32        `json:"committed"`
+	Released        uint32        `json:"released"`
+	Holes           []stream.Hole `json:"holes,omitempty"`
+	Pending         int           `json:"pending_intervals"`
+	IntervalCredits int           `json:"interval_credits"`
+	ByteCredits     uint32        `json:"byte_credits"`
+	Done            bool          `json:"done"`
+	IdleMs          int64         `json:"idle_ms"`
+}
+
+// OutboundStream is one sending binding's replay state.
+type OutboundStream struct {
+	Kind            string `json:"kind"`
+	Stream          uint16 `json:"stream"`
+	PeerEP          uint16 `json:"peer_endpoint"`
+	Port            int    `json:"port"`
+	PeerMAC         string `json:"peer_mac"`
+	PeerCommitted   uint32 `json:"peer_committed"`
+	UnackedFrames   int    `json:"unacked_frames"`
+	UnackedBytes    int    `json:"unacked_bytes"`
+	UnackedFrom     uint32 `json:"unacked_from"`
+	UnackedTo       uint32 `json:"unacked_to"`
+	IntervalCredits int    `json:"interval_credits"`
+	ByteCredits     int    `json:"byte_credits"`
+	Retransmits     uint64 `json:"retransmits"`
+	NextPacketID    uint32 `json:"next_packet_id"`
+}
+
+// Snapshot returns the newest published snapshot; safe from any goroutine.
+func (e *Engine) Snapshot() *Snapshot { return e.snap.Load() }
+
+// Publish rebuilds and publishes the snapshot now (Tick does this at most
+// every SnapshotInterval; tests call it directly).
+func (e *Engine) Publish(now int64) { e.publish(now) }
+
+func (e *Engine) publish(now int64) {
+	s := &Snapshot{Worker: e.cfg.Worker, AtNs: now, Ops: make([]OpSnapshot, 0, len(e.ops))}
+	for _, o := range e.ops {
+		s.Ops = append(s.Ops, o.snapshot(now))
+	}
+	sort.Slice(s.Ops, func(i, j int) bool {
+		a, b := &s.Ops[i], &s.Ops[j]
+		if a.Job != b.Job {
+			return a.Job < b.Job
+		}
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		return a.Op < b.Op
+	})
+	e.snap.Store(s)
+	e.lastSnap = now
+}
+
+func mac(m [6]byte) string {
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+func (o *op) snapshot(now int64) OpSnapshot {
+	k := o.spec.Op
+	t := o.spec.Tuple
+	s := OpSnapshot{Job: k.Job, Group: k.Group, GroupGen: k.GroupGen, Op: k.Op, OpGen: k.OpGen,
+		Role: o.spec.Role.String(), Collective: o.spec.Collective.String(), State: o.state.String(),
+		Tuple:     fmt.Sprintf("%v/%v/%v/%v W=%d", t.Input, t.Acc, t.Partial, t.Output, o.w),
+		VectorLen: o.spec.VectorLen, Frontier: o.frontier, Emitted: o.emitted, Window: o.ring, Inexact: o.inexact}
+	if o.err != nil {
+		s.Error = o.err.Error()
+	}
+	if o.activeAt != 0 {
+		end := now
+		if o.doneAt != 0 {
+			end = o.doneAt
+		}
+		s.ActiveMs = (end - o.activeAt) / 1e6
+	}
+	var hs [stream.MaxHoles]stream.Hole
+	addIn := func(ib *inbound) {
+		ci, cb := ib.rw.Credits()
+		n := ib.rw.Holes(hs[:])
+		is := InboundStream{Kind: ib.b.Kind.String(), Stream: ib.b.Stream, PeerEP: ib.b.PeerEP, Port: ib.b.Port,
+			PeerMAC: mac(ib.b.PeerMAC), Committed: ib.rw.Committed(), Released: ib.rw.Released(),
+			Holes: append([]stream.Hole(nil), hs[:n]...), Pending: ib.rw.Pending(),
+			IntervalCredits: ci, ByteCredits: cb, Done: ib.rw.Done()}
+		if ib.lastActive != 0 {
+			is.IdleMs = (now - ib.lastActive) / 1e6
+		}
+		s.Inbound = append(s.Inbound, is)
+		if o.state == parser.StateActive && !is.Done && (ib != o.result || ib.armed) {
+			s.WaitingFor = append(s.WaitingFor, fmt.Sprintf("%s stream %d (endpoint %d, %s, port %d): elements from %d",
+				is.Kind, is.Stream, is.PeerEP, is.PeerMAC, is.Port, is.Committed))
+		}
+	}
+	for i := range o.in {
+		addIn(&o.in[i])
+	}
+	if o.result != nil {
+		addIn(o.result)
+	}
+	addOut := func(ob *outbound) {
+		f, b := ob.sw.Unacked()
+		from, to := ob.sw.Outstanding()
+		ci, cb := ob.sw.Credits()
+		rt, _ := ob.sw.Stats()
+		os := OutboundStream{Kind: ob.b.Kind.String(), Stream: ob.b.Stream, PeerEP: ob.b.PeerEP, Port: ob.b.Port,
+			PeerMAC: mac(ob.b.PeerMAC), PeerCommitted: ob.sw.Committed(), UnackedFrames: f, UnackedBytes: b,
+			UnackedFrom: from, UnackedTo: to, IntervalCredits: ci, ByteCredits: cb, Retransmits: rt,
+			NextPacketID: ob.sw.NextPacketID()}
+		s.Outbound = append(s.Outbound, os)
+		if o.state == parser.StateActive && f > 0 {
+			s.WaitingFor = append(s.WaitingFor, fmt.Sprintf("ACK from %s stream %d (endpoint %d, %s, port %d) for elements [%d, %d)",
+				os.Kind, os.Stream, os.PeerEP, os.PeerMAC, os.Port, from, to))
+		}
+	}
+	if o.parent != nil {
+		addOut(o.parent)
+	}
+	for i := range o.outs {
+		addOut(&o.outs[i])
+	}
+	if o.state == parser.StateActive && o.emitted < o.frontier {
+		s.WaitingFor = append(s.WaitingFor, fmt.Sprintf("send credit to hand on elements [%d, %d)", o.emitted, o.frontier))
+	}
+	if o.state == parser.StateStaged {
+		s.WaitingFor = append(s.WaitingFor, "COMMIT")
+	}
+	return s
+}
+
+func opName(k parser.OpKey) string {
+	return "job " + strconv.FormatUint(k.Job, 10) + " group " + itoa(int(k.Group)) + "/" + itoa(int(k.GroupGen)) +
+		" op " + itoa(int(k.Op)) + "/" + strconv.FormatUint(uint64(k.OpGen), 10)
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,572 @@
+package stream
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+// oracle is the naive model: a coverage bit per element and every accepted
+// Packet ID with its range and hash.
+type oracle struct {
+	covered []bool
+	pids    map[uint32][3]uint64 // first, end, hash
+}
+
+func newOracle(n uint32) *oracle {
+	return &oracle{covered: make([]bool, n), pids: map[uint32][3]uint64{}}
+}
+
+// verdict is what a receiver with unlimited memory and credit decides.
+func (o *oracle) verdict(pid, first, end uint32, hash uint64) Verdict {
+	if end <= first || int(end) > len(o.covered) {
+		return Invalid
+	}
+	if p, ok := o.pids[pid]; ok {
+		if p == [3]uint64{uint64(first), uint64(end), hash} {
+			return Duplicate
+		}
+		return Invalid
+	}
+	for i := first; i < end; i++ {
+		if o.covered[i] {
+			return Invalid
+		}
+	}
+	return Accepted
+}
+
+func (o *oracle) accept(pid, first, end uint32, hash uint64) {
+	o.pids[pid] = [3]uint64{uint64(first), uint64(end), hash}
+	for i := first; i < end; i++ {
+		o.covered[i] = true
+	}
+}
+
+func (o *oracle) watermark() uint32 {
+	for i, c := range o.covered {
+		if !c {
+			return uint32(i)
+		}
+	}
+	return uint32(len(o.covered))
+}
+
+// holes returns the uncovered ranges in [watermark, highest covered end).
+func (o *oracle) holes() []Hole {
+	top := 0
+	for i, c := range o.covered {
+		if c {
+			top = i + 1
+		}
+	}
+	var hs []Hole
+	for i := int(o.watermark()); i < top; {
+		if o.covered[i] {
+			i++
+			continue
+		}
+		j := i
+		for j < top && !o.covered[j] {
+			j++
+		}
+		hs = append(hs, Hole{uint32(i), uint32(j)})
+		i = j
+	}
+	return hs
+}
+
+type frameDesc struct {
+	pid, first, end uint32
+	hash            uint64
+}
+
+// TestRecvAgainstOracle feeds random frames, including conflicting
+// overlaps, changed content and duplicates, in random order and compares
+// every verdict, the watermark and the holes with the oracle. History is
+// large enough that the window can verify every duplicate.
+func TestRecvAgainstOracle(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		n := uint32(50 + rng.IntN(300))
+		// A clean partition of the vector, plus noise frames.
+		var frames []frameDesc
+		pid := uint32(1)
+		for at := uint32(0); at < n; {
+			c := min(uint32(1+rng.IntN(20)), n-at)
+			frames = append(frames, frameDesc{pid, at, at + c, rng.Uint64()})
+			pid++
+			at += c
+		}
+		clean := len(frames)
+		for range rng.IntN(40) {
+			f := frames[rng.IntN(clean)]
+			switch rng.IntN(4) {
+			case 0: // exact duplicate
+			case 1: // changed bytes, same pid
+				f.hash ^= 1
+			case 2: // overlap under a new pid
+				f.pid = pid
+				pid++
+				if f.end < n {
+					f.end++
+				}
+			case 3: // old pid, other range
+				if f.first > 0 {
+					f.first--
+				} else {
+					f.end--
+				}
+			}
+			frames = append(frames, f)
+		}
+		rng.Shuffle(len(frames), func(i, j int) { frames[i], frames[j] = frames[j], frames[i] })
+		// Unbounded credit so that NoCredit never masks a verdict; the
+		// window's other bounds are tested separately.
+		r := NewRecvWindow(RecvConfig{VectorLen: n, Intervals: 4096, History: 4096})
+		o := newOracle(n)
+		var hs [MaxHoles]Hole
+		for _, f := range frames {
+			want := o.verdict(f.pid, f.first, f.end, f.hash)
+			got := r.Admit(f.pid, f.first, f.end-f.first, 100, f.hash)
+			if got != want {
+				t.Fatalf("seed %d frame %+v: verdict %v, oracle %v", seed, f, got, want)
+			}
+			if got == Accepted {
+				o.accept(f.pid, f.first, f.end, f.hash)
+			}
+			if r.Committed() != o.watermark() {
+				t.Fatalf("seed %d: watermark %d, oracle %d", seed, r.Committed(), o.watermark())
+			}
+			wantH := o.holes()
+			k := r.Holes(hs[:])
+			if k != min(len(wantH), MaxHoles) {
+				t.Fatalf("seed %d: %d holes, oracle %v", seed, k, wantH)
+			}
+			for i := 0; i < k; i++ {
+				if hs[i] != wantH[i] {
+					t.Fatalf("seed %d: hole %d = %v, oracle %v", seed, i, hs[i], wantH[i])
+				}
+			}
+			r.Release(r.Committed())
+		}
+		if r.Done() != (o.watermark() == n) {
+			t.Fatalf("seed %d: done %v, oracle watermark %d of %d", seed, r.Done(), o.watermark(), n)
+		}
+	}
+}
+
+func TestRecvBounds(t *testing.T) {
+	// Interval bound: the frame at the watermark is always admissible;
+	// out-of-order frames leave room for it.
+	r := NewRecvWindow(RecvConfig{VectorLen: 100, Intervals: 3, Bytes: 1000, Elements: 40, MaxFrame: 100})
+	if v := r.Admit(1, 10, 10, 100, 1); v != Accepted {
+		t.Fatalf("out of order: %v", v)
+	}
+	if v := r.Admit(2, 30, 5, 100, 2); v != Accepted {
+		t.Fatalf("second out of order: %v", v)
+	}
+	if v := r.Admit(3, 20, 5, 100, 3); v != NoCredit {
+		t.Fatalf("third out of order must leave room for the watermark frame: %v", v)
+	}
+	if ci, _ := r.Credits(); ci != 1 {
+		t.Fatalf("interval credits %d, want 1", ci)
+	}
+	if v := r.Admit(4, 0, 10, 100, 4); v != Accepted {
+		t.Fatalf("watermark frame: %v", v)
+	}
+	if r.Committed() != 20 {
+		t.Fatalf("committed %d", r.Committed())
+	}
+	// Committed data holds no interval credit: only [30,35) is pending.
+	if ci, _ := r.Credits(); ci != 2 {
+		t.Fatalf("interval credits %d, want 2", ci)
+	}
+	// Nothing released: the element window is based at 0, so [40, 41)
+	// ends past 0+40.
+	if v := r.Admit(8, 40, 1, 100, 8); v != NoCredit {
+		t.Fatalf("unreleased element window: %v", v)
+	}
+	r.Release(20)
+	if v := r.Admit(5, 20, 5, 100, 5); v != Accepted {
+		t.Fatalf("after release: %v", v)
+	}
+	if v := r.Admit(7, 25, 5, 100, 7); v != Accepted {
+		t.Fatalf("fill: %v", v)
+	}
+	if r.Committed() != 35 {
+		t.Fatalf("committed %d", r.Committed())
+	}
+	// Element bound relative to the release point (35): end 76 > 75.
+	r.Release(35)
+	if v := r.Admit(6, 35, 41, 100, 6); v != NoCredit {
+		t.Fatalf("element span: %v", v)
+	}
+	if v := r.Admit(6, 35, 40, 100, 6); v != Accepted {
+		t.Fatalf("element span edge: %v", v)
+	}
+	// Byte bound.
+	r2 := NewRecvWindow(RecvConfig{VectorLen: 100, Intervals: 10, Bytes: 250, MaxFrame: 100})
+	if v := r2.Admit(1, 5, 1, 100, 1); v != Accepted {
+		t.Fatal(v)
+	}
+	if v := r2.Admit(2, 7, 1, 51, 2); v != NoCredit {
+		t.Fatalf("bytes: %v", v)
+	}
+	if v := r2.Admit(3, 0, 1, 150, 3); v != Accepted {
+		t.Fatalf("watermark frame within the reserve: %v", v)
+	}
+	// Outside the vector.
+	if v := r2.Admit(3, 99, 2, 1, 1); v != Invalid {
+		t.Fatalf("range: %v", v)
+	}
+	// LAST alone is not completion.
+	r3 := NewRecvWindow(RecvConfig{VectorLen: 10, Intervals: 4})
+	r3.Admit(1, 5, 5, 1, 1)
+	if r3.Done() {
+		t.Fatal("done with a hole")
+	}
+	r3.Admit(2, 0, 5, 1, 2)
+	if !r3.Done() {
+		t.Fatal("not done")
+	}
+	// A stale duplicate below the watermark and beyond history is ACKed.
+	r4 := NewRecvWindow(RecvConfig{VectorLen: 100, Intervals: 1, History: 1})
+	for i := uint32(0); i < 10; i++ {
+		if v := r4.Admit(i+1, i*10, 10, 1, uint64(i)); v != Accepted {
+			t.Fatal(v)
+		}
+		r4.Release(r4.Committed())
+	}
+	if v := r4.Admit(1, 0, 10, 1, 0); v != Duplicate {
+		t.Fatalf("stale: %v", v)
+	}
+	if v := r4.Admit(10, 90, 10, 1, 7); v != Invalid {
+		t.Fatalf("changed bytes in history: %v", v)
+	}
+}
+
+// link is a lossy, duplicating, reordering channel with delays.
+type link struct {
+	rng  *rand.Rand
+	q    []msg
+	loss float64
+	dup  float64
+}
+
+type msg struct {
+	at   int64
+	data []byte
+}
+
+func (l *link) send(now int64, b []byte) {
+	if l.rng.Float64() < l.loss {
+		return
+	}
+	c := l.rng.IntN(2) + 1
+	if l.rng.Float64() >= l.dup {
+		c = 1
+	}
+	for range c {
+		l.q = append(l.q, msg{now + int64(1e5+l.rng.IntN(3e6)), append([]byte(nil), b...)})
+	}
+}
+
+func (l *link) recv(now int64) (out [][]byte) {
+	k := 0
+	for _, m := range l.q {
+		if m.at <= now {
+			out = append(out, m.data)
+		} else {
+			l.q[k] = m
+			k++
+		}
+	}
+	l.q = l.q[:k]
+	l.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// TestSendRecvLossy runs a sender and a receiver over lossy links in both
+// directions and checks, against the oracle, that every element is applied
+// exactly once and that both ends finish.
+func TestSendRecvLossy(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		n := uint32(2000 + rng.IntN(5000))
+		loss := rng.Float64() * 0.3
+		fwd := &link{rng: rng, loss: loss, dup: 0.2}
+		back := &link{rng: rng, loss: loss, dup: 0.2}
+		sw := NewSendWindow(SendConfig{Name: "test", ReplayDepth: 16, FrameSize: 64, Intervals: 12, Bytes: 12 * 64, Elements: 600, Deadline: -1})
+		rw := NewRecvWindow(RecvConfig{VectorLen: n, Intervals: 12, Bytes: 12 * 64, Elements: 600, MaxFrame: 64})
+		applied := make([]int, n)
+		o := newOracle(n)
+		next := uint32(0)
+		var hs [MaxHoles]Hole
+		now := int64(0)
+		for step := 0; ; step++ {
+			now += 1e6
+			if step > 200000 {
+				t.Fatalf("seed %d: no progress: committed %d/%d", seed, rw.Committed(), n)
+			}
+			// Send new frames while credit allows.
+			for next < n {
+				c := min(uint32(1+rng.IntN(40)), n-next)
+				buf, pid, ok := sw.Reserve(now, next, c, 20)
+				if !ok {
+					break
+				}
+				binary.BigEndian.PutUint32(buf[0:], pid)
+				binary.BigEndian.PutUint32(buf[4:], next)
+				binary.BigEndian.PutUint32(buf[8:], c)
+				binary.BigEndian.PutUint64(buf[12:], uint64(next)*31+uint64(c))
+				fwd.send(now, sw.Commit(now, 20))
+				next += c
+			}
+			for {
+				f, ok := sw.NextRetransmit(now)
+				if !ok {
+					break
+				}
+				fwd.send(now, f)
+			}
+			for _, f := range fwd.recv(now) {
+				pid := binary.BigEndian.Uint32(f[0:])
+				first := binary.BigEndian.Uint32(f[4:])
+				c := binary.BigEndian.Uint32(f[8:])
+				h := Hash(f[12:20])
+				want := o.verdict(pid, first, first+c, h)
+				v := rw.Admit(pid, first, c, len(f), h)
+				switch v {
+				case Accepted:
+					if want != Accepted {
+						t.Fatalf("seed %d: accepted, oracle %v", seed, want)
+					}
+					o.accept(pid, first, first+c, h)
+					for i := first; i < first+c; i++ {
+						applied[i]++
+					}
+				case Duplicate:
+					if want != Duplicate {
+						t.Fatalf("seed %d: duplicate, oracle %v", seed, want)
+					}
+				case NoCredit:
+					if want != Accepted {
+						t.Fatalf("seed %d: no credit, oracle %v", seed, want)
+					}
+				default:
+					t.Fatalf("seed %d: %v for a clean stream", seed, v)
+				}
+				// Release with a lag, as an engine waiting on another
+				// contributor would.
+				rw.Release(rw.Committed() - min(rw.Committed(), uint32(rng.IntN(50))))
+				k := rw.Holes(hs[:])
+				ci, cb := rw.Credits()
+				p := make([]byte, 16+8*k)
+				binary.BigEndian.PutUint32(p[0:], pid)
+				binary.BigEndian.PutUint32(p[4:], rw.Committed())
+				binary.BigEndian.PutUint32(p[8:], uint32(ci))
+				binary.BigEndian.PutUint32(p[12:], cb)
+				for i := 0; i < k; i++ {
+					binary.BigEndian.PutUint32(p[16+8*i:], hs[i].Start)
+					binary.BigEndian.PutUint32(p[20+8*i:], hs[i].End)
+				}
+				back.send(now, p)
+			}
+			if rw.Done() {
+				rw.Release(n)
+			}
+			for _, p := range back.recv(now) {
+				k := (len(p) - 16) / 8
+				var hh [MaxHoles]Hole
+				for i := 0; i < k; i++ {
+					hh[i] = Hole{binary.BigEndian.Uint32(p[16+8*i:]), binary.BigEndian.Uint32(p[20+8*i:])}
+				}
+				sw.OnProgress(now, binary.BigEndian.Uint32(p[0:]), binary.BigEndian.Uint32(p[4:]), hh[:k],
+					int(binary.BigEndian.Uint32(p[8:])), int(binary.BigEndian.Uint32(p[12:])))
+			}
+			if rw.Done() && sw.Idle() && next == n {
+				break
+			}
+		}
+		for i, a := range applied {
+			if a != 1 {
+				t.Fatalf("seed %d: element %d applied %d times", seed, i, a)
+			}
+		}
+	}
+}
+
+func TestSendSilentAndBackoff(t *testing.T) {
+	sw := NewSendWindow(SendConfig{Name: "parent stream 9", ReplayDepth: 4, FrameSize: 64, RTO: 10, MaxRTO: 40, Deadline: 1000})
+	if _, _, ok := sw.Reserve(0, 100, 50, 10); !ok {
+		t.Fatal("reserve")
+	}
+	sw.Commit(0, 10)
+	var times []int64
+	for now := int64(1); now <= 200; now++ {
+		if _, ok := sw.NextRetransmit(now); ok {
+			times = append(times, now)
+		}
+	}
+	want := []int64{10, 30, 70, 110, 150, 190} // 10, +20, +40, then capped at 40
+	if len(times) != len(want) {
+		t.Fatalf("retransmit times %v, want %v", times, want)
+	}
+	for i := range want {
+		if times[i] != want[i] {
+			t.Fatalf("retransmit times %v, want %v", times, want)
+		}
+	}
+	if err := sw.Check(1000); err != nil {
+		t.Fatalf("early: %v", err)
+	}
+	err := sw.Check(1001)
+	var se *SilentError
+	if !errors.As(err, &se) || !errors.Is(err, ErrPeerSilent) || se.From != 100 || se.To != 150 || se.Stream != "parent stream 9" {
+		t.Fatalf("got %v", err)
+	}
+	sw.OnProgress(1001, 1, 150, nil, 4, 1000)
+	if !sw.Idle() || sw.Check(5000) != nil {
+		t.Fatal("not released")
+	}
+}
+
+func TestSendHoleRetransmitAndCredits(t *testing.T) {
+	sw := NewSendWindow(SendConfig{ReplayDepth: 8, FrameSize: 64, Intervals: 3, RTO: 1000, MinRetransmitGap: 10})
+	for i := uint32(0); i < 3; i++ {
+		if _, _, ok := sw.Reserve(0, i*10, 10, 10); !ok {
+			t.Fatalf("reserve %d", i)
+		}
+		sw.Commit(0, 10)
+	}
+	if _, _, ok := sw.Reserve(0, 30, 10, 10); ok {
+		t.Fatal("interval credit not enforced")
+	}
+	// Frame 3 [20,30) arrived: holes [0,20); 2 credits free; frames 1,2 are
+	// behind pid 3? No: pid 3 is the newest, so nothing is in flight after it.
+	sw.OnProgress(20, 3, 0, []Hole{{0, 20}}, 2, 1000)
+	got := 0
+	for {
+		f, ok := sw.NextRetransmit(20)
+		if !ok {
+			break
+		}
+		got++
+		_ = f
+	}
+	if got != 2 {
+		t.Fatalf("hole retransmits %d, want 2", got)
+	}
+	if _, _, ok := sw.Reserve(20, 30, 10, 10); !ok {
+		t.Fatal("credit after progress")
+	}
+	sw.Commit(20, 10)
+	if _, _, ok := sw.Reserve(20, 40, 10, 10); !ok {
+		t.Fatal("second credit")
+	}
+	sw.Commit(20, 10)
+	if _, _, ok := sw.Reserve(20, 50, 10, 10); ok {
+		t.Fatal("credits exhausted by frames in flight")
+	}
+	sw.OnProgress(30, 5, 50, nil, 3, 1000)
+	if !sw.Idle() {
+		t.Fatal("not idle")
+	}
+}
+
+func TestAllocs(t *testing.T) {
+	r := NewRecvWindow(RecvConfig{VectorLen: 1 << 30, Intervals: 64, Bytes: 1 << 20, Elements: 1 << 16})
+	var hs [MaxHoles]Hole
+	pid, at := uint32(1), uint32(0)
+	a := testing.AllocsPerRun(1000, func() {
+		// Out of order pair, then release.
+		r.Admit(pid+1, at+10, 10, 100, 2)
+		r.Admit(pid, at, 10, 100, 1)
+		r.Admit(pid, at, 10, 100, 1)
+		r.Holes(hs[:])
+		r.Release(r.Committed())
+		pid += 2
+		at += 20
+	})
+	if a != 0 {
+		t.Fatalf("recv allocs %v", a)
+	}
+	sw := NewSendWindow(SendConfig{ReplayDepth: 64, FrameSize: 1514})
+	holes := []Hole{{5, 6}}
+	now := int64(0)
+	first := uint32(0)
+	a = testing.AllocsPerRun(1000, func() {
+		now += 1e6
+		buf, pid, ok := sw.Reserve(now, first, 10, 100)
+		if !ok {
+			t.Fatal("reserve")
+		}
+		buf[0] = byte(pid)
+		sw.Commit(now, 100)
+		sw.OnProgress(now, pid, first, holes, 10, 10000)
+		for {
+			if _, ok := sw.NextRetransmit(now + 1e9); !ok {
+				break
+			}
+		}
+		sw.OnProgress(now, pid, first+10, nil, 10, 10000)
+		first += 10
+	})
+	if a != 0 {
+		t.Fatalf("send allocs %v", a)
+	}
+}
+
+func BenchmarkRecvAdmit(b *testing.B) {
+	r := NewRecvWindow(RecvConfig{VectorLen: ^uint32(0), Intervals: 64})
+	b.ReportAllocs()
+	at := uint32(0)
+	for i := 0; b.Loop(); i++ {
+		r.Admit(uint32(i+1), at, 363, 1500, uint64(i))
+		r.Release(r.Committed())
+		at += 363
+		if at > 1<<31 {
+			r = NewRecvWindow(RecvConfig{VectorLen: ^uint32(0), Intervals: 64})
+			at = 0
+		}
+	}
+}
+
+// TestSendOutOfOrderRelease: a relay sends frames in arrival order, not
+// element order; a cumulative ACK must free every covered slot, not only a
+// prefix of Packet IDs.
+func TestSendOutOfOrderRelease(t *testing.T) {
+	sw := NewSendWindow(SendConfig{ReplayDepth: 3, FrameSize: 64})
+	for _, first := range []uint32{20, 10, 0} {
+		buf, pid, ok := sw.Reserve(0, first, 10, 10)
+		if !ok {
+			t.Fatalf("reserve %d", first)
+		}
+		buf[0] = byte(first)
+		sw.Commit(0, 10)
+		_ = pid
+	}
+	if sw.Free() != 0 {
+		t.Fatal("window should be full")
+	}
+	sw.OnProgress(1, 3, 20, nil, 3, 1000) // [0,20) acknowledged: pids 2 and 3
+	if sw.Free() != 2 {
+		t.Fatalf("free %d after ACK of the two newest frames, want 2", sw.Free())
+	}
+	f, ok := sw.Frame(1)
+	if !ok || f[0] != 20 {
+		t.Fatal("the remaining frame lost its bytes")
+	}
+	if from, to := sw.Outstanding(); from != 20 || to != 30 {
+		t.Fatalf("outstanding [%d,%d)", from, to)
+	}
+	// The freed slots are reused without disturbing the kept frame.
+	buf, _, _ := sw.Reserve(1, 30, 10, 10)
+	buf[0] = 30
+	sw.Commit(1, 10)
+	if f, _ := sw.Frame(1); f[0] != 20 {
+		t.Fatal("slot reuse overwrote an unacknowledged frame")
+	}
+}
