@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/metrics"
 )
@@ -18,3 +20,11 @@ var handlerFactory func(c *Config) dataplane.HandlerFactory
 // registerMetrics lets the engine add its collectors to the /metrics
 // registry with s.Register; nil adds nothing.
 var registerMetrics func(s *metrics.Server) error
+
+// controlRoutes lets the engine add read-only introspection routes (GET
+// /v1/ops) to the control socket's mux; nil adds nothing.
+var controlRoutes func(mux *http.ServeMux)
+
+// onReload is told about every accepted reload (e.g. new am_sources); nil
+// does nothing.
+var onReload func(c *Config)

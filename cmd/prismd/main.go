@@ -203,6 +203,9 @@ func (d *daemon) startServers(cfg *Config) error {
 		_ = os.Chmod(cfg.ControlListen, 0o660)
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /v1/status", d.status)
+		if controlRoutes != nil {
+			controlRoutes(mux)
+		}
 		d.ctlLn = ln
 		d.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -275,6 +278,9 @@ func (d *daemon) reload() {
 	keepW, keepM, keepC := d.cfg.Workers, d.cfg.MetricsListen, d.cfg.ControlListen
 	d.cfg = cfg
 	d.cfg.Workers, d.cfg.MetricsListen, d.cfg.ControlListen = keepW, keepM, keepC
+	if onReload != nil {
+		onReload(cfg)
+	}
 	d.log.Info("configuration reloaded", "ports", len(cfg.Ports), "mac_aging", cfg.Aging())
 }
 

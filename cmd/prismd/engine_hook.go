@@ -1,0 +1,44 @@
+package main
+
+import (
+	"net/http"
+
+	"github.com/prismd/prismd/control"
+	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/metrics"
+)
+
+// The collective engine: package control implements dataplane.Handler,
+// handles CONTROL itself and hands DATA, RESULT and PROGRESS to the worker's
+// engine (PRISM contexts) or bitmap shard (BITMAP contexts). One Node per
+// daemon run; workers are created by the dataplane through its factory.
+var node *control.Node
+
+func init() {
+	handlerFactory = func(c *Config) dataplane.HandlerFactory {
+		node = control.NewNode(control.NodeConfig{AMMACs: c.AMSourceMACs()})
+		return node.Factory()
+	}
+	registerMetrics = func(s *metrics.Server) error {
+		if node == nil {
+			return nil
+		}
+		if err := s.Register(node.EngineMetrics()); err != nil {
+			return err
+		}
+		if err := s.Register(node.ControlMetrics()); err != nil {
+			return err
+		}
+		return s.Register(node.BitmapMetrics())
+	}
+	controlRoutes = func(mux *http.ServeMux) {
+		if node != nil {
+			mux.Handle("GET /v1/ops", control.IntrospectionHandler(node))
+		}
+	}
+	onReload = func(c *Config) {
+		if node != nil {
+			node.SetAMMACs(c.AMSourceMACs())
+		}
+	}
+}
