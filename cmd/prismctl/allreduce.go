@@ -1,0 +1,421 @@
+// This file owns 'prismctl allreduce' (and 'prismctl reduce'): one rank of a
+// collective through the host library, with deterministic per-rank data so
+// every rank can verify the result bit for bit against math/big on its own.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prismd/prismd/host"
+)
+
+func init() {
+	register("allreduce", "run one rank of an ALLREDUCE (or REDUCE with --root) through the PRISM switches", runAllReduce)
+}
+
+// rankFlags are the flags every rank command shares; PRISM_* variables give
+// the defaults.
+type rankFlags struct {
+	coordinator, iface, node, nodeIface string
+	rank, size                          int
+	job                                 uint64
+	group                               uint
+	format, acc, output                 string
+	mtu                                 int
+	timeout                             time.Duration
+}
+
+func (f *rankFlags) register(fs *flag.FlagSet) {
+	env, _ := host.ConfigFromEnv()
+	fs.StringVar(&f.coordinator, "coordinator", env.Coordinator, "coordinator URL, e.g. http://10.0.0.1:7000 (PRISM_COORDINATOR)")
+	fs.StringVar(&f.iface, "iface", env.Iface, "interface toward the leaf switch (PRISM_IFACE)")
+	fs.StringVar(&f.node, "node", env.Node, "this host's name in the topology, e.g. h1 (PRISM_NODE)")
+	fs.StringVar(&f.nodeIface, "node-iface", env.NodeIface, "the interface's name in the topology if it differs from --iface")
+	fs.IntVar(&f.rank, "rank", env.Rank, "this rank, 0..size-1 (PRISM_RANK)")
+	fs.IntVar(&f.size, "size", env.Size, "number of ranks (PRISM_SIZE)")
+	fs.Uint64Var(&f.job, "job", max(env.Job, 1), "job ID shared by all ranks (PRISM_JOB)")
+	fs.UintVar(&f.group, "group", uint(env.Group), "communicator within the job (PRISM_GROUP)")
+	fs.StringVar(&f.format, "format", "fp32", "element format: fp32, fp16, bf16 or int8")
+	fs.StringVar(&f.acc, "acc", "kulisch", "accumulator: kulisch (exact) or fp32 (FP32_ARRIVAL, fp32 input only)")
+	fs.StringVar(&f.output, "output", "", "RESULT format (default: the input format)")
+	fs.IntVar(&f.mtu, "mtu", 1500, "PRISM MTU: 576, 1500 or 9000")
+	fs.DurationVar(&f.timeout, "timeout", 0, "operation inactivity timeout (0: the AM's default)")
+}
+
+// check says what is wrong with the flags and how to fix it.
+func (f *rankFlags) check() error {
+	var errs []string
+	if f.coordinator == "" {
+		errs = append(errs, "--coordinator is required (or PRISM_COORDINATOR): the URL 'prismctl am --listen' serves, e.g. http://10.0.0.1:7000")
+	}
+	if f.iface == "" {
+		errs = append(errs, "--iface is required (or PRISM_IFACE): the interface toward the leaf switch, e.g. eth0")
+	}
+	if f.node == "" {
+		errs = append(errs, "--node is required (or PRISM_NODE): this host's name in the AM's topology, e.g. h1")
+	}
+	if f.size < 1 {
+		errs = append(errs, fmt.Sprintf("--size %d: give the number of ranks (>= 1)", f.size))
+	} else if f.rank < 0 || f.rank >= f.size {
+		errs = append(errs, fmt.Sprintf("--rank %d is outside 0..%d (--size %d)", f.rank, f.size-1, f.size))
+	}
+	switch f.format {
+	case "fp32", "fp16", "bf16", "int8":
+	default:
+		errs = append(errs, fmt.Sprintf("--format %q: use fp32, fp16, bf16 or int8", f.format))
+	}
+	switch f.acc {
+	case "kulisch", "fp32":
+	default:
+		errs = append(errs, fmt.Sprintf("--acc %q: use kulisch (exact) or fp32 (FP32_ARRIVAL)", f.acc))
+	}
+	if f.acc == "fp32" && f.format != "fp32" {
+		errs = append(errs, fmt.Sprintf("--acc fp32 needs --format fp32 (FP32_ARRIVAL has no %s input); use --acc kulisch", f.format))
+	}
+	if f.mtu != 576 && f.mtu != 1500 && f.mtu != 9000 {
+		errs = append(errs, fmt.Sprintf("--mtu %d: use 576, 1500 or 9000", f.mtu))
+	}
+	if f.group > math.MaxUint16 {
+		errs = append(errs, fmt.Sprintf("--group %d: at most 65535", f.group))
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+func (f *rankFlags) comm(ctx context.Context) (*host.Comm, error) {
+	return host.NewComm(ctx, host.Config{Rank: f.rank, Size: f.size, Iface: f.iface, Job: f.job, Group: uint16(f.group),
+		Coordinator: f.coordinator, Node: f.node, NodeIface: f.nodeIface})
+}
+
+func (f *rankFlags) options() *host.Options {
+	return &host.Options{Acc: f.acc, Output: f.output, MTU: f.mtu, Timeout: f.timeout}
+}
+
+func flagErr(fs *flag.FlagSet, err error) int {
+	fmt.Fprintf(os.Stderr, "prismctl %s: bad flags:\n  %v\nrun 'prismctl %s -h' for all flags\n", fs.Name(), err, fs.Name())
+	return 2
+}
+
+func runAllReduce(args []string) int {
+	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
+	var rf rankFlags
+	rf.register(fs)
+	count := fs.Int("count", 1000000, "elements per rank")
+	seed := fs.Uint64("seed", 1, "data seed: every rank derives every rank's input from it")
+	verify := fs.Bool("verify", false, "check the result bit for bit against an exact math/big sum rounded once")
+	root := fs.Int("root", -1, "REDUCE to this rank instead of ALLREDUCE")
+	iters := fs.Int("iters", 1, "repeat the collective this many times")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: prismctl allreduce --coordinator URL --rank R --size N --iface IF --node H [--count N] [--format fp32] [--acc kulisch|fp32] [--verify]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return flagErr(fs, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0)))
+	}
+	if err := rf.check(); err != nil {
+		return flagErr(fs, err)
+	}
+	if *count < 1 || *count > math.MaxUint32 {
+		return flagErr(fs, fmt.Errorf("--count %d: use 1..%d", *count, uint32(math.MaxUint32)))
+	}
+	if *root >= rf.size {
+		return flagErr(fs, fmt.Errorf("--root %d is outside 0..%d", *root, rf.size-1))
+	}
+	if *iters < 1 {
+		return flagErr(fs, fmt.Errorf("--iters %d: at least 1", *iters))
+	}
+	if *verify && rf.output != "" && rf.output != rf.format {
+		return flagErr(fs, fmt.Errorf("--verify checks results in the input format; drop --output %s", rf.output))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := rf.comm(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	gen := genSpec{seed: *seed, format: rf.format, size: rf.size, integral: rf.acc == "fp32"}
+	send := gen.vector(rf.rank, *count)
+	recv := gen.alloc(*count)
+	coll := "allreduce"
+	if *root >= 0 {
+		coll = "reduce"
+	}
+	for it := 0; it < *iters; it++ {
+		t0 := time.Now()
+		var q *host.Request
+		if coll == "allreduce" {
+			q = c.AllReduceAsync(ctx, send, recv, rf.options())
+		} else {
+			q = c.ReduceAsync(ctx, send, recv, *root, rf.options())
+		}
+		if err := q.Wait(); err != nil {
+			fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
+			return 1
+		}
+		el := time.Since(t0)
+		s := q.Stats()
+		bytes := float64(*count * gen.width())
+		fmt.Printf("rank %d: %s of %d %s (%s) op %s tree %s: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted\n",
+			rf.rank, coll, *count, rf.format, rf.acc, s.Grant.ID, s.Grant.Tree, el.Round(time.Microsecond),
+			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits)
+	}
+	if *verify && (coll == "allreduce" || rf.rank == *root) {
+		bad, first := gen.verify(recv, *count)
+		if bad > 0 {
+			fmt.Fprintf(os.Stderr, "prismctl allreduce: rank %d: VERIFY FAILED: %d of %d elements differ from the exact sum (first: %s)\n", rf.rank, bad, *count, first)
+			return 1
+		}
+		fmt.Printf("rank %d: verified %d elements bit for bit against math/big\n", rf.rank, *count)
+	}
+	return 0
+}
+
+// genSpec generates every rank's deterministic input and the exact expected
+// result.
+type genSpec struct {
+	seed     uint64
+	format   string
+	size     int
+	integral bool // integers only: exact in any order (FP32_ARRIVAL)
+}
+
+func (g genSpec) width() int {
+	switch g.format {
+	case "int8":
+		return 1
+	case "fp16", "bf16":
+		return 2
+	}
+	return 4
+}
+
+func (g genSpec) rng(rank int) *rand.Rand { return rand.New(rand.NewPCG(g.seed, uint64(rank)+1)) }
+
+// value returns element i of rank r's input as a float64 (exact).
+func (g genSpec) raw(rng *rand.Rand) float64 {
+	switch g.format {
+	case "int8":
+		lim := 127 / g.size
+		return float64(rng.IntN(2*lim+1) - lim)
+	case "fp16":
+		for {
+			b := uint16(rng.Uint32())
+			if b&0x7c00 != 0x7c00 { // finite
+				return float64(f16ToF32(b))
+			}
+		}
+	case "bf16":
+		// Exponents within +-2^60 keep sums far from overflow.
+		e := rng.IntN(120) + 67
+		b := uint16(rng.Uint32()&0x807f) | uint16(e)<<7
+		return float64(math.Float32frombits(uint32(b) << 16))
+	}
+	if g.integral {
+		return float64(rng.IntN(1<<20) - 1<<19)
+	}
+	switch rng.IntN(6) {
+	case 0:
+		return float64(float32(rng.NormFloat64() * 1e-40))
+	case 1:
+		return float64(float32(rng.NormFloat64() * 1e30))
+	}
+	return float64(float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(40)-20)))
+}
+
+func (g genSpec) vector(rank, n int) any {
+	rng := g.rng(rank)
+	switch g.format {
+	case "int8":
+		v := make([]int8, n)
+		for i := range v {
+			v[i] = int8(g.raw(rng))
+		}
+		return v
+	case "fp16":
+		v := make([]host.Float16, n)
+		for i := range v {
+			v[i] = host.Float16(f32ToF16Exact(float32(g.raw(rng))))
+		}
+		return v
+	case "bf16":
+		v := make([]host.BFloat16, n)
+		for i := range v {
+			v[i] = host.BFloat16(math.Float32bits(float32(g.raw(rng))) >> 16)
+		}
+		return v
+	}
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(g.raw(rng))
+	}
+	return v
+}
+
+func (g genSpec) alloc(n int) any {
+	switch g.format {
+	case "int8":
+		return make([]int8, n)
+	case "fp16":
+		return make([]host.Float16, n)
+	case "bf16":
+		return make([]host.BFloat16, n)
+	}
+	return make([]float32, n)
+}
+
+// verify recomputes every rank's input and compares recv with the exact sum
+// rounded once (ties to even) in the input format.
+func (g genSpec) verify(recv any, n int) (bad int, first string) {
+	rngs := make([]*rand.Rand, g.size)
+	for r := range rngs {
+		rngs[r] = g.rng(r)
+	}
+	got := func(i int) uint32 {
+		switch v := recv.(type) {
+		case []int8:
+			return uint32(uint8(v[i]))
+		case []host.Float16:
+			return uint32(v[i])
+		case []host.BFloat16:
+			return uint32(v[i])
+		case []float32:
+			return math.Float32bits(v[i])
+		}
+		return 0
+	}
+	sum := new(big.Float).SetPrec(4096)
+	term := new(big.Float).SetPrec(4096)
+	for i := 0; i < n; i++ {
+		sum.SetInt64(0)
+		allNeg := true
+		for r := range rngs {
+			x := g.raw(rngs[r])
+			if !(x == 0 && math.Signbit(x)) {
+				allNeg = false
+			}
+			sum.Add(sum, term.SetFloat64(x))
+		}
+		want, ok := roundTo(sum, g.format, allNeg)
+		if !ok {
+			want = 0xFFFFFFFF // the exact sum is not representable (INT8): any value is wrong
+		}
+		if got(i) != want {
+			if bad == 0 {
+				first = fmt.Sprintf("element %d: got %#x, want %#x (exact sum %s)", i, got(i), want, sum.Text('g', 20))
+			}
+			bad++
+		}
+	}
+	return bad, first
+}
+
+// formatSpec: precision p (bits incl. the implicit one), minimum normal
+// exponent, maximum finite exponent, exponent bias and field widths.
+type formatSpec struct{ p, emin, emax, ebits int }
+
+var fmtSpecs = map[string]formatSpec{
+	"fp32": {24, -126, 127, 8},
+	"fp16": {11, -14, 15, 5},
+	"bf16": {8, -126, 127, 8},
+}
+
+// roundTo rounds the exact x once, to nearest with ties to even, into the
+// format's bit pattern. Subnormals are kept; overflow gives infinity.
+func roundTo(x *big.Float, format string, negZero bool) (uint32, bool) {
+	if format == "int8" {
+		if !x.IsInt() {
+			return 0, false
+		}
+		v, acc := x.Int64()
+		if acc != big.Exact || v < -128 || v > 127 {
+			return 0, false
+		}
+		return uint32(uint8(int8(v))), true
+	}
+	fs := fmtSpecs[format]
+	sign := uint32(0)
+	if x.Sign() < 0 {
+		sign = 1
+	}
+	if x.Sign() == 0 {
+		if negZero {
+			sign = 1
+		}
+		return sign << (fs.ebits + fs.p - 1), true
+	}
+	a := new(big.Float).SetPrec(4096).Abs(x)
+	e := a.MantExp(nil) // a = m * 2^e, m in [0.5, 1): leading bit weight 2^(e-1)
+	q := max(e-fs.p, fs.emin-fs.p+1)
+	// Scale so the quantum is 1, round to an integer (ties to even).
+	s := new(big.Float).SetPrec(4096).SetMantExp(a, -q)
+	ip, _ := s.Int(nil) // truncation
+	frac := new(big.Float).SetPrec(4096).Sub(s, new(big.Float).SetInt(ip))
+	half := big.NewFloat(0.5)
+	if c := frac.Cmp(half); c > 0 || (c == 0 && ip.Bit(0) == 1) {
+		ip.Add(ip, big.NewInt(1))
+	}
+	// ip * 2^q; renormalize when rounding carried into a new binade.
+	m := ip.Uint64()
+	if m == 0 {
+		return sign << (fs.ebits + fs.p - 1), true
+	}
+	if m >= 1<<fs.p {
+		m >>= 1
+		q++
+	}
+	exp := q + fs.p - 1 // unbiased exponent of the leading bit when normal
+	bias := (1 << (fs.ebits - 1)) - 1
+	var bits uint32
+	if m < 1<<(fs.p-1) { // subnormal
+		bits = uint32(m)
+	} else {
+		if exp > fs.emax {
+			return sign<<(fs.ebits+fs.p-1) | uint32((1<<fs.ebits)-1)<<(fs.p-1), true
+		}
+		bits = uint32(exp+bias)<<(fs.p-1) | uint32(m)&(1<<(fs.p-1)-1)
+	}
+	return sign<<(fs.ebits+fs.p-1) | bits, true
+}
+
+// f16ToF32 widens a binary16 (exact).
+func f16ToF32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	e := int(h>>10) & 0x1f
+	m := uint32(h & 0x3ff)
+	switch {
+	case e == 0:
+		v := float64(m) * math.Ldexp(1, -24)
+		if sign != 0 {
+			v = -v
+		}
+		return float32(v)
+	case e == 31:
+		return math.Float32frombits(sign | 0x7f800000 | m<<13)
+	}
+	return math.Float32frombits(sign | uint32(e-15+127)<<23 | m<<13)
+}
+
+// f32ToF16Exact narrows a float32 that is exactly a binary16 value.
+func f32ToF16Exact(f float32) uint16 {
+	b, _ := roundTo(new(big.Float).SetFloat64(float64(f)), "fp16", math.Signbit(float64(f)))
+	return uint16(b)
+}

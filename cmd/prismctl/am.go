@@ -1,0 +1,105 @@
+// This file owns 'prismctl am': the Aggregation Manager and Host Coordinator
+// daemon (package control/am) serving the runtime channel over HTTP and
+// sending CONTROL from one host interface.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/deploy"
+)
+
+func init() {
+	register("am", "run the Aggregation Manager / Host Coordinator (HTTP runtime channel + CONTROL)", runAM)
+}
+
+func runAM(args []string) int {
+	fs := flag.NewFlagSet("am", flag.ContinueOnError)
+	topo := fs.String("topology", "", "topology file or shipped topology name (single, spine-leaf, fat-tree, ...) (required)")
+	listen := fs.String("listen", ":7000", "TCP address of the runtime channel (HTTP/JSON)")
+	iface := fs.String("iface", "", "interface CONTROL frames are sent from, e.g. eth0 (required)")
+	timeoutMS := fs.Uint("timeout-ms", 5000, "default contributor inactivity timeout of operations, in milliseconds")
+	ctlTimeout := fs.Duration("control-timeout", 2*time.Second, "bound on one CONTROL transaction (retransmissions included)")
+	rto := fs.Duration("rto", 20*time.Millisecond, "first CONTROL retransmission timeout")
+	barrier := fs.Duration("barrier-timeout", 2*time.Minute, "how long ranks of one invocation wait for each other")
+	quiet := fs.Bool("quiet", false, "do not log setup events")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: prismctl am --topology FILE --iface IF [--listen :7000]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return amFlagErr(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	if *topo == "" {
+		return amFlagErr(fs, "--topology is required: a topology file, or one of %v", deploy.EmbeddedNames())
+	}
+	if *iface == "" {
+		return amFlagErr(fs, "--iface is required: the interface of this host that reaches the switches (e.g. eth0)")
+	}
+	if *timeoutMS < 1 || *timeoutMS > 600000 {
+		return amFlagErr(fs, "--timeout-ms %d: use 1..600000", *timeoutMS)
+	}
+	t, err := deploy.Load(*topo)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl am: %v\n", err)
+		return 1
+	}
+	conn, err := am.OpenConn(*iface)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl am: %v\n", err)
+		return 1
+	}
+	cfg := am.Config{Topology: t, Conn: conn, RTO: *rto, CtlTimeout: *ctlTimeout, BarrierTimeout: *barrier,
+		DefaultTimeoutMS: uint32(*timeoutMS)}
+	if *quiet {
+		cfg.Logf = func(string, ...any) {}
+	}
+	m, err := am.New(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl am: %v\n", err)
+		return 1
+	}
+	defer m.Close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl am: listen on %s: %v (is another AM running there? pick another --listen)\n", *listen, err)
+		return 1
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Printf("prismctl am: topology %s, CONTROL on %s (%s), runtime channel on http://%s", t.Name, *iface, conn.MAC(), ln.Addr())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintf(os.Stderr, "prismctl am: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// usageErr prints what is wrong with the flags and how to see them all.
+func amFlagErr(fs *flag.FlagSet, format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "prismctl %s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(os.Stderr, "run 'prismctl %s -h' for all flags\n", fs.Name())
+	return 2
+}

@@ -1,0 +1,180 @@
+// This file owns 'prismctl bench': an nccl-tests style sweep of ALLREDUCE
+// (or REDUCE) sizes through the host library, one process per rank, rank 0
+// printing the table.
+
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prismd/prismd/host"
+)
+
+func init() {
+	register("bench", "sweep collective sizes like nccl-tests (-b begin -e end -f factor) and print time and bandwidth", runBench)
+}
+
+// parseSize reads "8", "64K", "1M", "1G" (powers of 1024) as bytes.
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	u := strings.ToUpper(strings.TrimSpace(s))
+	switch {
+	case strings.HasSuffix(u, "K"):
+		mult, u = 1<<10, strings.TrimSuffix(u, "K")
+	case strings.HasSuffix(u, "M"):
+		mult, u = 1<<20, strings.TrimSuffix(u, "M")
+	case strings.HasSuffix(u, "G"):
+		mult, u = 1<<30, strings.TrimSuffix(u, "G")
+	}
+	v, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("size %q: want a positive number of bytes with an optional K, M or G suffix (e.g. 8, 64K, 128M)", s)
+	}
+	return v * mult, nil
+}
+
+func humanBytes(b int64) string {
+	switch {
+	case b >= 1<<30 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dG", b>>30)
+	case b >= 1<<20 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dM", b>>20)
+	case b >= 1<<10 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dK", b>>10)
+	}
+	return strconv.FormatInt(b, 10)
+}
+
+func runBench(args []string) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var rf rankFlags
+	rf.register(fs)
+	begin := fs.String("b", "8", "smallest message size in bytes (K, M, G suffixes)")
+	end := fs.String("e", "32M", "largest message size in bytes")
+	factor := fs.Int("f", 2, "multiply the size by this factor at each step")
+	iters := fs.Int("n", 5, "timed iterations per size")
+	warmup := fs.Int("w", 1, "untimed warm-up iterations per size")
+	root := fs.Int("root", -1, "bench REDUCE to this rank instead of ALLREDUCE")
+	check := fs.Bool("check", false, "verify every result bit for bit against math/big (slow for large sizes)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: prismctl bench --coordinator URL --rank R --size N --iface IF --node H [-b 8] [-e 32M] [-f 2] [-n 5]")
+		fmt.Fprintln(fs.Output(), "Run one process per rank with the same flags (except --rank/--node/--iface); rank 0 prints the table.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return flagErr(fs, fmt.Errorf("unexpected argument %q (flags start with -)", fs.Arg(0)))
+	}
+	if err := rf.check(); err != nil {
+		return flagErr(fs, err)
+	}
+	lo, err := parseSize(*begin)
+	if err != nil {
+		return flagErr(fs, fmt.Errorf("-b: %v", err))
+	}
+	hi, err := parseSize(*end)
+	if err != nil {
+		return flagErr(fs, fmt.Errorf("-e: %v", err))
+	}
+	switch {
+	case hi < lo:
+		return flagErr(fs, fmt.Errorf("-e %s is smaller than -b %s", *end, *begin))
+	case *factor < 2:
+		return flagErr(fs, fmt.Errorf("-f %d: the factor must be at least 2", *factor))
+	case *iters < 1 || *warmup < 0:
+		return flagErr(fs, fmt.Errorf("-n must be >= 1 and -w >= 0"))
+	case *root >= rf.size:
+		return flagErr(fs, fmt.Errorf("--root %d is outside 0..%d", *root, rf.size-1))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := rf.comm(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl bench: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	gen := genSpec{seed: 1, format: rf.format, size: rf.size, integral: rf.acc == "fp32"}
+	w := int64(gen.width())
+	coll := "allreduce"
+	if *root >= 0 {
+		coll = "reduce"
+	}
+	n := float64(rf.size)
+	// nccl-tests' bus bandwidth factor: ALLREDUCE moves 2(n-1)/n of the
+	// data over the busiest link of a ring; REDUCE 1. With in-network
+	// aggregation each rank link carries the vector once up (DATA) and,
+	// for ALLREDUCE, once down (RESULT): "link MB" reports that, headers
+	// included, so the two models can be compared.
+	busFactor := 2 * (n - 1) / n
+	if coll == "reduce" {
+		busFactor = 1
+	}
+	if rf.rank == 0 {
+		fmt.Printf("# prismctl bench: %s, %d ranks, %s input, %s accumulator, MTU %d\n", coll, rf.size, rf.format, rf.acc, rf.mtu)
+		fmt.Printf("# %12s %12s %6s %12s %11s %11s %10s %8s %8s %s\n", "size(B)", "count", "type", "time(us)", "algbw(MB/s)", "busbw(MB/s)", "link(MB)", "setup(us)", "retrans", "check")
+	}
+	for size := lo; size <= hi; size *= int64(*factor) {
+		count := int(size / w)
+		if count < 1 {
+			count = 1
+		}
+		send := gen.vector(rf.rank, count)
+		recv := gen.alloc(count)
+		var total, setup time.Duration
+		var retrans, frames uint64
+		for it := 0; it < *warmup+*iters; it++ {
+			t0 := time.Now()
+			var q *host.Request
+			if coll == "allreduce" {
+				q = c.AllReduceAsync(ctx, send, recv, rf.options())
+			} else {
+				q = c.ReduceAsync(ctx, send, recv, *root, rf.options())
+			}
+			if err := q.Wait(); err != nil {
+				fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
+				return 1
+			}
+			if it >= *warmup {
+				total += time.Since(t0)
+				s := q.Stats()
+				setup += s.Setup
+				retrans += s.Retransmits
+				frames += s.Frames
+			}
+		}
+		ok := "-"
+		if *check && (coll == "allreduce" || rf.rank == *root) {
+			if bad, first := gen.verify(recv, count); bad > 0 {
+				fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %d elements wrong (%s)\n", humanBytes(size), bad, first)
+				return 1
+			}
+			ok = "exact"
+		}
+		if rf.rank != 0 {
+			continue
+		}
+		avg := total / time.Duration(*iters)
+		bytes := float64(count) * float64(w)
+		alg := bytes / avg.Seconds() / 1e6
+		// Frames carry 14+2+40+4 header bytes plus padding; RESULT mirrors DATA.
+		perFrame := float64(frames) / float64(*iters)
+		link := (bytes + perFrame*60) / 1e6
+		if coll == "allreduce" {
+			link *= 2
+		}
+		fmt.Printf("  %12d %12d %6s %12.1f %11.3f %11.3f %10.3f %8.0f %8d %s\n", count*int(w), count, rf.format,
+			float64(avg.Microseconds()), alg, alg*busFactor, link, float64((setup / time.Duration(*iters)).Microseconds()), retrans, ok)
+	}
+	return 0
+}

@@ -1,0 +1,266 @@
+// This file owns the JSON of the runtime channel between ranks and the
+// coordinator (docs/protocol.md "Runtime channel"). Every field is documented
+// there; change both together.
+
+package am
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/prismd/prismd/parser"
+)
+
+// APIVersion is the path prefix of every runtime-channel endpoint.
+const APIVersion = "/v1"
+
+// BeginRequest is POST /v1/begin: one rank arriving at the host-side barrier
+// of one collective invocation.
+//
+// The invocation is identified by (Job, Group, Seq): every rank of a
+// communicator numbers its collectives 0, 1, 2, ... in call order (MPI
+// semantics), so ranks meet without agreeing on anything else first.
+// Repeated arrivals of the same rank for the same invocation are idempotent.
+type BeginRequest struct {
+	Job   uint64 `json:"job"`
+	Group uint16 `json:"group"`
+	Seq   uint64 `json:"seq"`
+	// OpID optionally pins the Operation ID; nil lets the AM pick one.
+	OpID *uint16 `json:"op_id,omitempty"`
+
+	Rank int `json:"rank"`
+	Size int `json:"size"`
+
+	Collective string `json:"collective"` // "reduce" | "allreduce"
+	RootRank   int    `json:"root_rank"`  // REDUCE destination rank
+
+	InputFormat   string `json:"input_format"`             // int8 | fp16 | bf16 | fp32
+	AccPolicy     string `json:"acc_policy"`               // kulisch | fp32 (KULISCH_FIXED | FP32_ARRIVAL)
+	PartialPolicy string `json:"partial_policy,omitempty"` // int8..kulisch | auto; "" = auto
+	OutputFormat  string `json:"output_format,omitempty"`  // "" = input format
+	KulischWidth  int    `json:"kulisch_width,omitempty"`  // bits; 0 = sufficient for Size terms
+	VectorLen     uint32 `json:"vector_len"`
+	MTU           int    `json:"mtu,omitempty"`        // 0 = 1500
+	TimeoutMS     uint32 `json:"timeout_ms,omitempty"` // 0 = AM default
+
+	// Node is the rank's host in the topology; Iface its interface there
+	// ("" = the host's only link). MAC is the interface's actual address
+	// ("" = the topology's deterministic MAC).
+	Node  string `json:"node"`
+	Iface string `json:"iface,omitempty"`
+	MAC   string `json:"mac,omitempty"`
+}
+
+// OpIdentity is the PRISM operation identity (docs/protocol.md section 3).
+type OpIdentity struct {
+	Job      uint64 `json:"job"`
+	Group    uint16 `json:"group"`
+	GroupGen uint16 `json:"group_gen"`
+	OpID     uint16 `json:"op_id"`
+	OpGen    uint32 `json:"op_gen"`
+}
+
+// Key is the identity as used in /v1/ops/{id}: "job-group-groupgen-opid-opgen".
+func (o OpIdentity) Key() string {
+	return fmt.Sprintf("%d-%d-%d-%d-%d", o.Job, o.Group, o.GroupGen, o.OpID, o.OpGen)
+}
+
+// ParseOpKey is the inverse of Key.
+func ParseOpKey(s string) (OpIdentity, error) {
+	p := strings.Split(s, "-")
+	if len(p) != 5 {
+		return OpIdentity{}, fmt.Errorf("operation id %q: want job-group-groupgen-opid-opgen", s)
+	}
+	var v [5]uint64
+	bits := [5]int{64, 16, 16, 16, 32}
+	for i := range p {
+		n, err := strconv.ParseUint(p[i], 10, bits[i])
+		if err != nil {
+			return OpIdentity{}, fmt.Errorf("operation id %q: %w", s, err)
+		}
+		v[i] = n
+	}
+	return OpIdentity{Job: v[0], Group: uint16(v[1]), GroupGen: uint16(v[2]), OpID: uint16(v[3]), OpGen: uint32(v[4])}, nil
+}
+
+// StreamBinding is one direct stream between the rank and its leaf.
+type StreamBinding struct {
+	StreamID    uint16 `json:"stream_id"`
+	SrcEndpoint uint16 `json:"src_endpoint"`
+	DstEndpoint uint16 `json:"dst_endpoint"`
+}
+
+// Window is the receive window of every stream of the operation.
+type Window struct {
+	Intervals   uint16 `json:"intervals"`
+	ReplayDepth uint16 `json:"replay_depth"`
+	Bytes       uint32 `json:"bytes"`
+	Elements    uint32 `json:"elements"`
+}
+
+// Grant is START_GRANT: the answer to BeginRequest once every node of the tree
+// is ACTIVE.
+type Grant struct {
+	ID   string     `json:"id"` // OpIdentity.Key
+	Op   OpIdentity `json:"op"`
+	Rank int        `json:"rank"`
+	Size int        `json:"size"`
+
+	Collective    string `json:"collective"`
+	RootRank      int    `json:"root_rank"`
+	InputFormat   string `json:"input_format"`
+	AccPolicy     string `json:"acc_policy"`
+	PartialPolicy string `json:"partial_policy"`
+	OutputFormat  string `json:"output_format"`
+	KulischWidth  int    `json:"kulisch_width"`
+	VectorLen     uint32 `json:"vector_len"`
+	MTU           int    `json:"mtu"`
+	TimeoutMS     uint32 `json:"timeout_ms"`
+
+	// Data is the rank's DATA stream to its leaf (Src = rank endpoint).
+	Data StreamBinding `json:"data"`
+	// Result is the RESULT stream from the leaf to this rank (Src = leaf
+	// endpoint, Dst = rank endpoint); nil for a REDUCE non-destination rank.
+	Result *StreamBinding `json:"result,omitempty"`
+
+	RankMAC  string `json:"rank_mac"`  // source MAC the leaf accepts DATA from
+	Leaf     string `json:"leaf"`      // leaf switch name
+	LeafMAC  string `json:"leaf_mac"`  // destination MAC of DATA
+	LeafPort int    `json:"leaf_port"` // the leaf's port toward the rank
+	Tree     string `json:"tree"`      // "SINGLE" or "TREE"
+	Window   Window `json:"window"`
+}
+
+// DoneRequest is POST /v1/ops/{id}/done: a rank finished its part.
+type DoneRequest struct {
+	Rank  int    `json:"rank"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// Wait asks the AM to answer only once the operation is final (released,
+	// failed or aborted), so a failing rank receives the AM's diagnosis.
+	Wait bool `json:"wait,omitempty"`
+}
+
+// NodeStatus is one tree node as the AM last saw it.
+type NodeStatus struct {
+	Name              string `json:"name"`
+	Role              string `json:"role"` // SINGLE | LEAF | INTERNAL | ROOT
+	MAC               string `json:"mac"`
+	Parent            string `json:"parent,omitempty"`
+	State             string `json:"state"` // NONE STAGED ACTIVE COMPLETE FAILED RELEASED ABORTED UNREACHABLE
+	CompletedElements uint32 `json:"completed_elements"`
+	MissingStream     *int   `json:"missing_stream,omitempty"`
+	MissingFrom       uint32 `json:"missing_from,omitempty"`
+	// MissingFromWhom names the contributor behind MissingStream ("rank 2
+	// (h3)", "subtree leaf1").
+	MissingFromWhom string `json:"missing_from_whom,omitempty"`
+	LastError       string `json:"last_error,omitempty"`
+}
+
+// OpStatus is GET /v1/ops/{id} and an element of GET /v1/ops.
+type OpStatus struct {
+	ID         string       `json:"id"`
+	Op         OpIdentity   `json:"op"`
+	Seq        uint64       `json:"seq"`
+	Collective string       `json:"collective"`
+	Size       int          `json:"size"`
+	State      string       `json:"state"` // setup | active | completing | released | failed
+	Tree       string       `json:"tree"`
+	Root       string       `json:"root"`
+	Forwarders []string     `json:"forwarders,omitempty"`
+	Nodes      []NodeStatus `json:"nodes"`
+	RanksDone  []int        `json:"ranks_done"`
+	Error      *APIError    `json:"error,omitempty"`
+}
+
+// OpList is GET /v1/ops.
+type OpList struct {
+	Ops []OpStatus `json:"ops"`
+}
+
+// APIError is every non-2xx body: {"error": {...}}.
+type APIError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Node names the switch that failed, Rank the rank that did (or -1).
+	Node string `json:"node,omitempty"`
+	Rank *int   `json:"rank,omitempty"`
+	// RollbackIncomplete lists nodes that never acknowledged ABORT/RELEASE.
+	RollbackIncomplete []string `json:"rollback_incomplete,omitempty"`
+
+	stale bool // a node answered STALE_GENERATION (setup retries once)
+}
+
+func (e *APIError) Error() string {
+	s := "am: " + e.Code + ": " + e.Message
+	if len(e.RollbackIncomplete) > 0 {
+		s += " (rollback incomplete on " + strings.Join(e.RollbackIncomplete, ", ") + ")"
+	}
+	return s
+}
+
+// errorBody wraps APIError on the wire.
+type errorBody struct {
+	Error *APIError `json:"error"`
+}
+
+// Error codes of APIError.Code.
+const (
+	CodeBadRequest         = "bad_request"         // malformed or invalid request (HTTP 400)
+	CodeMismatch           = "mismatch"            // ranks of one invocation disagree (409)
+	CodeBarrierTimeout     = "barrier_timeout"     // not every rank arrived in time (504)
+	CodeTopology           = "topology"            // a node/rank cannot be placed (422)
+	CodeUnsupported        = "unsupported"         // no CAPS record covers the tuple (422)
+	CodeSetupFailed        = "setup_failed"        // a node refused or never answered (502)
+	CodeRollbackIncomplete = "rollback_incomplete" // setup failed and ABORT was not acknowledged (502)
+	CodeOperationFailed    = "operation_failed"    // the operation failed after the grant (502)
+	CodeNotFound           = "not_found"           // unknown operation (404)
+)
+
+// Format names on the runtime channel, lower case.
+var formatByName = map[string]parser.Format{
+	"int8": parser.FormatINT8, "fp16": parser.FormatFP16, "bf16": parser.FormatBF16,
+	"fp32": parser.FormatFP32, "kulisch": parser.FormatKulisch, "auto": parser.FormatAuto,
+}
+
+// ParseFormat maps a runtime-channel format name to its code.
+func ParseFormat(s string) (parser.Format, error) {
+	if f, ok := formatByName[strings.ToLower(s)]; ok {
+		return f, nil
+	}
+	return 0, fmt.Errorf("unknown format %q (want int8, fp16, bf16, fp32, kulisch or auto)", s)
+}
+
+// FormatName is the inverse of ParseFormat.
+func FormatName(f parser.Format) string { return strings.ToLower(f.String()) }
+
+// ParseAcc maps "kulisch"/"KULISCH_FIXED" and "fp32"/"FP32_ARRIVAL".
+func ParseAcc(s string) (parser.AccPolicy, error) {
+	switch strings.ToLower(s) {
+	case "kulisch", "kulisch_fixed":
+		return parser.AccKulischFixed, nil
+	case "fp32", "fp32_arrival":
+		return parser.AccFP32Arrival, nil
+	}
+	return 0, fmt.Errorf("unknown accumulator policy %q (want kulisch or fp32)", s)
+}
+
+// AccName is the runtime-channel name of an accumulator policy.
+func AccName(a parser.AccPolicy) string {
+	if a == parser.AccKulischFixed {
+		return "kulisch"
+	}
+	return "fp32"
+}
+
+// ParseCollective maps "reduce"/"allreduce".
+func ParseCollective(s string) (parser.Collective, error) {
+	switch strings.ToLower(s) {
+	case "reduce":
+		return parser.CollReduce, nil
+	case "allreduce":
+		return parser.CollAllReduce, nil
+	}
+	return 0, fmt.Errorf("unknown collective %q (want reduce or allreduce)", s)
+}

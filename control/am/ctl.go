@@ -1,0 +1,282 @@
+// This file owns CONTROL reliability on the AM side: one transaction is one
+// request frame retransmitted with the same Transaction ID and identical
+// bytes until its ACK (or CAPS_RESPONSE) arrives or a bounded time passes.
+
+package am
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mdlayher/packet"
+	"github.com/prismd/prismd/parser"
+)
+
+// Conn moves whole Ethernet frames for the AM. ReadFrame blocks; after
+// Close it returns net.ErrClosed.
+type Conn interface {
+	ReadFrame(b []byte) (int, error)
+	WriteFrame(b []byte) error
+	MAC() net.HardwareAddr
+	Close() error
+}
+
+// ErrNoAck is wrapped when a node never answered a CONTROL request.
+var ErrNoAck = errors.New("no acknowledgement")
+
+// NodeError is a CONTROL exchange that failed at one node: it never
+// answered, or it answered with a non-OK status.
+type NodeError struct {
+	Node   string
+	Cmd    parser.Command
+	Status parser.Status // meaningful when Err is nil
+	Detail uint16
+	State  parser.OpState
+	Err    error // ErrNoAck, or a transport error
+}
+
+func (e *NodeError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("node %s: %v: %v", e.Node, e.Cmd, e.Err)
+	}
+	s := fmt.Sprintf("node %s refused %v: %v (state %v", e.Node, e.Cmd, e.Status, e.State)
+	if e.Detail != parser.NoDetail {
+		s += fmt.Sprintf(", offending body offset %d", e.Detail)
+	}
+	return s + ")"
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// ctlClient sends CONTROL transactions over a Conn and matches answers by
+// Transaction ID.
+type ctlClient struct {
+	conn    Conn
+	rto     time.Duration // first retransmission timeout; doubles up to 8x
+	timeout time.Duration // bound on one transaction
+
+	mu      sync.Mutex
+	nextTxn uint32
+	pending map[uint32]chan ctlFrame
+
+	sent, retrans, received uint64 // guarded by mu
+}
+
+func newCtlClient(conn Conn, rto, timeout time.Duration) *ctlClient {
+	var seed [4]byte
+	_, _ = rand.Read(seed[:])
+	c := &ctlClient{conn: conn, rto: rto, timeout: timeout, pending: map[uint32]chan ctlFrame{},
+		// A random start keeps a restarted AM from reusing Transaction IDs a
+		// node still remembers (it would answer with the recorded ACK).
+		nextTxn: binary.BigEndian.Uint32(seed[:]) | 1}
+	go c.readLoop()
+	return c
+}
+
+func (c *ctlClient) readLoop() {
+	buf := make([]byte, 65536)
+	for {
+		n, err := c.conn.ReadFrame(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		f, err := decodeControl(buf[:n])
+		if err != nil || (f.Cmd != parser.CmdAck && f.Cmd != parser.CmdCapsResponse) {
+			continue
+		}
+		if !macEq(f.Dst, c.conn.MAC()) {
+			continue
+		}
+		// Copy: buf is reused.
+		f.Body = append([]byte(nil), f.Body...)
+		f.Src = append(net.HardwareAddr(nil), f.Src...)
+		c.mu.Lock()
+		ch := c.pending[f.Txn]
+		c.received++
+		c.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- f:
+			default:
+			}
+		}
+	}
+}
+
+func macEq(a, b net.HardwareAddr) bool {
+	return len(a) == 6 && len(b) == 6 && string(a) == string(b)
+}
+
+// do runs one transaction with node (MAC dst) and returns the answer frame.
+// It does not interpret the status.
+func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h ctlHeader, body []byte) (ctlFrame, error) {
+	ch := make(chan ctlFrame, 4)
+	c.mu.Lock()
+	h.Txn = c.nextTxn
+	c.nextTxn++
+	if c.nextTxn == 0 {
+		c.nextTxn = 1
+	}
+	c.pending[h.Txn] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, h.Txn)
+		c.mu.Unlock()
+	}()
+	frame := encodeControl(dst, c.conn.MAC(), h, body)
+	deadline := time.Now().Add(c.timeout)
+	rto := c.rto
+	for attempt := 0; ; attempt++ {
+		if err := c.conn.WriteFrame(frame); err != nil {
+			return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd, Err: fmt.Errorf("send: %w", err)}
+		}
+		c.mu.Lock()
+		c.sent++
+		if attempt > 0 {
+			c.retrans++
+		}
+		c.mu.Unlock()
+		wait := rto
+		if rem := time.Until(deadline); rem < wait {
+			wait = rem
+		}
+		t := time.NewTimer(wait)
+	waitLoop:
+		for {
+			select {
+			case f := <-ch:
+				// Match by Transaction ID and operation only: a node answers
+				// from the MAC of the port the request arrived on, which is
+				// not its node MAC.
+				if f.Op != h.Op {
+					continue
+				}
+				if h.Cmd == parser.CmdCapsQuery && f.Cmd != parser.CmdCapsResponse && f.Cmd != parser.CmdAck {
+					continue
+				}
+				t.Stop()
+				return f, nil
+			case <-ctx.Done():
+				t.Stop()
+				return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd, Err: ctx.Err()}
+			case <-t.C:
+				break waitLoop
+			}
+		}
+		if !time.Now().Before(deadline) {
+			return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd,
+				Err: fmt.Errorf("%w after %d transmissions in %v (Transaction ID %#x)", ErrNoAck, attempt+1, c.timeout, h.Txn)}
+		}
+		if rto < 8*c.rto {
+			rto *= 2
+		}
+	}
+}
+
+// command runs a command whose answer is an ACK and checks its status.
+func (c *ctlClient) command(ctx context.Context, node string, dst net.HardwareAddr, op OpIdentity, cmd parser.Command, body []byte) (ackBody, error) {
+	f, err := c.do(ctx, node, dst, ctlHeader{Op: op, Cmd: cmd}, body)
+	if err != nil {
+		return ackBody{}, err
+	}
+	if f.Cmd != parser.CmdAck {
+		return ackBody{}, &NodeError{Node: node, Cmd: cmd, Err: fmt.Errorf("answered with %v instead of ACK", f.Cmd)}
+	}
+	a, err := decodeAck(f.Body)
+	if err != nil {
+		return ackBody{}, &NodeError{Node: node, Cmd: cmd, Err: err}
+	}
+	if f.Status != parser.StatusOK {
+		return a, &NodeError{Node: node, Cmd: cmd, Status: f.Status, Detail: a.Detail, State: a.State}
+	}
+	return a, nil
+}
+
+// caps reads every CAPS_RESPONSE page of a node.
+func (c *ctlClient) caps(ctx context.Context, node string, dst net.HardwareAddr) ([]capsPage, error) {
+	var pages []capsPage
+	for page := 0; ; page++ {
+		body := make([]byte, parser.CapsQueryLen)
+		body[0] = byte(page)
+		f, err := c.do(ctx, node, dst, ctlHeader{Cmd: parser.CmdCapsQuery}, body)
+		if err != nil {
+			return nil, err
+		}
+		if f.Cmd != parser.CmdCapsResponse || f.Status != parser.StatusOK {
+			a, _ := decodeAck(f.Body)
+			return nil, &NodeError{Node: node, Cmd: parser.CmdCapsQuery, Status: f.Status, Detail: a.Detail, State: a.State}
+		}
+		p, err := decodeCaps(f.Body)
+		if err != nil {
+			return nil, &NodeError{Node: node, Cmd: parser.CmdCapsQuery, Err: err}
+		}
+		pages = append(pages, p)
+		if int(f.FragIdx)+1 >= int(f.FragCnt) || page >= 255 {
+			return pages, nil
+		}
+	}
+}
+
+// PacketConn is the production Conn: an AF_PACKET socket on one interface,
+// receiving only EtherType 0x88B5.
+type PacketConn struct {
+	c      *packet.Conn
+	ifi    *net.Interface
+	closed atomic.Bool
+}
+
+// OpenConn opens the AM's CONTROL socket on interface name.
+func OpenConn(name string) (*PacketConn, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("am: interface %q: %w", name, err)
+	}
+	if ifi.Flags&net.FlagUp == 0 {
+		return nil, fmt.Errorf("am: interface %q is down; bring it up with 'ip link set %s up'", name, name)
+	}
+	c, err := packet.Listen(ifi, packet.Raw, parser.EtherType, nil)
+	if err != nil {
+		return nil, fmt.Errorf("am: open AF_PACKET socket on %q (needs CAP_NET_RAW): %w", name, err)
+	}
+	return &PacketConn{c: c, ifi: ifi}, nil
+}
+
+// ReadFrame implements Conn. After Close it returns net.ErrClosed (the
+// socket package reports os.ErrClosed; Conn promises the net one).
+func (p *PacketConn) ReadFrame(b []byte) (int, error) {
+	n, _, err := p.c.ReadFrom(b)
+	// A read racing Close can also see EBADF.
+	if err != nil && (p.closed.Load() || errors.Is(err, os.ErrClosed) || errors.Is(err, syscall.EBADF)) {
+		err = fmt.Errorf("%w: %v", net.ErrClosed, err)
+	}
+	return n, err
+}
+
+// WriteFrame implements Conn.
+func (p *PacketConn) WriteFrame(b []byte) error {
+	_, err := p.c.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(b[0:6])})
+	return err
+}
+
+// MAC implements Conn.
+func (p *PacketConn) MAC() net.HardwareAddr { return p.ifi.HardwareAddr }
+
+// Close implements Conn.
+func (p *PacketConn) Close() error {
+	p.closed.Store(true)
+	return p.c.Close()
+}

@@ -1,0 +1,25 @@
+// Package am is the Aggregation Manager (AM) and the Host Coordinator of prismd.
+//
+// It owns:
+//   - the runtime channel (HTTP/JSON over TCP, docs/protocol.md "Runtime
+//     channel"): the JSON types in api.go, the server in http.go and the
+//     client the rank library uses (client.go);
+//   - the coordinator barrier: ranks of one invocation arrive with
+//     POST /v1/begin, the AM waits for all of them, sets the tree up and only
+//     then answers every rank with a START_GRANT (manager.go);
+//   - tree selection (tree.go): leaves, root, merge points and the logical
+//     edges resolved into ports and MACs across plain forwarding hops;
+//   - the AM side of in-band setup (setup.go): CAPS_QUERY (paged) and whole
+//     tuple matching, STAGE, COMMIT, COMPLETE, RELEASE and the ABORT rollback,
+//     with CONTROL reliability (ctl.go: retransmission with the same
+//     Transaction ID and identical bytes until the ACK or a bounded timeout);
+//   - Operation ID and generation allocation (a reused Operation ID always gets
+//     a strictly newer generation).
+//
+// It must not touch: the switch-side handling of CONTROL (package control),
+// operation state inside a node (package engine), DATA/RESULT arithmetic
+// (package kulisch) or the rank's data path (package host). It reads
+// topologies through package deploy and sends CONTROL frames through a Conn,
+// which is an AF_PACKET socket in production (OpenConn) and an in-process pipe
+// in tests.
+package am

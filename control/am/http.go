@@ -1,0 +1,102 @@
+// This file owns the HTTP side of the runtime channel: routing, JSON
+// decoding with unknown fields refused, and the mapping of error codes to
+// HTTP statuses.
+
+package am
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+)
+
+// Handler returns the runtime-channel HTTP handler.
+func (m *Manager) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+APIVersion+"/begin", func(w http.ResponseWriter, r *http.Request) {
+		var req BeginRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		g, err := m.Begin(r.Context(), req)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, g)
+	})
+	mux.HandleFunc("GET "+APIVersion+"/ops", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, m.Ops())
+	})
+	mux.HandleFunc("GET "+APIVersion+"/ops/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s, err := m.Op(r.PathValue("id"))
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, s)
+	})
+	mux.HandleFunc("POST "+APIVersion+"/ops/{id}/done", func(w http.ResponseWriter, r *http.Request) {
+		var req DoneRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		s, err := m.Done(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, s)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, &APIError{Code: CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such endpoint (see docs/protocol.md, Runtime channel)"})
+	})
+	return mux
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeErr(w, badReq("request body: %v", err))
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// HTTPStatus maps an APIError code to its HTTP status.
+func HTTPStatus(code string) int {
+	switch code {
+	case CodeBadRequest:
+		return http.StatusBadRequest
+	case CodeMismatch:
+		return http.StatusConflict
+	case CodeBarrierTimeout:
+		return http.StatusGatewayTimeout
+	case CodeTopology, CodeUnsupported:
+		return http.StatusUnprocessableEntity
+	case CodeNotFound:
+		return http.StatusNotFound
+	}
+	return http.StatusBadGateway
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		msg := err.Error()
+		if errors.Is(err, context.Canceled) {
+			msg = "request cancelled: " + msg
+		}
+		ae = &APIError{Code: CodeSetupFailed, Message: strings.TrimSpace(msg)}
+	}
+	writeJSON(w, HTTPStatus(ae.Code), errorBody{Error: ae})
+}

@@ -1,0 +1,721 @@
+// This file owns the coordinator: the barrier that gathers the ranks of one
+// invocation, Operation ID and generation allocation, and the life of an
+// operation from setup to RELEASE or ABORT.
+
+package am
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prismd/prismd/deploy"
+	"github.com/prismd/prismd/parser"
+)
+
+// Config configures a Manager. Zero fields mean the documented defaults.
+type Config struct {
+	// Topology is the network the AM places trees on. Required.
+	Topology *deploy.Topology
+	// Conn sends and receives CONTROL frames. Required.
+	Conn Conn
+	// RTO is the first CONTROL retransmission timeout (default 20ms; it
+	// doubles up to 8x). The veth/lab round trip is well under 1ms, so 20ms
+	// only retransmits what was really lost.
+	RTO time.Duration
+	// CtlTimeout bounds one CONTROL transaction (default 2s).
+	CtlTimeout time.Duration
+	// BarrierTimeout bounds how long the first rank waits for the others
+	// (default 2m: ranks of a job may start seconds apart).
+	BarrierTimeout time.Duration
+	// DefaultTimeoutMS is the contributor inactivity bound of operations
+	// that do not ask for one (default 5000).
+	DefaultTimeoutMS uint32
+	// Window is the wished receive window; it is lowered to what every node
+	// advertises. Zero fields: 64 intervals, 64 replay, 64*MTU bytes and
+	// 64 maximal packets of the input format.
+	Window Window
+	// CapsTTL is how long a node's CAPS answer is reused (default 10s).
+	CapsTTL time.Duration
+	// Logf logs setup events; nil means log.Printf.
+	Logf func(format string, args ...any)
+}
+
+type capsEntry struct {
+	pages []capsPage
+	at    time.Time
+}
+
+type invKey struct {
+	job   uint64
+	group uint16
+	seq   uint64
+}
+
+type opIDKey struct {
+	job   uint64
+	group uint16
+}
+
+type genKey struct {
+	job   uint64
+	group uint16
+	opID  uint16
+}
+
+// invocation is one collective call gathering its ranks.
+type invocation struct {
+	key     invKey
+	first   BeginRequest
+	p       params
+	arrived map[int]BeginRequest
+	ready   chan struct{}
+	grants  []Grant
+	err     *APIError
+	op      *operation
+	created time.Time
+	timer   *time.Timer
+}
+
+// operation is one installed (or being installed) PRISM operation.
+type operation struct {
+	id    OpIdentity
+	inv   *invocation
+	tree  *Tree
+	plan  *plan
+	size  int
+	final chan struct{}
+
+	mu        sync.Mutex
+	state     string
+	nodes     map[string]*NodeStatus
+	done      map[int]DoneRequest
+	err       *APIError
+	finishing bool
+	watchdog  *time.Timer
+	ended     time.Time
+}
+
+// Manager is the Aggregation Manager and Host Coordinator.
+type Manager struct {
+	cfg  Config
+	ctl  *ctlClient
+	logf func(string, ...any)
+	// genBase makes generations of a restarted AM newer than those of its
+	// predecessor: Unix seconds at start, so unless the old AM allocated
+	// more generations per Operation ID than it ran seconds, a reused ID is
+	// strictly newer.
+	genBase uint32
+
+	mu        sync.Mutex
+	invs      map[invKey]*invocation
+	ops       map[string]*operation
+	nextOpID  map[opIDKey]uint16
+	lastGen   map[genKey]uint32
+	groupGen  map[opIDKey]groupInfo
+	capsCache map[string]capsEntry
+	closed    bool
+}
+
+type groupInfo struct {
+	gen  uint16
+	size int
+}
+
+// New starts a Manager; Close stops it.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Topology == nil || cfg.Conn == nil {
+		return nil, errors.New("am: Config.Topology and Config.Conn are required")
+	}
+	if cfg.RTO == 0 {
+		cfg.RTO = 20 * time.Millisecond
+	}
+	if cfg.CtlTimeout == 0 {
+		cfg.CtlTimeout = 2 * time.Second
+	}
+	if cfg.BarrierTimeout == 0 {
+		cfg.BarrierTimeout = 2 * time.Minute
+	}
+	if cfg.DefaultTimeoutMS == 0 {
+		cfg.DefaultTimeoutMS = 5000
+	}
+	if cfg.CapsTTL == 0 {
+		cfg.CapsTTL = 10 * time.Second
+	}
+	m := &Manager{cfg: cfg, ctl: newCtlClient(cfg.Conn, cfg.RTO, cfg.CtlTimeout), logf: cfg.Logf,
+		genBase: uint32(time.Now().Unix()),
+		invs:    map[invKey]*invocation{}, ops: map[string]*operation{}, nextOpID: map[opIDKey]uint16{},
+		lastGen: map[genKey]uint32{}, groupGen: map[opIDKey]groupInfo{}, capsCache: map[string]capsEntry{}}
+	if m.logf == nil {
+		m.logf = log.Printf
+	}
+	return m, nil
+}
+
+// Close stops the Manager and closes its Conn. Installed operations are left
+// to their nodes' timeouts.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	return m.cfg.Conn.Close()
+}
+
+func badReq(format string, args ...any) *APIError {
+	return &APIError{Code: CodeBadRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+// normalize validates a request and derives its parameters.
+func (m *Manager) normalize(r BeginRequest) (params, *APIError) {
+	var p params
+	var err error
+	if r.Size < 1 {
+		return p, badReq("size %d: a collective needs at least one rank", r.Size)
+	}
+	if r.Rank < 0 || r.Rank >= r.Size {
+		return p, badReq("rank %d is outside 0..%d (size %d)", r.Rank, r.Size-1, r.Size)
+	}
+	p.Size = r.Size
+	if p.Collective, err = ParseCollective(r.Collective); err != nil {
+		return p, badReq("%v", err)
+	}
+	if p.Collective == parser.CollReduce {
+		if r.RootRank < 0 || r.RootRank >= r.Size {
+			return p, badReq("root_rank %d is outside 0..%d", r.RootRank, r.Size-1)
+		}
+		p.RootRank = r.RootRank
+	}
+	if p.Input, err = ParseFormat(r.InputFormat); err != nil || p.Input == parser.FormatKulisch || p.Input == parser.FormatAuto {
+		return p, badReq("input_format %q: want int8, fp16, bf16 or fp32", r.InputFormat)
+	}
+	if p.Acc, err = ParseAcc(r.AccPolicy); err != nil {
+		return p, badReq("acc_policy: %v", err)
+	}
+	// FP32_ARRIVAL keeps FP32 partials (its values are already rounded);
+	// KULISCH_FIXED lets the switch pick a lossless encoding.
+	p.Partial = parser.FormatAuto
+	if p.Acc == parser.AccFP32Arrival {
+		p.Partial = parser.FormatFP32
+	}
+	if r.PartialPolicy != "" {
+		if p.Partial, err = ParseFormat(r.PartialPolicy); err != nil {
+			return p, badReq("partial_policy: %v", err)
+		}
+	}
+	p.Output = p.Input
+	if r.OutputFormat != "" {
+		if p.Output, err = ParseFormat(r.OutputFormat); err != nil {
+			return p, badReq("output_format: %v", err)
+		}
+	}
+	if r.VectorLen < 1 {
+		return p, badReq("vector_len must be at least 1")
+	}
+	p.VectorLen = r.VectorLen
+	p.MTU = r.MTU
+	if p.MTU == 0 {
+		p.MTU = parser.MTUDefault
+	}
+	if !parser.IsDefinedMTU(p.MTU) {
+		return p, badReq("mtu %d: want 576, 1500 or 9000", r.MTU)
+	}
+	p.KulischWidth = r.KulischWidth
+	usesKulisch := p.Acc == parser.AccKulischFixed || p.Partial == parser.FormatKulisch || p.Output == parser.FormatKulisch
+	if p.KulischWidth == 0 && usesKulisch {
+		p.KulischWidth = KulischWidthFor(r.Size)
+	}
+	if p.KulischWidth != 0 && (p.KulischWidth%8 != 0 || p.KulischWidth < 64 || p.KulischWidth > 4096) {
+		return p, badReq("kulisch_width %d: want a multiple of 8 in 64..4096", p.KulischWidth)
+	}
+	p.TimeoutMS = r.TimeoutMS
+	if p.TimeoutMS == 0 {
+		p.TimeoutMS = m.cfg.DefaultTimeoutMS
+	}
+	if p.TimeoutMS > 600000 {
+		return p, badReq("timeout_ms %d above 600000", p.TimeoutMS)
+	}
+	if r.Node == "" {
+		return p, badReq("node is empty: name the rank's host in the topology (e.g. h1)")
+	}
+	return p, nil
+}
+
+// Begin is POST /v1/begin: it blocks until every rank arrived and the tree is
+// active (the grant), setup failed, or ctx ends.
+func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
+	p, aerr := m.normalize(r)
+	if aerr != nil {
+		return nil, aerr
+	}
+	key := invKey{r.Job, r.Group, r.Seq}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, &APIError{Code: CodeSetupFailed, Message: "the AM is shutting down"}
+	}
+	inv := m.invs[key]
+	if inv == nil {
+		inv = &invocation{key: key, first: r, p: p, arrived: map[int]BeginRequest{}, ready: make(chan struct{}), created: time.Now()}
+		m.invs[key] = inv
+		inv.timer = time.AfterFunc(m.cfg.BarrierTimeout, func() { m.barrierTimeout(inv) })
+	}
+	if inv.p != p || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID {
+		m.mu.Unlock()
+		return nil, &APIError{Code: CodeMismatch, Rank: &r.Rank,
+			Message: fmt.Sprintf("rank %d's request for job %d group %d seq %d differs from rank %d's (%+v vs %+v)", r.Rank, r.Job, r.Group, r.Seq, inv.first.Rank, p, inv.p)}
+	}
+	if prev, ok := inv.arrived[r.Rank]; ok && prev.Node != r.Node {
+		m.mu.Unlock()
+		return nil, &APIError{Code: CodeMismatch, Rank: &r.Rank,
+			Message: fmt.Sprintf("rank %d arrived twice from different nodes (%s, %s)", r.Rank, prev.Node, r.Node)}
+	}
+	isNew := false
+	if _, ok := inv.arrived[r.Rank]; !ok {
+		inv.arrived[r.Rank] = r
+		isNew = true
+	}
+	start := isNew && len(inv.arrived) == p.Size && inv.err == nil && inv.grants == nil
+	m.mu.Unlock()
+	if start {
+		inv.timer.Stop()
+		go m.runInvocation(inv)
+	}
+	select {
+	case <-inv.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if inv.err != nil {
+		return nil, inv.err
+	}
+	g := inv.grants[r.Rank]
+	return &g, nil
+}
+
+func (m *Manager) barrierTimeout(inv *invocation) {
+	m.mu.Lock()
+	if len(inv.arrived) == inv.p.Size || inv.err != nil {
+		m.mu.Unlock()
+		return
+	}
+	var missing []int
+	for r := 0; r < inv.p.Size; r++ {
+		if _, ok := inv.arrived[r]; !ok {
+			missing = append(missing, r)
+		}
+	}
+	inv.err = &APIError{Code: CodeBarrierTimeout,
+		Message: fmt.Sprintf("job %d group %d seq %d: ranks %v did not arrive within %v", inv.key.job, inv.key.group, inv.key.seq, missing, m.cfg.BarrierTimeout)}
+	m.mu.Unlock()
+	close(inv.ready)
+	m.forget(inv, time.Minute)
+}
+
+// forget drops an invocation after a while: late retries of its ranks still
+// get the same answer until then.
+func (m *Manager) forget(inv *invocation, after time.Duration) {
+	time.AfterFunc(after, func() {
+		m.mu.Lock()
+		if m.invs[inv.key] == inv {
+			delete(m.invs, inv.key)
+		}
+		m.mu.Unlock()
+	})
+}
+
+// allocate picks the Operation ID and a strictly newer generation.
+func (m *Manager) allocate(inv *invocation, retryID *uint16) OpIdentity {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	gk := opIDKey{inv.key.job, inv.key.group}
+	gi, ok := m.groupGen[gk]
+	if !ok {
+		gi = groupInfo{gen: 1, size: inv.p.Size}
+	} else if gi.size != inv.p.Size {
+		// A group whose membership changed is a new group generation.
+		gi = groupInfo{gen: gi.gen + 1, size: inv.p.Size}
+	}
+	m.groupGen[gk] = gi
+	var opID uint16
+	switch {
+	case retryID != nil:
+		opID = *retryID
+	case inv.first.OpID != nil:
+		opID = *inv.first.OpID
+	default:
+		// Next ID not in use by a live operation of this job and group.
+		opID = m.nextOpID[gk]
+		for i := 0; i < 1<<16; i++ {
+			if !m.opIDBusy(gk, opID) {
+				break
+			}
+			opID++
+		}
+		m.nextOpID[gk] = opID + 1
+	}
+	k := genKey{gk.job, gk.group, opID}
+	gen := m.lastGen[k] + 1
+	if gen < m.genBase {
+		gen = m.genBase
+	}
+	m.lastGen[k] = gen
+	return OpIdentity{Job: gk.job, Group: gk.group, GroupGen: gi.gen, OpID: opID, OpGen: gen}
+}
+
+func (m *Manager) opIDBusy(gk opIDKey, id uint16) bool {
+	for _, op := range m.ops {
+		if op.id.Job == gk.job && op.id.Group == gk.group && op.id.OpID == id {
+			op.mu.Lock()
+			live := op.ended.IsZero()
+			op.mu.Unlock()
+			if live {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// runInvocation places, sets up and grants one invocation.
+func (m *Manager) runInvocation(inv *invocation) {
+	fail := func(e *APIError) {
+		m.mu.Lock()
+		inv.err = e
+		m.mu.Unlock()
+		close(inv.ready)
+		m.forget(inv, time.Minute)
+	}
+	hosts := make([]RankHost, inv.p.Size)
+	for r := range hosts {
+		a := inv.arrived[r]
+		hosts[r] = RankHost{Node: a.Node, Iface: a.Iface}
+		if a.MAC != "" {
+			mac, err := net.ParseMAC(a.MAC)
+			if err != nil {
+				fail(badReq("rank %d: mac %q: %v", r, a.MAC, err))
+				return
+			}
+			hosts[r].MAC = mac
+		}
+	}
+	tree, err := BuildTree(m.cfg.Topology, hosts)
+	if err != nil {
+		fail(&APIError{Code: CodeTopology, Message: err.Error()})
+		return
+	}
+	win := m.cfg.Window
+	// 64 intervals in flight per stream: measured on 2 loaded cores, deeper
+	// windows (256, 1024) turn every spurious 20 ms retransmission timeout
+	// into a burst of hundreds of frames and the fabric collapses; 64
+	// keeps a 1500-byte-MTU FP32 stream at ~23k elements in flight. A
+	// Kulisch-280 partial (40 values per frame) is then the narrowest
+	// stream of a tree; raise Config.Window where RTTs are steady.
+	if win.Intervals == 0 {
+		win.Intervals = 64
+	}
+	if win.ReplayDepth == 0 {
+		win.ReplayDepth = 64
+	}
+	if win.Bytes == 0 {
+		win.Bytes = uint32(win.Intervals) * uint32(inv.p.MTU)
+	}
+	if win.Elements == 0 {
+		win.Elements = uint32(win.Intervals) * uint32(parser.MaxPacketElements(inv.p.MTU))
+	}
+	var op *operation
+	var pl *plan
+	var retryID *uint16
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		var err error
+		pl, err = buildPlan(tree, inv.p, win)
+		if err != nil {
+			fail(&APIError{Code: CodeTopology, Message: err.Error()})
+			return
+		}
+		op = &operation{id: m.allocate(inv, retryID), inv: inv, tree: tree, plan: pl, size: inv.p.Size,
+			final: make(chan struct{}), state: "setup", nodes: map[string]*NodeStatus{}, done: map[int]DoneRequest{}}
+		for _, n := range tree.Nodes {
+			ns := &NodeStatus{Name: n.Name, Role: n.Role.String(), MAC: n.MAC.String(), State: "NONE"}
+			if n.Parent != nil {
+				ns.Parent = n.Parent.Parent
+			}
+			op.nodes[n.Name] = ns
+		}
+		m.mu.Lock()
+		inv.op = op
+		m.ops[op.id.Key()] = op
+		m.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 4*m.cfg.CtlTimeout+time.Duration(len(tree.Nodes))*time.Millisecond)
+		aerr := m.setup(ctx, op)
+		cancel()
+		if aerr == nil {
+			break
+		}
+		m.logf("am: op %s setup failed after %v: %v", op.id.Key(), time.Since(start), aerr)
+		op.mu.Lock()
+		op.state, op.err, op.ended = "failed", aerr, time.Now()
+		op.mu.Unlock()
+		close(op.final)
+		m.retire(op)
+		if aerr.stale && attempt == 0 && aerr.Code == CodeSetupFailed {
+			// A node remembers a newer generation of this Operation ID
+			// than this AM allocated (an AM restarted within the same
+			// second, or a pinned op_id reused by another AM): skip ahead
+			// and try once more. The failed attempt was rolled back.
+			m.skipGenerations(op.id)
+			id := op.id.OpID
+			retryID = &id
+			continue
+		}
+		fail(aerr)
+		return
+	}
+	grants := make([]Grant, inv.p.Size)
+	for r := range grants {
+		rp := tree.Ranks[r]
+		grants[r] = Grant{ID: op.id.Key(), Op: op.id, Rank: r, Size: inv.p.Size,
+			Collective: inv.first.Collective, RootRank: inv.p.RootRank,
+			InputFormat: FormatName(inv.p.Input), AccPolicy: AccName(inv.p.Acc),
+			PartialPolicy: FormatName(inv.p.Partial), OutputFormat: FormatName(inv.p.Output),
+			KulischWidth: inv.p.KulischWidth, VectorLen: inv.p.VectorLen, MTU: inv.p.MTU, TimeoutMS: inv.p.TimeoutMS,
+			Data: pl.ranks[r].data, Result: pl.ranks[r].result,
+			RankMAC: rp.HostMAC.String(), Leaf: rp.Leaf, LeafMAC: rp.LeafMAC.String(), LeafPort: rp.LeafPort,
+			Tree: tree.Kind(), Window: pl.win}
+	}
+	op.mu.Lock()
+	op.state = "active"
+	// Watchdog: ranks that never report done (killed) must not pin the
+	// nodes' contexts forever.
+	op.watchdog = time.AfterFunc(3*time.Duration(inv.p.TimeoutMS)*time.Millisecond+10*time.Second, func() {
+		m.failOp(op, "watchdog: not every rank reported done in time")
+	})
+	op.mu.Unlock()
+	m.logf("am: op %s (%s, %d ranks, %d nodes, root %s) active after %v", op.id.Key(), tree.Kind(), inv.p.Size, len(tree.Nodes), tree.Root, time.Since(start))
+	m.mu.Lock()
+	inv.grants = grants
+	m.mu.Unlock()
+	close(inv.ready)
+	m.forget(inv, time.Duration(3*inv.p.TimeoutMS)*time.Millisecond+time.Minute)
+}
+
+// skipGenerations makes the next generation of id's Operation ID jump far
+// past id's, beyond what a node may remember from another AM.
+func (m *Manager) skipGenerations(id OpIdentity) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := genKey{id.Job, id.Group, id.OpID}
+	if m.lastGen[k] < id.OpGen+1<<20 {
+		m.lastGen[k] = id.OpGen + 1<<20
+	}
+}
+
+// retire forgets a finished operation after a while (status stays queryable).
+func (m *Manager) retire(op *operation) {
+	time.AfterFunc(10*time.Minute, func() {
+		m.mu.Lock()
+		delete(m.ops, op.id.Key())
+		m.mu.Unlock()
+	})
+}
+
+func (m *Manager) lookup(id string) (*operation, *APIError) {
+	if _, err := ParseOpKey(id); err != nil {
+		return nil, &APIError{Code: CodeBadRequest, Message: err.Error()}
+	}
+	m.mu.Lock()
+	op := m.ops[id]
+	m.mu.Unlock()
+	if op == nil {
+		return nil, &APIError{Code: CodeNotFound, Message: fmt.Sprintf("no operation %s (finished ones are kept 10 minutes)", id)}
+	}
+	return op, nil
+}
+
+// Done is POST /v1/ops/{id}/done.
+func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus, error) {
+	op, aerr := m.lookup(id)
+	if aerr != nil {
+		return OpStatus{}, aerr
+	}
+	if d.Rank < 0 || d.Rank >= op.size {
+		return OpStatus{}, badReq("rank %d is outside 0..%d", d.Rank, op.size-1)
+	}
+	op.mu.Lock()
+	if _, dup := op.done[d.Rank]; !dup {
+		op.done[d.Rank] = d
+	}
+	all := len(op.done) == op.size
+	anyFail := false
+	for _, x := range op.done {
+		anyFail = anyFail || !x.OK
+	}
+	start := !op.finishing && op.state == "active" && (all || anyFail)
+	if start {
+		op.finishing = true
+		op.state = "completing"
+	}
+	op.mu.Unlock()
+	if start {
+		if anyFail {
+			go m.failOp(op, "")
+		} else {
+			go m.finishOp(op)
+		}
+	}
+	if d.Wait {
+		select {
+		case <-op.final:
+		case <-ctx.Done():
+			return OpStatus{}, ctx.Err()
+		}
+	}
+	return op.status(), nil
+}
+
+// finishOp checks every node with COMPLETE and RELEASEs them.
+func (m *Manager) finishOp(op *operation) {
+	deadline := time.Now().Add(time.Duration(op.inv.p.TimeoutMS)*time.Millisecond + m.cfg.CtlTimeout)
+	if bad := m.completeAll(op, deadline); len(bad) > 0 {
+		m.failOp(op, fmt.Sprintf("nodes %v did not reach COMPLETE", bad))
+		return
+	}
+	incomplete := m.releaseAll(op)
+	op.mu.Lock()
+	if op.watchdog != nil {
+		op.watchdog.Stop()
+	}
+	op.state = "released"
+	if len(incomplete) > 0 {
+		op.err = &APIError{Code: CodeRollbackIncomplete, Message: "RELEASE not acknowledged; contexts may remain installed until their timeout", RollbackIncomplete: incomplete}
+	}
+	op.ended = time.Now()
+	op.mu.Unlock()
+	close(op.final)
+	m.retire(op)
+}
+
+// failOp diagnoses, ABORTs every node and records the failure. Safe to call
+// more than once: only the first call acts.
+func (m *Manager) failOp(op *operation, why string) {
+	op.mu.Lock()
+	if !op.ended.IsZero() || op.state == "failing" {
+		op.mu.Unlock()
+		return
+	}
+	op.state = "failing"
+	if op.watchdog != nil {
+		op.watchdog.Stop()
+	}
+	op.mu.Unlock()
+	diag, culprit := m.diagnose(op)
+	if why != "" {
+		diag = why + "; " + diag
+	}
+	incomplete := m.abortAll(op)
+	e := &APIError{Code: CodeOperationFailed, Message: fmt.Sprintf("operation %s failed: %s", op.id.Key(), diag), Rank: culprit}
+	if len(incomplete) > 0 {
+		e.RollbackIncomplete = incomplete
+		e.Message += "; rollback incomplete: no ABORT acknowledgement from " + fmt.Sprint(incomplete)
+	}
+	m.logf("am: %v", e.Message)
+	op.mu.Lock()
+	op.state, op.err, op.ended = "failed", e, time.Now()
+	op.mu.Unlock()
+	close(op.final)
+	m.retire(op)
+}
+
+// Op is GET /v1/ops/{id}.
+func (m *Manager) Op(id string) (OpStatus, error) {
+	op, aerr := m.lookup(id)
+	if aerr != nil {
+		return OpStatus{}, aerr
+	}
+	return op.status(), nil
+}
+
+// Ops is GET /v1/ops: every known operation, newest generation last.
+func (m *Manager) Ops() OpList {
+	m.mu.Lock()
+	ops := make([]*operation, 0, len(m.ops))
+	for _, op := range m.ops {
+		ops = append(ops, op)
+	}
+	m.mu.Unlock()
+	l := OpList{Ops: []OpStatus{}}
+	for _, op := range ops {
+		l.Ops = append(l.Ops, op.status())
+	}
+	sort.Slice(l.Ops, func(i, j int) bool {
+		a, b := l.Ops[i].Op, l.Ops[j].Op
+		if a.Job != b.Job {
+			return a.Job < b.Job
+		}
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		if l.Ops[i].Seq != l.Ops[j].Seq {
+			return l.Ops[i].Seq < l.Ops[j].Seq
+		}
+		return a.OpGen < b.OpGen
+	})
+	return l
+}
+
+func (op *operation) status() OpStatus {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	s := OpStatus{ID: op.id.Key(), Op: op.id, Seq: op.inv.key.seq, Collective: op.inv.first.Collective,
+		Size: op.size, State: op.state, Tree: op.tree.Kind(), Root: op.tree.Root,
+		Forwarders: op.tree.Forwarders, RanksDone: []int{}, Error: op.err}
+	for _, name := range op.plan.order {
+		s.Nodes = append(s.Nodes, *op.nodes[name])
+	}
+	for r := range op.done {
+		s.RanksDone = append(s.RanksDone, r)
+	}
+	sort.Ints(s.RanksDone)
+	return s
+}
+
+func (op *operation) setNodeAck(n string, a ackBody, err error) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	ns := op.nodes[n]
+	var ne *NodeError
+	if err != nil && !(errors.As(err, &ne) && ne.Err == nil) {
+		ns.State = "UNREACHABLE"
+		ns.LastError = err.Error()
+		return
+	}
+	ns.State = a.State.String()
+	ns.CompletedElements = a.Completed
+	ns.MissingStream, ns.MissingFrom, ns.MissingFromWhom = nil, 0, ""
+	if a.MissStream != parser.NoDetail && a.State != parser.StateComplete {
+		ms := int(a.MissStream)
+		ns.MissingStream = &ms
+		ns.MissingFrom = a.MissingFrom
+		ns.MissingFromWhom = op.plan.nodes[n].owner[a.MissStream]
+	}
+	if err != nil {
+		ns.LastError = err.Error()
+	}
+}
+
+func (op *operation) setNodeErr(n string, err error) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.nodes[n].LastError = err.Error()
+}
+
+func (op *operation) setNodeState(n, s string) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.nodes[n].State = s
+}

@@ -1,0 +1,603 @@
+package am
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/deploy"
+	"github.com/prismd/prismd/parser"
+)
+
+type rig struct {
+	t     *testing.T
+	topo  *deploy.Topology
+	hub   *hub
+	m     *Manager
+	nodes map[string]*fakeNode
+}
+
+func newRig(t *testing.T, topoName string, cfg Config) *rig {
+	t.Helper()
+	topo := loadTopo(t, topoName)
+	h := newHub(1)
+	r := &rig{t: t, topo: topo, hub: h, nodes: map[string]*fakeNode{}}
+	for _, n := range topo.NodesOf(deploy.KindPrismd) {
+		m := topo.MAC(n, deploy.NodeMACIface)
+		r.nodes[n] = newFakeNode(t, h, n, net.HardwareAddr(m[:]))
+	}
+	amMAC := net.HardwareAddr{0x02, 0xaa, 0, 0, 0, 1}
+	cfg.Topology, cfg.Conn = topo, h.attach(amMAC)
+	if cfg.RTO == 0 {
+		cfg.RTO = 5 * time.Millisecond
+	}
+	if cfg.CtlTimeout == 0 {
+		cfg.CtlTimeout = 1500 * time.Millisecond
+	}
+	cfg.Logf = t.Logf
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	r.m = m
+	return r
+}
+
+func req(job uint64, seq uint64, rank, size int, node, coll string) BeginRequest {
+	return BeginRequest{Job: job, Group: 1, Seq: seq, Rank: rank, Size: size, Collective: coll,
+		InputFormat: "fp32", AccPolicy: "kulisch", VectorLen: 1000, Node: node}
+}
+
+type result struct {
+	g   *Grant
+	err error
+}
+
+// beginAll runs Begin for every rank concurrently.
+func (r *rig) beginAll(reqs []BeginRequest) []result {
+	res := make([]result, len(reqs))
+	var wg sync.WaitGroup
+	for i, q := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res[i].g, res[i].err = r.m.Begin(ctx, q)
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+func reqsFor(job, seq uint64, coll string, hosts ...string) []BeginRequest {
+	var q []BeginRequest
+	for i, h := range hosts {
+		q = append(q, req(job, seq, i, len(hosts), h, coll))
+	}
+	return q
+}
+
+// checkPlan verifies every staged context against the topology read by hand
+// (deploy.PortIndex / deploy.MAC) and the grants against the leaves'
+// bindings: an independent re-derivation of what the AM must have sent.
+func (r *rig) checkPlan(op OpIdentity, hosts []string, grants []*Grant, coll parser.Collective, root int) {
+	t := r.t
+	t.Helper()
+	staged := map[string]*fakeCtx{}
+	for name, n := range r.nodes {
+		if c := n.staged(op); c != nil {
+			staged[name] = c
+		}
+	}
+	macOf := func(node, iface string) string { m := r.topo.MAC(node, iface); return net.HardwareAddr(m[:]).String() }
+	// Every rank: the leaf has a RANK CONTRIBUTOR on the host's port with
+	// the host's MAC whose stream/endpoints match the grant.
+	for rank, g := range grants {
+		host := hosts[rank]
+		peer, _ := r.topo.Peer(deploy.Endpoint{Node: host, Iface: "eth0"})
+		leaf := staged[peer.Node]
+		if leaf == nil {
+			t.Fatalf("rank %d: leaf %s has no staged context", rank, peer.Node)
+		}
+		if g.Leaf != peer.Node || g.LeafMAC != macOf(peer.Node, peer.Iface) || g.RankMAC != macOf(host, "eth0") {
+			t.Errorf("rank %d grant leaf %s %s rank MAC %s", rank, g.Leaf, g.LeafMAC, g.RankMAC)
+		}
+		port := deploy.PortIndex(r.topo, peer.Node, peer.Iface)
+		var found, foundRes bool
+		for _, b := range leaf.bindings {
+			if b.Kind == parser.KindContributor && b.Stream == g.Data.StreamID {
+				found = true
+				if b.Flags != parser.BindingFlagRank || int(b.Port) != port || b.PeerMAC.String() != macOf(host, "eth0") ||
+					b.Local != g.Data.DstEndpoint || b.Peer != g.Data.SrcEndpoint {
+					t.Errorf("rank %d: leaf binding %+v vs grant %+v (port %d)", rank, b, g.Data, port)
+				}
+			}
+			if g.Result != nil && b.Kind == parser.KindResultOut && b.Stream == g.Result.StreamID {
+				foundRes = true
+				if int(b.Port) != port || b.PeerMAC.String() != macOf(host, "eth0") || b.Local != g.Result.SrcEndpoint || b.Peer != g.Result.DstEndpoint {
+					t.Errorf("rank %d: leaf result binding %+v vs grant %+v", rank, b, *g.Result)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("rank %d: no CONTRIBUTOR for stream %d at %s", rank, g.Data.StreamID, peer.Node)
+		}
+		wantRes := coll == parser.CollAllReduce || rank == root
+		if wantRes != (g.Result != nil) || (wantRes && !foundRes) {
+			t.Errorf("rank %d: result binding present=%v found=%v, want %v", rank, g.Result != nil, foundRes, wantRes)
+		}
+	}
+	// Every PARENT / RESULT_IN has its mirror at the peer switch.
+	for name, c := range staged {
+		for _, b := range c.bindings {
+			if b.Flags&parser.BindingFlagRank != 0 {
+				continue
+			}
+			var mirror parser.BindingKind
+			switch b.Kind {
+			case parser.KindParent:
+				mirror = parser.KindContributor
+			case parser.KindResultIn:
+				mirror = parser.KindResultOut
+			default:
+				continue
+			}
+			// Switch peers are named by the MAC of their port on the edge.
+			var peerName string
+			for pn := range staged {
+				for _, ifc := range deploy.Ports(r.topo, pn) {
+					if macOf(pn, ifc) == b.PeerMAC.String() {
+						peerName = pn
+					}
+				}
+			}
+			if peerName == "" {
+				t.Errorf("%s: %v binding to unknown MAC %v", name, b.Kind, b.PeerMAC)
+				continue
+			}
+			ok := false
+			for _, pb := range staged[peerName].bindings {
+				if pb.Kind == mirror && pb.Stream == b.Stream && pb.Local == b.Peer && pb.Peer == b.Local &&
+					pb.PeerMAC.String() == macOf(name, deploy.Ports(r.topo, name)[b.Port]) &&
+					b.PeerMAC.String() == macOf(peerName, deploy.Ports(r.topo, peerName)[pb.Port]) {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("%s: %v stream %d has no mirror %v at %s", name, b.Kind, b.Stream, mirror, peerName)
+			}
+		}
+		if c.rec.MaxTerms != uint32(len(hosts)) || c.rec.Collective != coll {
+			t.Errorf("%s: context %+v", name, c.rec)
+		}
+	}
+}
+
+func TestSetupSpineLeafAllReduce(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	res := r.beginAll(reqsFor(7, 0, "allreduce", hosts...))
+	var grants []*Grant
+	for i, x := range res {
+		if x.err != nil {
+			t.Fatalf("rank %d: %v", i, x.err)
+		}
+		grants = append(grants, x.g)
+	}
+	op := grants[0].Op
+	for _, g := range grants {
+		if g.Op != op || g.Tree != "TREE" || g.KulischWidth != 280 || g.MTU != 1500 {
+			t.Fatalf("grant %+v", g)
+		}
+	}
+	for _, n := range []string{"s1", "l1", "l2"} {
+		if s := r.nodes[n].opState(op); s != parser.StateActive {
+			t.Errorf("%s state %v at grant time, want ACTIVE", n, s)
+		}
+		// CAPS matched through more than one page (pageSize 3, 8 records).
+		if c := r.nodes[n].staged(op); c.rec.Role == 0 {
+			t.Errorf("%s: no role", n)
+		}
+	}
+	if c := r.nodes["s1"].staged(op); c.rec.Role != parser.RoleRoot {
+		t.Errorf("s1 role %v", c.rec.Role)
+	}
+	r.checkPlan(op, hosts, grants, parser.CollAllReduce, 0)
+
+	for i := range grants {
+		st, err := r.m.Done(context.Background(), grants[i].ID, DoneRequest{Rank: i, OK: true, Wait: i == len(grants)-1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == len(grants)-1 && (st.State != "released" || st.Error != nil) {
+			t.Fatalf("final status %+v", st)
+		}
+	}
+	for _, n := range []string{"s1", "l1", "l2"} {
+		if s := r.nodes[n].opState(op); s != parser.StateReleased {
+			t.Errorf("%s state %v after done, want RELEASED", n, s)
+		}
+	}
+}
+
+func TestSetupReduceFatTree(t *testing.T) {
+	r := newRig(t, "fat-tree", Config{})
+	hosts := []string{"h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"}
+	q := reqsFor(9, 0, "reduce", hosts...)
+	for i := range q {
+		q[i].RootRank = 5
+	}
+	res := r.beginAll(q)
+	var grants []*Grant
+	for i, x := range res {
+		if x.err != nil {
+			t.Fatalf("rank %d: %v", i, x.err)
+		}
+		grants = append(grants, x.g)
+	}
+	r.checkPlan(grants[0].Op, hosts, grants, parser.CollReduce, 5)
+	// REDUCE result path: c1 -> c2 -> e3 -> h6 only; e1, e2, e4 get no
+	// RESULT bindings; the forwarders a1..a4 nothing at all.
+	op := grants[0].Op
+	for _, n := range []string{"e1", "e2", "e4"} {
+		for _, b := range r.nodes[n].staged(op).bindings {
+			if b.Kind == parser.KindResultIn || b.Kind == parser.KindResultOut {
+				t.Errorf("%s has result binding %+v", n, b)
+			}
+		}
+	}
+	for _, n := range []string{"a1", "a2", "a3", "a4"} {
+		if r.nodes[n].staged(op) != nil {
+			t.Errorf("forwarder %s was staged", n)
+		}
+	}
+	st, _ := r.m.Op(grants[0].ID)
+	if st.Root != "c1" || len(st.Nodes) != 6 || strings.Join(st.Forwarders, ",") != "a1,a2,a3,a4" {
+		t.Errorf("status %+v", st)
+	}
+}
+
+func TestIdempotentArrivalAndGenerations(t *testing.T) {
+	r := newRig(t, "single", Config{})
+	id := uint16(42)
+	var prevGen uint32
+	for seq := uint64(0); seq < 3; seq++ {
+		q := reqsFor(1, seq, "allreduce", "h1", "h2")
+		for i := range q {
+			q[i].OpID = &id
+		}
+		// Rank 0 arrives three times.
+		res := r.beginAll(append(q, q[0], q[0]))
+		for i, x := range res {
+			if x.err != nil {
+				t.Fatalf("seq %d arrival %d: %v", seq, i, x.err)
+			}
+		}
+		if *res[0].g != *res[2].g || *res[0].g != *res[3].g {
+			t.Errorf("repeated arrival got a different grant")
+		}
+		g := res[0].g
+		if g.Op.OpID != 42 || g.Op.OpGen <= prevGen {
+			t.Errorf("seq %d: op %+v, want id 42 and generation above %d", seq, g.Op, prevGen)
+		}
+		prevGen = g.Op.OpGen
+		if n := r.nodes["sw1"].count(parser.CmdStage); n != int(seq)+1 {
+			t.Errorf("%d STAGEs applied after %d invocations", n, seq+1)
+		}
+		for rank := 0; rank < 2; rank++ {
+			if _, err := r.m.Done(context.Background(), g.ID, DoneRequest{Rank: rank, OK: true, Wait: rank == 1}); err != nil && rank == 1 {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestUnsupportedTupleNoStage(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	// l2 only knows FP32_ARRIVAL.
+	var recs []capRecord
+	for _, c := range fullCaps() {
+		if c.Acc == parser.AccFP32Arrival {
+			recs = append(recs, c)
+		}
+	}
+	r.nodes["l2"].records = recs
+	res := r.beginAll(reqsFor(3, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	for i, x := range res {
+		var ae *APIError
+		if !errors.As(x.err, &ae) || ae.Code != CodeUnsupported || ae.Node != "l2" {
+			t.Fatalf("rank %d: err %v, want unsupported at l2", i, x.err)
+		}
+	}
+	for n, fn := range r.nodes {
+		if k := fn.count(parser.CmdStage); k != 0 {
+			t.Errorf("%s got %d STAGEs", n, k)
+		}
+	}
+}
+
+func TestStageRefusedRollsBack(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	r.nodes["l2"].refuse[parser.CmdStage] = parser.StatusNoResources
+	res := r.beginAll(reqsFor(4, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	for i, x := range res {
+		var ae *APIError
+		if !errors.As(x.err, &ae) || ae.Code != CodeSetupFailed || ae.Node != "l2" || !strings.Contains(ae.Message, "NO_RESOURCES") {
+			t.Fatalf("rank %d: err %v", i, x.err)
+		}
+		if x.g != nil {
+			t.Fatalf("rank %d got a grant", i)
+		}
+	}
+	for _, n := range []string{"s1", "l1"} {
+		if r.nodes[n].count(parser.CmdAbort) != 1 || r.nodes[n].count(parser.CmdCommit) != 0 {
+			t.Errorf("%s: %d ABORT %d COMMIT", n, r.nodes[n].count(parser.CmdAbort), r.nodes[n].count(parser.CmdCommit))
+		}
+	}
+}
+
+func TestCommitSilentRollbackIncomplete(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	r.nodes["s1"].silent[parser.CmdCommit] = true
+	r.nodes["s1"].silent[parser.CmdAbort] = true
+	start := time.Now()
+	res := r.beginAll(reqsFor(5, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	for i, x := range res {
+		var ae *APIError
+		if !errors.As(x.err, &ae) || ae.Code != CodeRollbackIncomplete || strings.Join(ae.RollbackIncomplete, ",") != "s1" ||
+			!strings.Contains(ae.Message, "no acknowledgement") {
+			t.Fatalf("rank %d: err %v", i, x.err)
+		}
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("setup failure took %v", d)
+	}
+	for _, n := range []string{"l1", "l2"} {
+		if s := r.nodes[n].opState(onlyOp(r)); s != parser.StateAborted {
+			t.Errorf("%s state %v, want ABORTED", n, s)
+		}
+	}
+}
+
+// onlyOp is the single operation the rig's AM knows.
+func onlyOp(r *rig) OpIdentity {
+	for _, op := range r.m.Ops().Ops {
+		return op.Op
+	}
+	return OpIdentity{}
+}
+
+func TestLossyControlStillExact(t *testing.T) {
+	r := newRig(t, "fat-tree", Config{})
+	r.hub.loss, r.hub.dup = 0.2, 0.2
+	hosts := []string{"h1", "h3", "h5", "h7"}
+	for seq := uint64(0); seq < 3; seq++ {
+		res := r.beginAll(reqsFor(11, seq, "allreduce", hosts...))
+		var grants []*Grant
+		for i, x := range res {
+			if x.err != nil {
+				t.Fatalf("seq %d rank %d: %v", seq, i, x.err)
+			}
+			grants = append(grants, x.g)
+		}
+		r.checkPlan(grants[0].Op, hosts, grants, parser.CollAllReduce, 0)
+		for i := range grants {
+			st, err := r.m.Done(context.Background(), grants[i].ID, DoneRequest{Rank: i, OK: true, Wait: i == len(grants)-1})
+			if err != nil || (i == len(grants)-1 && st.State != "released") {
+				t.Fatalf("done: %v %+v", err, st)
+			}
+		}
+	}
+	for n, fn := range r.nodes {
+		fn.mu.Lock()
+		if fn.conflict != 0 {
+			t.Errorf("%s saw %d conflicting retransmissions (bytes changed under one Transaction ID)", n, fn.conflict)
+		}
+		fn.mu.Unlock()
+	}
+	r.m.ctl.mu.Lock()
+	t.Logf("CONTROL: %d sent, %d retransmitted", r.m.ctl.sent, r.m.ctl.retrans)
+	if r.m.ctl.retrans == 0 {
+		t.Error("20% loss caused no retransmission")
+	}
+	r.m.ctl.mu.Unlock()
+}
+
+func TestRankFailureNamesRank(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	res := r.beginAll(reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	var grants []*Grant
+	for i, x := range res {
+		if x.err != nil {
+			t.Fatalf("rank %d: %v", i, x.err)
+		}
+		grants = append(grants, x.g)
+	}
+	// l2 lost rank 3 (h4): it stays ACTIVE, missing that rank's stream.
+	r.nodes["l2"].final = parser.StateFailed
+	r.nodes["l2"].missing = grants[3].Data.StreamID
+	r.nodes["l2"].missFrom = 363
+	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "no RESULT for 5s", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != "failed" || st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 3 ||
+		!strings.Contains(st.Error.Message, "rank 3 (h4) stopped contributing") || !strings.Contains(st.Error.Message, "from element 363") {
+		t.Fatalf("status %+v err %+v", st, st.Error)
+	}
+	for _, n := range []string{"s1", "l1", "l2"} {
+		if s := r.nodes[n].opState(grants[0].Op); s != parser.StateAborted {
+			t.Errorf("%s state %v, want ABORTED", n, s)
+		}
+	}
+}
+
+func TestMismatchAndBadRequests(t *testing.T) {
+	r := newRig(t, "single", Config{BarrierTimeout: 300 * time.Millisecond})
+	q := reqsFor(8, 0, "allreduce", "h1", "h2")
+	q[1].VectorLen = 999
+	res := r.beginAll(q[1:])
+	_ = res
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := r.m.Begin(ctx, q[0])
+	var ae *APIError
+	if !errors.As(err, &ae) || (ae.Code != CodeMismatch && ae.Code != CodeBarrierTimeout) {
+		t.Fatalf("err %v", err)
+	}
+	// The barrier times out naming the rank that never came.
+	_, err = r.m.Begin(ctx, req(8, 1, 0, 2, "h1", "allreduce"))
+	if !errors.As(err, &ae) || ae.Code != CodeBarrierTimeout || !strings.Contains(ae.Message, "ranks [1]") {
+		t.Fatalf("err %v", err)
+	}
+	for _, bad := range []func(*BeginRequest){
+		func(b *BeginRequest) { b.Collective = "gather" },
+		func(b *BeginRequest) { b.Rank = 5 },
+		func(b *BeginRequest) { b.InputFormat = "fp64" },
+		func(b *BeginRequest) { b.AccPolicy = "0x02" },
+		func(b *BeginRequest) { b.MTU = 1400 },
+		func(b *BeginRequest) { b.Node = "" },
+		func(b *BeginRequest) { b.KulischWidth = 100 },
+	} {
+		b := req(8, 2, 0, 2, "h1", "allreduce")
+		bad(&b)
+		if _, err := r.m.Begin(ctx, b); !errors.As(err, &ae) || ae.Code != CodeBadRequest {
+			t.Errorf("%+v: err %v", b, err)
+		}
+	}
+}
+
+func TestHTTPRoundTrip(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	srv := httptest.NewServer(r.m.Handler())
+	defer srv.Close()
+	c := NewClient(srv.URL)
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	grants := make([]*Grant, 4)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i, q := range reqsFor(12, 0, "allreduce", hosts...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			grants[i], errs[i] = c.Begin(context.Background(), q)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+	l, err := c.Ops(context.Background())
+	if err != nil || len(l.Ops) != 1 || l.Ops[0].State != "active" || len(l.Ops[0].Nodes) != 3 {
+		t.Fatalf("ops %+v %v", l, err)
+	}
+	for i := range grants {
+		if _, err := c.Done(context.Background(), grants[i].ID, DoneRequest{Rank: i, OK: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		st, err := c.Op(context.Background(), grants[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State == "released" {
+			for _, n := range st.Nodes {
+				if n.State != "RELEASED" {
+					t.Errorf("node %+v", n)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("state %s", st.State)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Errors come back typed.
+	_, err = c.Op(context.Background(), "1-2-3-4-5")
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Code != CodeNotFound {
+		t.Errorf("err %v", err)
+	}
+	b := req(12, 1, 0, 4, "h1", "allreduce")
+	b.InputFormat = "fp64"
+	if _, err := c.Begin(context.Background(), b); !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "fp64") {
+		t.Errorf("err %v", err)
+	}
+	// Unreachable coordinator: a clear error, quickly.
+	dead := NewClient("127.0.0.1:1")
+	dead.RetryFor = 200 * time.Millisecond
+	if _, err := dead.Ops(context.Background()); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("err %v", err)
+	}
+}
+
+func TestConcurrentJobs(t *testing.T) {
+	r := newRig(t, "fat-tree", Config{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for job := uint64(100); job < 104; job++ {
+		hosts := []string{"h1", "h3", "h5", "h7"}
+		if job%2 == 1 {
+			hosts = []string{"h2", "h4", "h6", "h8"}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := uint64(0); seq < 3; seq++ {
+				res := r.beginAll(reqsFor(job, seq, "allreduce", hosts...))
+				for i, x := range res {
+					if x.err != nil {
+						errs <- fmt.Errorf("job %d seq %d rank %d: %v", job, seq, i, x.err)
+						return
+					}
+				}
+				for i := range res {
+					if _, err := r.m.Done(context.Background(), res[i].g.ID, DoneRequest{Rank: i, OK: true, Wait: i == len(res)-1}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A node that remembers newer generations (another AM, restarted in the same
+// second) refuses STAGE as STALE_GENERATION: the AM rolls back, skips ahead
+// and succeeds on the second attempt.
+func TestStaleGenerationRetried(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	r.nodes["l2"].staleUpTo = r.m.genBase + 1000
+	res := r.beginAll(reqsFor(13, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	for i, x := range res {
+		if x.err != nil {
+			t.Fatalf("rank %d: %v", i, x.err)
+		}
+		if x.g.Op.OpGen <= r.m.genBase+1000 {
+			t.Fatalf("generation %d not past the node's %d", x.g.Op.OpGen, r.m.genBase+1000)
+		}
+	}
+	for _, n := range []string{"s1", "l1"} {
+		if r.nodes[n].count(parser.CmdAbort) != 1 || r.nodes[n].count(parser.CmdStage) != 2 {
+			t.Errorf("%s: %d ABORT %d STAGE, want 1 and 2", n, r.nodes[n].count(parser.CmdAbort), r.nodes[n].count(parser.CmdStage))
+		}
+	}
+}

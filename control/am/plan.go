@@ -1,0 +1,145 @@
+// This file owns the per-node plan of one operation: the STAGE context record
+// and bindings of every tree node, with logical endpoints and stream IDs
+// allocated so that each is unique within the operation, and the per-rank
+// grant fields that mirror the leaf's bindings.
+
+package am
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/prismd/prismd/parser"
+)
+
+// params is a validated, normalized invocation.
+type params struct {
+	Collective   parser.Collective
+	RootRank     int
+	Input        parser.Format
+	Acc          parser.AccPolicy
+	Partial      parser.Format
+	Output       parser.Format
+	KulischWidth int
+	VectorLen    uint32
+	MTU          int
+	TimeoutMS    uint32
+	Size         int
+}
+
+// nodePlan is what one tree node is told.
+type nodePlan struct {
+	node     *TreeNode
+	ctx      contextRecord
+	bindings []binding
+	// owner names the source behind each CONTRIBUTOR stream, for failure
+	// reports ("rank 2 (h3)", "subtree l2").
+	owner map[uint16]string
+	// ownerRank is the rank behind a RANK contributor stream.
+	ownerRank map[uint16]int
+}
+
+// rankPlan mirrors a rank's leaf bindings for its grant.
+type rankPlan struct {
+	data   StreamBinding
+	result *StreamBinding
+}
+
+// plan is the whole operation's setup.
+type plan struct {
+	nodes map[string]*nodePlan
+	order []string // tree order (root first)
+	ranks []rankPlan
+	win   Window
+}
+
+// KulischWidthFor is the smallest multiple of 8 not below 278 + ceil(log2 N):
+// the width that keeps N finite FP32-domain terms exact (prism-protocol,
+// "Wire formats and accumulator profiles").
+func KulischWidthFor(n int) int {
+	lg := 0
+	if n > 1 {
+		lg = bits.Len(uint(n - 1))
+	}
+	return (278 + lg + 7) &^ 7
+}
+
+// buildPlan allocates endpoints and streams and builds every node's STAGE.
+func buildPlan(t *Tree, p params, win Window) (*plan, error) {
+	pl := &plan{nodes: map[string]*nodePlan{}, ranks: make([]rankPlan, len(t.Ranks)), win: win}
+	var nextEP, nextStream uint16 = 1, 1
+	ep := func() uint16 { nextEP++; return nextEP - 1 }
+	st := func() uint16 { nextStream++; return nextStream - 1 }
+	for _, n := range t.Nodes {
+		pl.order = append(pl.order, n.Name)
+		pl.nodes[n.Name] = &nodePlan{node: n, owner: map[uint16]string{}, ownerRank: map[uint16]int{},
+			ctx: contextRecord{
+				Role: n.Role, Collective: p.Collective, Input: p.Input, Acc: p.Acc, Partial: p.Partial,
+				Output: p.Output, KulischWidth: uint16(p.KulischWidth), VectorLen: p.VectorLen, MTU: uint16(p.MTU),
+				Intervals: win.Intervals, ReplayDepth: win.ReplayDepth, WindowBytes: win.Bytes,
+				WindowElems: win.Elements, MaxTerms: uint32(p.Size), TimeoutMS: p.TimeoutMS,
+			}}
+	}
+	// resultTo reports whether the RESULT must reach this rank.
+	resultTo := func(r int) bool { return p.Collective == parser.CollAllReduce || r == p.RootRank }
+	// onResultPath: nodes that carry RESULT (every node for ALLREDUCE, the
+	// path root..destination leaf for REDUCE).
+	onPath := map[string]bool{}
+	for r, rp := range t.Ranks {
+		if !resultTo(r) {
+			continue
+		}
+		for n := t.Node(rp.Leaf); n != nil; {
+			onPath[n.Name] = true
+			if n.Parent == nil {
+				break
+			}
+			n = t.Node(n.Parent.Parent)
+		}
+	}
+	for _, n := range t.Nodes {
+		np := pl.nodes[n.Name]
+		// Ranks attached here: DATA in, RESULT out.
+		for _, r := range n.Ranks {
+			rp := t.Ranks[r]
+			s, local, peer := st(), ep(), ep()
+			np.bindings = append(np.bindings, binding{Kind: parser.KindContributor, Flags: parser.BindingFlagRank,
+				Stream: s, Local: local, Peer: peer, Port: uint16(rp.LeafPort), PeerMAC: rp.HostMAC, rank: r,
+				peerName: fmt.Sprintf("rank %d (%s)", r, rp.Host)})
+			np.owner[s] = fmt.Sprintf("rank %d (%s)", r, rp.Host)
+			np.ownerRank[s] = r
+			pl.ranks[r].data = StreamBinding{StreamID: s, SrcEndpoint: peer, DstEndpoint: local}
+			if resultTo(r) {
+				s, local, peer := st(), ep(), ep()
+				np.bindings = append(np.bindings, binding{Kind: parser.KindResultOut, Flags: parser.BindingFlagRank,
+					Stream: s, Local: local, Peer: peer, Port: uint16(rp.LeafPort), PeerMAC: rp.HostMAC, rank: r})
+				pl.ranks[r].result = &StreamBinding{StreamID: s, SrcEndpoint: local, DstEndpoint: peer}
+			}
+		}
+	}
+	// Switch edges: DATA child -> parent, RESULT parent -> child.
+	for _, n := range t.Nodes {
+		for _, e := range n.Children {
+			parent, child := pl.nodes[e.Parent], pl.nodes[e.Child]
+			s, pLocal, cLocal := st(), ep(), ep()
+			parent.bindings = append(parent.bindings, binding{Kind: parser.KindContributor, Stream: s,
+				Local: pLocal, Peer: cLocal, Port: uint16(e.ParentPort), PeerMAC: e.ChildMAC, rank: -1})
+			parent.owner[s] = "subtree " + e.Child
+			child.bindings = append(child.bindings, binding{Kind: parser.KindParent, Stream: s,
+				Local: cLocal, Peer: pLocal, Port: uint16(e.ChildPort), PeerMAC: e.ParentMAC, rank: -1})
+			if onPath[e.Child] {
+				s, pLocal, cLocal := st(), ep(), ep()
+				parent.bindings = append(parent.bindings, binding{Kind: parser.KindResultOut, Stream: s,
+					Local: pLocal, Peer: cLocal, Port: uint16(e.ParentPort), PeerMAC: e.ChildMAC, rank: -1})
+				child.bindings = append(child.bindings, binding{Kind: parser.KindResultIn, Stream: s,
+					Local: cLocal, Peer: pLocal, Port: uint16(e.ChildPort), PeerMAC: e.ParentMAC, rank: -1})
+			}
+		}
+	}
+	for _, np := range pl.nodes {
+		if len(np.bindings) > parser.MaxBindings {
+			return nil, fmt.Errorf("%w: node %s would need %d bindings, more than %d", ErrTopology, np.node.Name, len(np.bindings), parser.MaxBindings)
+		}
+	}
+	return pl, nil
+}

@@ -1,0 +1,372 @@
+// This file owns the CONTROL sequences of one operation: CAPS matching,
+// STAGE and COMMIT of every node, the ABORT rollback, the COMPLETE check and
+// RELEASE, and the failure diagnosis built from COMPLETE answers.
+
+package am
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prismd/prismd/parser"
+)
+
+// forEach runs f for every node of the plan concurrently: setup latency is
+// one round trip, not one per node.
+func (m *Manager) forEach(names []string, f func(name string) error) map[string]error {
+	var mu sync.Mutex
+	errs := map[string]error{}
+	var wg sync.WaitGroup
+	for _, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(n); err != nil {
+				mu.Lock()
+				errs[n] = err
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// firstErr picks the error of the first node in order, for a stable message.
+func firstErr(order []string, errs map[string]error) (string, error) {
+	for _, n := range order {
+		if e, ok := errs[n]; ok {
+			return n, e
+		}
+	}
+	return "", nil
+}
+
+// nodeCaps returns a node's capability pages, cached for capsTTL.
+func (m *Manager) nodeCaps(ctx context.Context, np *nodePlan) ([]capsPage, error) {
+	m.mu.Lock()
+	c, ok := m.capsCache[np.node.Name]
+	m.mu.Unlock()
+	if ok && time.Since(c.at) < m.cfg.CapsTTL {
+		return c.pages, nil
+	}
+	pages, err := m.ctl.caps(ctx, np.node.Name, np.node.MAC)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.capsCache[np.node.Name] = capsEntry{pages: pages, at: time.Now()}
+	m.mu.Unlock()
+	return pages, nil
+}
+
+// matchCaps checks that one record covers the whole tuple and every limit.
+func matchCaps(pages []capsPage, c contextRecord, nBindings int) error {
+	if len(pages) == 0 {
+		return errors.New("no capability pages")
+	}
+	if pages[0].MaxMTU != 0 && int(c.MTU) > int(pages[0].MaxMTU) {
+		return fmt.Errorf("MTU %d above the node's maximum %d", c.MTU, pages[0].MaxMTU)
+	}
+	tuple := fmt.Sprintf("(%v, %v, %v, %v)", c.Input, c.Acc, c.Partial, c.Output)
+	var why []string
+	for _, p := range pages {
+		for _, r := range p.Records {
+			if r.Input != c.Input || r.Acc != c.Acc || r.Partial != c.Partial || r.Output != c.Output {
+				continue
+			}
+			switch {
+			case c.KulischWidth != 0 && (c.KulischWidth < r.MinKW || c.KulischWidth > r.MaxKW):
+				why = append(why, fmt.Sprintf("Kulisch width %d outside %d..%d", c.KulischWidth, r.MinKW, r.MaxKW))
+			case c.VectorLen > r.MaxVector:
+				why = append(why, fmt.Sprintf("vector length %d above %d", c.VectorLen, r.MaxVector))
+			case c.MaxTerms > r.MaxTerms:
+				why = append(why, fmt.Sprintf("%d terms above %d", c.MaxTerms, r.MaxTerms))
+			case c.MTU > r.MaxMTU:
+				why = append(why, fmt.Sprintf("MTU %d above %d", c.MTU, r.MaxMTU))
+			case nBindings > int(r.MaxBindings):
+				why = append(why, fmt.Sprintf("%d bindings above %d", nBindings, r.MaxBindings))
+			case c.Intervals > r.MaxIntervals || c.ReplayDepth > r.MaxReplay || c.WindowBytes > r.MaxWinBytes || c.WindowElems > r.MaxWinElem:
+				why = append(why, fmt.Sprintf("window %d intervals/%d replay/%d bytes/%d elements above %d/%d/%d/%d",
+					c.Intervals, c.ReplayDepth, c.WindowBytes, c.WindowElems, r.MaxIntervals, r.MaxReplay, r.MaxWinBytes, r.MaxWinElem))
+			default:
+				return nil
+			}
+		}
+	}
+	if len(why) == 0 {
+		return fmt.Errorf("no capability record for tuple %s (input, accumulator, partial, output)", tuple)
+	}
+	return fmt.Errorf("tuple %s is advertised but %s", tuple, strings.Join(why, "; "))
+}
+
+// fitWindow lowers the plan's window to what every node's matching record
+// allows (the request's window is a wish, the CAPS a bound).
+func fitWindow(w Window, pages []capsPage, c contextRecord) Window {
+	for _, p := range pages {
+		for _, r := range p.Records {
+			if r.Input != c.Input || r.Acc != c.Acc || r.Partial != c.Partial || r.Output != c.Output {
+				continue
+			}
+			w.Intervals = min(w.Intervals, r.MaxIntervals)
+			w.ReplayDepth = min(w.ReplayDepth, r.MaxReplay)
+			w.Bytes = min(w.Bytes, r.MaxWinBytes)
+			w.Elements = min(w.Elements, r.MaxWinElem)
+			return w
+		}
+	}
+	return w
+}
+
+// setup runs CAPS, STAGE and COMMIT on every node of op. On failure it rolls
+// back and returns the API error every rank receives.
+func (m *Manager) setup(ctx context.Context, op *operation) *APIError {
+	pl := op.plan
+	// CAPS, then fit the window to every node, then match.
+	caps := map[string][]capsPage{}
+	var capsMu sync.Mutex
+	errs := m.forEach(pl.order, func(n string) error {
+		pages, err := m.nodeCaps(ctx, pl.nodes[n])
+		if err != nil {
+			return err
+		}
+		capsMu.Lock()
+		caps[n] = pages
+		capsMu.Unlock()
+		return nil
+	})
+	if n, err := firstErr(pl.order, errs); err != nil {
+		op.setNodeErr(n, err)
+		return &APIError{Code: CodeSetupFailed, Node: n, Message: fmt.Sprintf("capability query: %v", err)}
+	}
+	w := pl.win
+	for _, n := range pl.order {
+		w = fitWindow(w, caps[n], pl.nodes[n].ctx)
+	}
+	minElems := uint32(parser.MaxPacketElements(int(pl.nodes[pl.order[0]].ctx.MTU)))
+	if w.Elements < minElems {
+		w.Elements = minElems // let matchCaps report the node that cannot hold one packet
+	}
+	pl.win = w
+	for _, n := range pl.order {
+		c := &pl.nodes[n].ctx
+		c.Intervals, c.ReplayDepth, c.WindowBytes, c.WindowElems = w.Intervals, w.ReplayDepth, w.Bytes, w.Elements
+	}
+	for _, n := range pl.order {
+		np := pl.nodes[n]
+		if err := matchCaps(caps[n], np.ctx, len(np.bindings)); err != nil {
+			op.setNodeErr(n, err)
+			return &APIError{Code: CodeUnsupported, Node: n, Message: fmt.Sprintf("node %s: %v", n, err)}
+		}
+	}
+
+	// STAGE every node.
+	staged := m.forEach(pl.order, func(n string) error {
+		np := pl.nodes[n]
+		a, err := m.ctl.command(ctx, n, np.node.MAC, op.id, parser.CmdStage, encodeStage(np.ctx, np.bindings))
+		op.setNodeAck(n, a, err)
+		return err
+	})
+	if n, err := firstErr(pl.order, staged); err != nil {
+		stale := false
+		for _, e := range staged {
+			var ne *NodeError
+			if errors.As(e, &ne) && ne.Err == nil && ne.Status == parser.StatusStaleGeneration {
+				stale = true
+			}
+		}
+		ae := m.rollback(op, CodeSetupFailed, n, fmt.Sprintf("STAGE: %v", err))
+		ae.stale = stale
+		return ae
+	}
+	committed := m.forEach(pl.order, func(n string) error {
+		a, err := m.ctl.command(ctx, n, pl.nodes[n].node.MAC, op.id, parser.CmdCommit, nil)
+		op.setNodeAck(n, a, err)
+		return err
+	})
+	if n, err := firstErr(pl.order, committed); err != nil {
+		return m.rollback(op, CodeSetupFailed, n, fmt.Sprintf("COMMIT: %v", err))
+	}
+	return nil
+}
+
+// rollback ABORTs every node of op (a node that never saw STAGE answers
+// BAD_STATE, which is as clean as OK) and reports nodes that never answered.
+func (m *Manager) rollback(op *operation, code, node, msg string) *APIError {
+	incomplete := m.abortAll(op)
+	e := &APIError{Code: code, Node: node, Message: msg, RollbackIncomplete: incomplete}
+	if len(incomplete) > 0 {
+		e.Code = CodeRollbackIncomplete
+		e.Message = msg + "; rollback incomplete: no ABORT acknowledgement from " + strings.Join(incomplete, ", ")
+	}
+	return e
+}
+
+// abortAll sends ABORT to every node with a bounded context of its own (the
+// caller's may already be cancelled) and returns the nodes that never ACKed.
+func (m *Manager) abortAll(op *operation) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CtlTimeout+time.Second)
+	defer cancel()
+	errs := m.forEach(op.plan.order, func(n string) error {
+		a, err := m.ctl.command(ctx, n, op.plan.nodes[n].node.MAC, op.id, parser.CmdAbort, nil)
+		var ne *NodeError
+		if errors.As(err, &ne) && ne.Err == nil {
+			// Answered: any status means the node holds no live context for
+			// this generation any more (BAD_STATE: never staged, already
+			// gone). Record what it said.
+			op.setNodeAck(n, a, nil)
+			op.setNodeState(n, "ABORTED")
+			return nil
+		}
+		if err == nil {
+			op.setNodeState(n, "ABORTED")
+		} else {
+			op.setNodeErr(n, err)
+		}
+		return err
+	})
+	var bad []string
+	for _, n := range op.plan.order {
+		if errs[n] != nil {
+			bad = append(bad, n)
+		}
+	}
+	return bad
+}
+
+// completeAll polls COMPLETE on every node until each reports COMPLETE or the
+// deadline passes; it returns the nodes that did not complete.
+func (m *Manager) completeAll(op *operation, deadline time.Time) []string {
+	pending := append([]string(nil), op.plan.order...)
+	wait := 5 * time.Millisecond
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(m.cfg.CtlTimeout))
+		errs := m.forEach(pending, func(n string) error {
+			a, err := m.ctl.command(ctx, n, op.plan.nodes[n].node.MAC, op.id, parser.CmdComplete, nil)
+			op.setNodeAck(n, a, err)
+			if err != nil {
+				return err
+			}
+			if a.State != parser.StateComplete {
+				return fmt.Errorf("state %v", a.State)
+			}
+			return nil
+		})
+		cancel()
+		var still []string
+		for _, n := range pending {
+			if errs[n] != nil {
+				still = append(still, n)
+			}
+		}
+		pending = still
+		if len(pending) == 0 || time.Now().Add(wait).After(deadline) {
+			return pending
+		}
+		time.Sleep(wait)
+		if wait < 200*time.Millisecond {
+			wait *= 2
+		}
+	}
+}
+
+// releaseAll RELEASEs every node; it returns those that never ACKed.
+func (m *Manager) releaseAll(op *operation) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CtlTimeout+time.Second)
+	defer cancel()
+	errs := m.forEach(op.plan.order, func(n string) error {
+		a, err := m.ctl.command(ctx, n, op.plan.nodes[n].node.MAC, op.id, parser.CmdRelease, nil)
+		op.setNodeAck(n, a, err)
+		return err
+	})
+	var bad []string
+	for _, n := range op.plan.order {
+		if errs[n] != nil {
+			bad = append(bad, n)
+		}
+	}
+	return bad
+}
+
+// diagnose asks every node for its state once and explains the failure:
+// which node failed, which contributor is missing and from which element.
+func (m *Manager) diagnose(op *operation) (string, *int) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CtlTimeout)
+	defer cancel()
+	m.forEach(op.plan.order, func(n string) error {
+		a, err := m.ctl.command(ctx, n, op.plan.nodes[n].node.MAC, op.id, parser.CmdComplete, nil)
+		op.setNodeAck(n, a, err)
+		return err
+	})
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	var parts []string
+	var culprit *int
+	// FAILED nodes first (a node fails when a contributor stays silent
+	// past the timeout, and its Missing Stream is that contributor), then
+	// deepest first: a leaf missing a rank explains its parent missing the
+	// leaf's subtree. An ACTIVE node's Missing Stream is only the first
+	// stream not yet complete, often a healthy rank held back by the
+	// window, so it names a culprit only when no node failed.
+	order := append([]string(nil), op.plan.order...)
+	failed := func(n string) bool { return op.nodes[n].State == "FAILED" }
+	sort.SliceStable(order, func(i, j int) bool {
+		if failed(order[i]) != failed(order[j]) {
+			return failed(order[i])
+		}
+		return op.plan.nodes[order[i]].node.Depth > op.plan.nodes[order[j]].node.Depth
+	})
+	for _, n := range order {
+		ns := op.nodes[n]
+		if ns.State == "COMPLETE" || ns.State == "RELEASED" {
+			continue
+		}
+		s := fmt.Sprintf("node %s is %s", n, ns.State)
+		if ns.MissingStream != nil {
+			who := ns.MissingFromWhom
+			if who == "" {
+				who = fmt.Sprintf("stream %d", *ns.MissingStream)
+			}
+			verb := "waiting for"
+			if ns.State == "FAILED" {
+				verb = "timed out on"
+			}
+			s += fmt.Sprintf(", %s %s from element %d", verb, who, ns.MissingFrom)
+			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil {
+				rr := r
+				culprit = &rr
+			}
+		}
+		if ns.LastError != "" {
+			s += " (" + ns.LastError + ")"
+		}
+		parts = append(parts, s)
+	}
+	var notDone []string
+	for r := 0; r < op.size; r++ {
+		if _, ok := op.done[r]; !ok {
+			notDone = append(notDone, fmt.Sprintf("%d (%s)", r, op.tree.Ranks[r].Host))
+		}
+	}
+	if len(notDone) > 0 {
+		parts = append(parts, "ranks that never reported done: "+strings.Join(notDone, ", "))
+	}
+	var reports []string
+	for r := 0; r < op.size; r++ {
+		if d, ok := op.done[r]; ok && !d.OK {
+			reports = append(reports, fmt.Sprintf("rank %d: %s", r, d.Error))
+		}
+	}
+	if len(reports) > 0 {
+		parts = append(parts, "reported by "+strings.Join(reports, "; "))
+	}
+	if culprit != nil {
+		parts = append([]string{fmt.Sprintf("rank %d (%s) stopped contributing", *culprit, op.tree.Ranks[*culprit].Host)}, parts...)
+	}
+	return strings.Join(parts, "; "), culprit
+}

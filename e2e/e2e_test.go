@@ -1,0 +1,552 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/deploy"
+	"github.com/prismd/prismd/deploy/labtest"
+	"github.com/prismd/prismd/host"
+)
+
+func soak() bool { return os.Getenv("PRISMD_SOAK") == "1" }
+
+// n picks a vector length: modest in CI, large in soak runs.
+func n(ci, soakN int) int {
+	if soak() {
+		return soakN
+	}
+	return ci
+}
+
+// ---- oracle ----
+
+// exactF32 is the exact sum of column i (math/big) rounded once to binary32,
+// ties to even; an exact zero is -0 only when every term was -0.
+func exactF32(vecs [][]float32, i int) float32 {
+	s := new(big.Float).SetPrec(4096)
+	neg := true
+	for _, v := range vecs {
+		if !(v[i] == 0 && math.Signbit(float64(v[i]))) {
+			neg = false
+		}
+		s.Add(s, new(big.Float).SetPrec(4096).SetFloat64(float64(v[i])))
+	}
+	f, _ := s.Float32()
+	if f == 0 && neg {
+		return float32(math.Copysign(0, -1))
+	}
+	return f
+}
+
+// vecFor is rank r's input: mixed magnitudes, subnormals and cancellation,
+// so a float32 sum in any order differs from the exact one in many places.
+// integral gives integers, exact in any order (for FP32_ARRIVAL).
+func vecFor(seed uint64, r, n int, integral bool) []float32 {
+	rng := rand.New(rand.NewPCG(seed, uint64(r)))
+	v := make([]float32, n)
+	for i := range v {
+		if integral {
+			v[i] = float32(rng.IntN(1<<16) - 1<<15)
+			continue
+		}
+		switch rng.IntN(8) {
+		case 0:
+			v[i] = float32(rng.IntN(2000) - 1000)
+		case 1:
+			v[i] = float32(rng.NormFloat64() * 1e-40)
+		case 2:
+			v[i] = float32(rng.NormFloat64() * 1e30)
+		default:
+			v[i] = float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(40)-20))
+		}
+	}
+	return v
+}
+
+func checkExact(t *testing.T, sends, recvs [][]float32, who []int) {
+	t.Helper()
+	for _, r := range who {
+		bad := 0
+		for i := range recvs[r] {
+			want := exactF32(sends, i)
+			if math.Float32bits(want) != math.Float32bits(recvs[r][i]) {
+				if bad < 3 {
+					t.Errorf("rank %d element %d: got %g (%#x), want %g (%#x)", r, i, recvs[r][i],
+						math.Float32bits(recvs[r][i]), want, math.Float32bits(want))
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Fatalf("rank %d: %d of %d elements differ from the exact sum", r, bad, len(recvs[r]))
+		}
+	}
+}
+
+// ---- lab plumbing ----
+
+type env struct {
+	t    *testing.T
+	lab  *deploy.Lab
+	m    *am.Manager
+	url  string // runtime channel in the test's own namespace (in-process ranks)
+	lurl string // runtime channel inside the AM host's namespace (prismctl ranks)
+}
+
+// up builds the lab and starts the AM on amHost: CONTROL from amHost's eth0,
+// the runtime channel served both on 127.0.0.1 here and on amHost's lab
+// address, reachable from the other hosts through the switches.
+func up(t *testing.T, topo, amHost string, cfg am.Config) *env {
+	t.Helper()
+	lab := labtest.Up(t, topo)
+	e := &env{t: t, lab: lab}
+	var conn *am.PacketConn
+	if err := lab.Do(amHost, func() error {
+		var err error
+		conn, err = am.OpenConn("eth0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Topology, cfg.Conn, cfg.Logf = lab.Topo, conn, t.Logf
+	m, err := am.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.m = m
+	srv := httptest.NewServer(m.Handler())
+	e.url = srv.URL
+	var ln net.Listener
+	addr := lab.Topo.Nodes[amHost].IPv4.Addr().String() + ":7000"
+	if err := lab.Do(amHost, func() error {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lsrv := &http.Server{Handler: m.Handler()}
+	go lsrv.Serve(ln)
+	e.lurl = "http://" + addr
+	t.Cleanup(func() {
+		lsrv.Close()
+		srv.Close()
+		m.Close()
+	})
+	return e
+}
+
+// comm opens a rank's communicator inside node's namespace.
+func (e *env) comm(node string, rank, size int, job uint64) *host.Comm {
+	e.t.Helper()
+	var c *host.Comm
+	if err := e.lab.Do(node, func() error {
+		var err error
+		c, err = host.NewComm(context.Background(), host.Config{Rank: rank, Size: size, Iface: "eth0", Job: job,
+			Coordinator: e.url, Node: node})
+		return err
+	}); err != nil {
+		e.t.Fatalf("rank %d on %s: %v", rank, node, err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+type result struct {
+	sends, recvs [][]float32
+	errs         []error
+	stats        []host.Stats
+	took         time.Duration
+}
+
+// collective runs one collective on comms concurrently.
+func collective(comms []*host.Comm, coll string, root, n int, seed uint64, opts *host.Options) *result {
+	integral := opts != nil && opts.Acc == "fp32"
+	r := &result{sends: make([][]float32, len(comms)), recvs: make([][]float32, len(comms)),
+		errs: make([]error, len(comms)), stats: make([]host.Stats, len(comms))}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range comms {
+		r.sends[i] = vecFor(seed, i, n, integral)
+		r.recvs[i] = make([]float32, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var q *host.Request
+			if coll == "allreduce" {
+				q = c.AllReduceAsync(ctx, r.sends[i], r.recvs[i], opts)
+			} else {
+				q = c.ReduceAsync(ctx, r.sends[i], r.recvs[i], root, opts)
+			}
+			r.errs[i] = q.Wait()
+			r.stats[i] = q.Stats()
+		}()
+	}
+	wg.Wait()
+	r.took = time.Since(start)
+	return r
+}
+
+func (r *result) check(t *testing.T, coll string, root int) {
+	t.Helper()
+	for i, err := range r.errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+	who := []int{root}
+	if coll == "allreduce" {
+		who = who[:0]
+		for i := range r.recvs {
+			who = append(who, i)
+		}
+	}
+	checkExact(t, r.sends, r.recvs, who)
+	var rt uint64
+	for _, s := range r.stats {
+		rt += s.Retransmits
+	}
+	bytes := float64(len(r.sends[0]) * 4)
+	t.Logf("%s of %d fp32 on %d ranks (%s): %v (setup %v), %.1f MB/s per rank, %d DATA retransmissions",
+		coll, len(r.sends[0]), len(r.sends), r.stats[0].Grant.Tree, r.took.Round(time.Millisecond),
+		r.stats[0].Setup.Round(time.Millisecond), bytes/r.took.Seconds()/1e6, rt)
+}
+
+func (e *env) comms(job uint64, hosts ...string) []*host.Comm {
+	cs := make([]*host.Comm, len(hosts))
+	for i, h := range hosts {
+		cs[i] = e.comm(h, i, len(hosts), job)
+	}
+	return cs
+}
+
+// ---- the collectives on the shipped topologies ----
+
+func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
+	e := up(t, topo, hosts[0], am.Config{})
+	cs := e.comms(1, hosts...)
+	seed := uint64(1)
+	for _, c := range []struct {
+		coll string
+		root int
+		acc  string
+	}{
+		{"allreduce", 0, "kulisch"},
+		{"reduce", len(hosts) - 1, "kulisch"},
+		{"allreduce", 0, "fp32"},
+		{"reduce", 0, "fp32"},
+	} {
+		t.Run(c.coll+"-"+c.acc, func(t *testing.T) {
+			seed++
+			r := collective(cs, c.coll, c.root, vec, seed, &host.Options{Acc: c.acc})
+			r.check(t, c.coll, c.root)
+		})
+	}
+}
+
+func TestSingle(t *testing.T) {
+	runMatrix(t, "single", []string{"h1", "h2"}, n(20000, 2000000))
+}
+
+func TestSpineLeaf(t *testing.T) {
+	runMatrix(t, "spine-leaf", []string{"h1", "h2", "h3", "h4"}, n(20000, 2000000))
+}
+
+func TestFatTree(t *testing.T) {
+	runMatrix(t, "fat-tree", []string{"h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"}, n(10000, 1000000))
+}
+
+// ---- loss and duplication on every link ----
+
+// impair installs, in every namespace, nftables netdev rules on every
+// interface: pct% of arriving frames dropped (ingress) and pct% of leaving
+// frames sent twice (egress dup to the same device).
+func impair(t *testing.T, lab *deploy.Lab, pct int) {
+	t.Helper()
+	for _, name := range lab.Topo.NodeNames() {
+		n := lab.Topo.Nodes[name]
+		if n.Kind == deploy.KindBridge {
+			continue
+		}
+		var b bytes.Buffer
+		b.WriteString("table netdev prismimpair {\n")
+		for i, ifc := range n.Ifaces {
+			fmt.Fprintf(&b, "  chain in%d { type filter hook ingress device %q priority 0; numgen random mod 100 < %d drop; }\n", i, ifc, pct)
+			fmt.Fprintf(&b, "  chain out%d { type filter hook egress device %q priority 0; numgen random mod 100 < %d dup to %q; }\n", i, ifc, pct, ifc)
+		}
+		b.WriteString("}\n")
+		cmd := lab.Exec(name, "nft", "-f", "-")
+		cmd.Stdin = &b
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("nft in %s: %v: %s\n%s", name, err, out, b.String())
+		}
+	}
+}
+
+func TestLossAndDuplication(t *testing.T) {
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	e := up(t, "spine-leaf", "h1", am.Config{})
+	impair(t, e.lab, 1)
+	cs := e.comms(2, hosts...)
+	for k := 0; k < 3; k++ {
+		r := collective(cs, "allreduce", 0, n(20000, 2000000), uint64(100+k), nil)
+		r.check(t, "allreduce", 0)
+	}
+	r := collective(cs, "reduce", 2, n(20000, 2000000), 200, nil)
+	r.check(t, "reduce", 2)
+}
+
+// ---- failures ----
+
+var (
+	ctlOnce sync.Once
+	ctlBin  string
+	ctlErr  error
+)
+
+// prismctl returns a prismctl binary: $PRISMD_BIN/prismctl when the
+// Makefile set it, else one built once from this module.
+func prismctl(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("PRISMD_BIN"); d != "" {
+		if p := filepath.Join(d, "prismctl"); fileExists(p) {
+			return p
+		}
+	}
+	ctlOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "e2e-prismctl-")
+		if err != nil {
+			ctlErr = err
+			return
+		}
+		ctlBin = filepath.Join(dir, "prismctl")
+		out, err := exec.Command("go", "build", "-o", ctlBin, "github.com/prismd/prismd/cmd/prismctl").CombinedOutput()
+		if err != nil {
+			ctlErr = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	if ctlErr != nil {
+		t.Fatalf("building prismctl: %v", ctlErr)
+	}
+	return ctlBin
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// TestKilledRank kills one rank of job A (a prismctl process) right after
+// its operation is granted: every surviving rank must fail, within the
+// timeout, with an error naming the dead rank, while job B, running at the
+// same time on the other half of the fat tree, completes exactly.
+func TestKilledRank(t *testing.T) {
+	bin := prismctl(t)
+	e := up(t, "fat-tree", "h1", am.Config{})
+	const jobA, jobB = 10, 11
+	timeout := time.Second
+	// Job A's vector is below the leaves' element window (92928 at MTU
+	// 1500) but three of the rank's send windows long: the victim cannot
+	// have sent all of it when it dies right after the grant.
+	const vec = 60000
+	// Job A: ranks 0..2 in-process on h1..h3, rank 3 a process on h4.
+	csA := make([]*host.Comm, 3)
+	for i, h := range []string{"h1", "h2", "h3"} {
+		csA[i] = e.comm(h, i, 4, jobA)
+	}
+	victim := e.lab.Exec("h4", bin, "allreduce", "--coordinator", e.lurl, "--rank", "3", "--size", "4",
+		"--iface", "eth0", "--node", "h4", "--job", fmt.Sprint(jobA), "--count", fmt.Sprint(vec), "--timeout", timeout.String())
+	var vout bytes.Buffer
+	victim.Stdout, victim.Stderr = &vout, &vout
+	csB := e.comms(jobB, "h5", "h6", "h7", "h8")
+
+	var wg sync.WaitGroup
+	var ra, rb *result
+	wg.Add(2)
+	start := time.Now()
+	go func() {
+		defer wg.Done()
+		ra = collective(csA, "allreduce", 0, vec, 7, &host.Options{Timeout: timeout})
+	}()
+	go func() {
+		defer wg.Done()
+		rb = collective(csB, "allreduce", 0, n(50000, 2000000), 8, nil)
+	}()
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill the victim as soon as job A's operation is granted.
+	killed := false
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !killed; time.Sleep(time.Millisecond) {
+		for _, op := range e.m.Ops().Ops {
+			if op.Op.Job == jobA && op.State != "setup" {
+				victim.Process.Kill() // the PID this test started
+				killed = true
+				break
+			}
+		}
+	}
+	victim.Wait()
+	if !killed {
+		t.Fatalf("job A never became active; victim said: %s", vout.String())
+	}
+	killedAt := time.Since(start)
+	wg.Wait()
+	rb.check(t, "allreduce", 0)
+	for i, err := range ra.errs {
+		var oe *host.OpError
+		if err == nil || !errors.As(err, &oe) || !strings.Contains(err.Error(), "rank 3 (h4) stopped contributing") {
+			t.Errorf("rank %d: error does not name rank 3 (h4): %v", i, err)
+			continue
+		}
+		t.Logf("rank %d: %v", i, err)
+	}
+	if took := ra.took - killedAt; took > 3*timeout+10*time.Second {
+		t.Errorf("survivors failed %v after the kill; bound is the timeout (%v) plus diagnosis", took, timeout)
+	} else {
+		t.Logf("survivors failed %v after the kill", took.Round(time.Millisecond))
+	}
+}
+
+// TestSetupFailureRollsBack: a tuple no node supports is refused for every
+// rank (no grant), and a width too small for the terms is refused by the
+// nodes at STAGE and rolled back with ABORT everywhere.
+func TestSetupFailureRollsBack(t *testing.T) {
+	e := up(t, "spine-leaf", "h1", am.Config{})
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	cs := e.comms(3, hosts...)
+	check := func(what string, errs []error, code string) {
+		for i, err := range errs {
+			var ae *am.APIError
+			if err == nil || !errors.As(err, &ae) || ae.Code != code {
+				t.Errorf("%s: rank %d: got %v, want code %s", what, i, err, code)
+			}
+		}
+	}
+	// FP32_ARRIVAL has no FP16 input.
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := make([]host.Float16, 1000)
+			errs[i] = c.AllReduce(context.Background(), s, s, &host.Options{Acc: "fp32"})
+		}()
+	}
+	wg.Wait()
+	check("unsupported tuple", errs, am.CodeUnsupported)
+	// A 64-bit Kulisch accumulator cannot hold FP32 terms exactly: every
+	// node refuses the STAGE, the AM aborts the tree.
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := make([]float32, 1000)
+			errs[i] = c.AllReduce(context.Background(), s, s, &host.Options{KulischWidth: 64})
+		}()
+	}
+	wg.Wait()
+	check("width too small", errs, am.CodeSetupFailed)
+	ops := e.m.Ops().Ops
+	if len(ops) == 0 {
+		t.Fatal("the AM shows no failed operation")
+	}
+	last := ops[len(ops)-1]
+	for _, n := range last.Nodes {
+		if n.State != "ABORTED" {
+			t.Errorf("node %s is %s after the rollback, want ABORTED", n.Name, n.State)
+		}
+	}
+	// The tree still works afterwards.
+	r := collective(cs, "allreduce", 0, 5000, 9, nil)
+	r.check(t, "allreduce", 0)
+}
+
+// TestPrismctl runs the whole CLI path as processes: 'prismctl am' on h1
+// (CONTROL from h1's eth0, runtime channel on h1's lab address), every rank
+// as 'prismctl allreduce --verify' (bit-for-bit self check against math/big)
+// reaching the AM through the switches' own forwarding, then 'prismctl
+// bench' on all ranks.
+func TestPrismctl(t *testing.T) {
+	bin := prismctl(t)
+	lab := labtest.Up(t, "spine-leaf")
+	addr := lab.Topo.Nodes["h1"].IPv4.Addr().String() + ":7000"
+	amCmd := lab.Exec("h1", bin, "am", "--topology", lab.TopologyFile(), "--listen", addr, "--iface", "eth0")
+	var amOut bytes.Buffer
+	amCmd.Stdout, amCmd.Stderr = &amOut, &amOut
+	if err := amCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		amCmd.Process.Kill() // the PID this test started
+		amCmd.Wait()
+		if t.Failed() {
+			t.Logf("prismctl am:\n%s", amOut.String())
+		}
+	})
+	hc := lab.HTTPClient("h2")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := hc.Get("http://" + addr + "/v1/ops")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prismctl am never answered on %s from h2: %v\n%s", addr, err, amOut.String())
+		}
+	}
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	run := func(job int, args ...string) []string {
+		outs := make([]bytes.Buffer, len(hosts))
+		cmds := make([]*exec.Cmd, len(hosts))
+		for i, h := range hosts {
+			argv := append([]string{bin}, args...)
+			argv = append(argv, "--coordinator", "http://"+addr, "--rank", fmt.Sprint(i), "--size", "4",
+				"--iface", "eth0", "--node", h, "--job", fmt.Sprint(job))
+			cmds[i] = lab.Exec(h, argv...)
+			cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
+			if err := cmds[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := make([]string, len(hosts))
+		for i, c := range cmds {
+			if err := c.Wait(); err != nil {
+				t.Errorf("%v rank %d: %v\n%s", args, i, err, outs[i].String())
+			}
+			res[i] = outs[i].String()
+		}
+		return res
+	}
+	for j, format := range []string{"fp32", "fp16", "bf16"} {
+		outs := run(70+j, "allreduce", "--count", fmt.Sprint(n(10000, 4000000)), "--format", format, "--verify", "--iters", "2")
+		for i, o := range outs {
+			if !strings.Contains(o, "verified") {
+				t.Errorf("%s rank %d did not verify:\n%s", format, i, o)
+			}
+		}
+		t.Logf("%s rank 0:\n%s", format, outs[0])
+	}
+	outs := run(80, "bench", "-b", "1K", "-e", "64K", "-f", "4", "-n", "2", "--check")
+	if !strings.Contains(outs[0], "algbw") || strings.Count(outs[0], "exact") != 4 {
+		t.Errorf("bench table:\n%s", outs[0])
+	}
+	t.Logf("bench:\n%s", outs[0])
+}

@@ -1,0 +1,384 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// exactF32 is the oracle: the exact sum of column i (math/big) rounded once
+// to binary32, ties to even; an exact zero is -0 only if every term was -0.
+func exactF32(vecs [][]float32, i int) float32 {
+	s := new(big.Float).SetPrec(4096)
+	neg := true
+	for _, v := range vecs {
+		if !(v[i] == 0 && math.Signbit(float64(v[i]))) {
+			neg = false
+		}
+		s.Add(s, new(big.Float).SetPrec(4096).SetFloat64(float64(v[i])))
+	}
+	f, _ := s.Float32()
+	if f == 0 && neg {
+		return float32(math.Copysign(0, -1))
+	}
+	return f
+}
+
+// vecFor is rank r's deterministic input: mixed magnitudes so that a naive
+// float32 sum in any order is wrong in many positions.
+func vecFor(seed uint64, r, n int) []float32 {
+	rng := rand.New(rand.NewPCG(seed, uint64(r)))
+	v := make([]float32, n)
+	for i := range v {
+		switch rng.IntN(8) {
+		case 0:
+			v[i] = float32(rng.IntN(2000) - 1000)
+		case 1:
+			v[i] = float32(rng.NormFloat64() * 1e-40) // subnormals
+		case 2:
+			v[i] = float32(rng.NormFloat64() * 1e30)
+		default:
+			v[i] = float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(40)-20))
+		}
+	}
+	return v
+}
+
+type rankRun struct {
+	comm  *Comm
+	conn  *memConn
+	send  []float32
+	recv  []float32
+	err   error
+	stats Stats
+}
+
+// runRanks runs one collective on every rank concurrently.
+func runRanks(t *testing.T, f *memFabric, url string, job uint64, hosts []string, coll string, root int, n int, opts *Options, prep func(r int, rr *rankRun)) []*rankRun {
+	t.Helper()
+	rs := make([]*rankRun, len(hosts))
+	var wg sync.WaitGroup
+	for r, h := range hosts {
+		rr := &rankRun{conn: f.attach(h), send: vecFor(job, r, n), recv: make([]float32, n)}
+		if opts != nil && opts.Acc == "fp32" {
+			// Integers: exact in any order, so FP32_ARRIVAL is checkable bit for bit.
+			for i := range rr.send {
+				rr.send[i] = float32(int(rr.send[i]) % 4096)
+			}
+		}
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: len(hosts), Iface: "mem0", Job: job, Coordinator: url, Node: h}, rr.conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		rr.comm = c
+		if prep != nil {
+			prep(r, rr)
+		}
+		rs[r] = rr
+	}
+	for r := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rr := rs[r]
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var q *Request
+			if coll == "allreduce" {
+				q = rr.comm.AllReduceAsync(ctx, rr.send, rr.recv, opts)
+			} else {
+				q = rr.comm.ReduceAsync(ctx, rr.send, rr.recv, root, opts)
+			}
+			rr.err = q.Wait()
+			rr.stats = q.Stats()
+		}()
+	}
+	wg.Wait()
+	return rs
+}
+
+func checkExact(t *testing.T, rs []*rankRun, coll string, root int) {
+	t.Helper()
+	vecs := make([][]float32, len(rs))
+	for r := range rs {
+		vecs[r] = rs[r].send
+	}
+	for r, rr := range rs {
+		if rr.err != nil {
+			t.Fatalf("rank %d: %v", r, rr.err)
+		}
+		if coll == "reduce" && r != root {
+			continue
+		}
+		bad := 0
+		for i := range rr.recv {
+			if want := exactF32(vecs, i); math.Float32bits(want) != math.Float32bits(rr.recv[i]) {
+				if bad < 5 {
+					t.Errorf("rank %d element %d: got %g (%#x), want %g (%#x)", r, i, rr.recv[i], math.Float32bits(rr.recv[i]), want, math.Float32bits(want))
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Fatalf("rank %d: %d of %d elements wrong", r, bad, len(rr.recv))
+		}
+	}
+}
+
+func TestAllReduceSingle(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	rs := runRanks(t, f, url, 1, []string{"h1", "h2"}, "allreduce", 0, 5000, nil, nil)
+	checkExact(t, rs, "allreduce", 0)
+	t.Logf("setup %v transfer %v frames %d", rs[0].stats.Setup, rs[0].stats.Transfer, rs[0].stats.Frames)
+}
+
+func TestCollectivesTrees(t *testing.T) {
+	cases := []struct {
+		topo  string
+		hosts []string
+		coll  string
+		root  int
+		acc   string
+	}{
+		{"spine-leaf", []string{"h1", "h2", "h3", "h4"}, "allreduce", 0, "kulisch"},
+		{"spine-leaf", []string{"h1", "h2", "h3", "h4"}, "reduce", 2, "kulisch"},
+		{"spine-leaf", []string{"h1", "h2", "h3", "h4"}, "allreduce", 0, "fp32"},
+		{"fat-tree", []string{"h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"}, "allreduce", 0, "kulisch"},
+		{"fat-tree", []string{"h5", "h2", "h8"}, "reduce", 0, "kulisch"},
+	}
+	for i, tc := range cases {
+		t.Run(fmt.Sprintf("%s-%s-%s-%d", tc.topo, tc.coll, tc.acc, len(tc.hosts)), func(t *testing.T) {
+			f := newMemFabric(t, tc.topo)
+			url := f.startAM(tc.hosts[0])
+			// 2000 elements: one send window, so the test measures
+			// correctness, not the switches' pipelining on a loaded host.
+			rs := runRanks(t, f, url, uint64(10+i), tc.hosts, tc.coll, tc.root, 2000, &Options{Acc: tc.acc}, nil)
+			checkExact(t, rs, tc.coll, tc.root)
+		})
+	}
+}
+
+func TestLossAndDuplicationStillExact(t *testing.T) {
+	f := newMemFabric(t, "spine-leaf")
+	f.loss, f.dup, f.ctlLoss = 0.02, 0.02, 0.05
+	url := f.startAM("h1")
+	for k := 0; k < 2; k++ {
+		rs := runRanks(t, f, url, uint64(20+k), []string{"h1", "h2", "h3", "h4"}, "allreduce", 0, 4000, nil, nil)
+		checkExact(t, rs, "allreduce", 0)
+		var rt uint64
+		for _, r := range rs {
+			rt += r.stats.Retransmits
+		}
+		t.Logf("run %d: %d DATA retransmissions over 4 ranks, transfer %v", k, rt, rs[0].stats.Transfer)
+	}
+}
+
+func TestSequentialAndConcurrentOnOneComm(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	hosts := []string{"h1", "h2"}
+	comms := make([]*Comm, 2)
+	for r, h := range hosts {
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 5, Coordinator: url, Node: h}, f.attach(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		comms[r] = c
+	}
+	const k = 4
+	sends := make([][][]float32, 2)
+	recvs := make([][][]float32, 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var reqs []*Request
+			for j := 0; j < k; j++ {
+				s := vecFor(uint64(100+j), r, 1000+j)
+				d := make([]float32, len(s))
+				sends[r] = append(sends[r], s)
+				recvs[r] = append(recvs[r], d)
+				reqs = append(reqs, comms[r].AllReduceAsync(context.Background(), s, d, nil))
+			}
+			for _, q := range reqs {
+				if err := q.Wait(); err != nil {
+					errs <- fmt.Errorf("rank %d: %w", r, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for j := 0; j < k; j++ {
+		vecs := [][]float32{sends[0][j], sends[1][j]}
+		for i := range vecs[0] {
+			want := math.Float32bits(exactF32(vecs, i))
+			if math.Float32bits(recvs[0][j][i]) != want || math.Float32bits(recvs[1][j][i]) != want {
+				t.Fatalf("collective %d element %d wrong", j, i)
+			}
+		}
+	}
+}
+
+func TestKilledRankNamedWhileOtherJobCompletes(t *testing.T) {
+	f := newMemFabric(t, "fat-tree")
+	url := f.startAM("h1")
+	// Job A on h1..h4 with a 1s timeout; rank 3 (h4) dies after 2 frames.
+	// Job B on h5..h8 runs at the same time and must complete.
+	var wg sync.WaitGroup
+	var ra, rb []*rankRun
+	start := time.Now()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		ra = runRanks(t, f, url, 30, []string{"h1", "h2", "h3", "h4"}, "allreduce", 0, 2000, &Options{Timeout: 2 * time.Second},
+			func(r int, rr *rankRun) {
+				if r == 3 {
+					rr.conn.killAfter = 2
+				}
+			})
+	}()
+	go func() {
+		defer wg.Done()
+		rb = runRanks(t, f, url, 31, []string{"h5", "h6", "h7", "h8"}, "allreduce", 0, 2000, nil, nil)
+	}()
+	wg.Wait()
+	checkExact(t, rb, "allreduce", 0)
+	el := time.Since(start)
+	for r, rr := range ra[:3] {
+		var oe *OpError
+		if rr.err == nil || !errors.As(rr.err, &oe) || !strings.Contains(rr.err.Error(), "rank 3 (h4) stopped contributing") {
+			t.Errorf("rank %d: error %v does not name rank 3 (h4)", r, rr.err)
+		}
+		t.Logf("rank %d: %v", r, rr.err)
+	}
+	if el > 30*time.Second {
+		t.Errorf("failure took %v", el)
+	}
+}
+
+func TestUnsupportedTupleNoGrant(t *testing.T) {
+	f := newMemFabric(t, "spine-leaf")
+	url := f.startAM("h1")
+	// FP32_ARRIVAL accepts only FP32 input: FP16 has no capability record.
+	hosts := []string{"h1", "h3"}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, h := range hosts {
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 40, Coordinator: url, Node: h}, f.attach(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := make([]Float16, 100)
+			errs[r] = c.AllReduce(context.Background(), s, s, &Options{Acc: "fp32"})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		var oe *OpError
+		if err == nil || !errors.As(err, &oe) || oe.Stage != "begin" || !strings.Contains(err.Error(), "unsupported") {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	c, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 1, Coordinator: url, Node: "h1"}, f.attach("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.AllReduce(ctx, []float64{1}, []float64{1}, nil); !errors.Is(err, ErrType) {
+		t.Errorf("float64: %v", err)
+	}
+	if err := c.AllReduce(ctx, []float32{1, 2}, []float32{1}, nil); !errors.Is(err, ErrType) {
+		t.Errorf("length mismatch: %v", err)
+	}
+	if err := c.Reduce(ctx, []float32{1}, nil, 7, nil); err == nil || !strings.Contains(err.Error(), "root 7") {
+		t.Errorf("root: %v", err)
+	}
+	if _, err := NewCommConn(ctx, Config{Size: 2, Rank: 0, Iface: "x", Coordinator: "127.0.0.1:1", ConnectTimeout: 100 * time.Millisecond}, f.attach("h1")); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("unreachable: %v", err)
+	}
+	if err := (&Config{Rank: 3, Size: 2}).Validate(); err == nil || !strings.Contains(err.Error(), "PRISM_IFACE") {
+		t.Errorf("validate: %v", err)
+	}
+}
+
+// TestSoakLargeVectors runs vectors far larger than the element window
+// (92928 at MTU 1500) through SINGLE and spine-leaf (PRISMD_SOAK=1 only).
+func TestSoakLargeVectors(t *testing.T) {
+	if os.Getenv("PRISMD_SOAK") != "1" {
+		t.Skip("soak test: set PRISMD_SOAK=1")
+	}
+	for _, tc := range []struct {
+		topo  string
+		hosts []string
+	}{{"single", []string{"h1", "h2"}}, {"spine-leaf", []string{"h1", "h2", "h3", "h4"}}} {
+		t.Run(tc.topo, func(t *testing.T) {
+			f := newMemFabric(t, tc.topo)
+			url := f.startAM(tc.hosts[0])
+			for k := 0; k < 3; k++ {
+				rs := runRanks(t, f, url, uint64(60+k), tc.hosts, "allreduce", 0, 1000000, &Options{Timeout: 10 * time.Second}, nil)
+				checkExact(t, rs, "allreduce", 0)
+				t.Logf("1M elements: transfer %v, %d retransmissions at rank 0", rs[0].stats.Transfer, rs[0].stats.Retransmits)
+			}
+		})
+	}
+}
+
+// An INT8 sum out of range cannot be delivered as INT8: the switch reports
+// ACCUMULATION_INEXACT and every rank gets ErrInexact, never a clamped value.
+func TestInexactInt8(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, h := range []string{"h1", "h2"} {
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 90, Coordinator: url, Node: h}, f.attach(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := make([]int8, 1000)
+			for i := range s {
+				s[i] = int8(i % 50)
+			}
+			s[700] = 100 // 100 + 100 = 200: not an INT8
+			d := make([]int8, len(s))
+			errs[r] = c.AllReduce(context.Background(), s, d, nil)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, ErrInexact) {
+			t.Errorf("rank %d: %v, want ErrInexact", r, err)
+		}
+	}
+}

@@ -1,0 +1,124 @@
+// This file owns the rank's configuration and where it may come from: code,
+// the PRISM_* environment or a JSON file. Flags are parsed by cmd/prismctl.
+
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Config configures a Comm.
+type Config struct {
+	// Rank is this process's rank, 0..Size-1 (PRISM_RANK).
+	Rank int `json:"rank"`
+	// Size is the number of ranks (PRISM_SIZE).
+	Size int `json:"size"`
+	// Iface is the interface toward the leaf switch (PRISM_IFACE).
+	Iface string `json:"iface"`
+	// Job identifies the job; ranks of one job share it (PRISM_JOB).
+	Job uint64 `json:"job"`
+	// Group is the communicator within the job (PRISM_GROUP, default 0).
+	Group uint16 `json:"group"`
+	// Coordinator is the runtime channel's URL, e.g. http://10.0.0.1:7000
+	// (PRISM_COORDINATOR).
+	Coordinator string `json:"coordinator"`
+	// Node is this host's name in the topology (PRISM_NODE; default: the
+	// hostname).
+	Node string `json:"node"`
+	// NodeIface is the interface's name in the topology when it differs
+	// from Iface (PRISM_NODE_IFACE; default: the host's only link).
+	NodeIface string `json:"node_iface,omitempty"`
+	// ConnectTimeout bounds how long NewComm and each request retry an
+	// unreachable coordinator (default 10s).
+	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
+}
+
+// ConfigFromEnv reads PRISM_RANK, PRISM_SIZE, PRISM_IFACE, PRISM_JOB,
+// PRISM_GROUP, PRISM_COORDINATOR, PRISM_NODE and PRISM_NODE_IFACE. If
+// PRISM_CONFIG names a JSON file, it is read first and the environment
+// overrides it.
+func ConfigFromEnv() (Config, error) {
+	var c Config
+	if p := os.Getenv("PRISM_CONFIG"); p != "" {
+		var err error
+		if c, err = LoadConfig(p); err != nil {
+			return c, err
+		}
+	}
+	ints := []struct {
+		name string
+		dst  *int
+	}{{"PRISM_RANK", &c.Rank}, {"PRISM_SIZE", &c.Size}}
+	for _, e := range ints {
+		if v := os.Getenv(e.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return c, fmt.Errorf("host: %s=%q is not an integer", e.name, v)
+			}
+			*e.dst = n
+		}
+	}
+	if v := os.Getenv("PRISM_JOB"); v != "" {
+		n, err := strconv.ParseUint(v, 0, 64)
+		if err != nil {
+			return c, fmt.Errorf("host: PRISM_JOB=%q is not an unsigned integer", v)
+		}
+		c.Job = n
+	}
+	if v := os.Getenv("PRISM_GROUP"); v != "" {
+		n, err := strconv.ParseUint(v, 0, 16)
+		if err != nil {
+			return c, fmt.Errorf("host: PRISM_GROUP=%q is not a 16-bit unsigned integer", v)
+		}
+		c.Group = uint16(n)
+	}
+	for name, dst := range map[string]*string{"PRISM_IFACE": &c.Iface, "PRISM_COORDINATOR": &c.Coordinator,
+		"PRISM_NODE": &c.Node, "PRISM_NODE_IFACE": &c.NodeIface} {
+		if v := os.Getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	return c, nil
+}
+
+// LoadConfig reads a JSON file with the Config's keys (rank, size, iface,
+// job, group, coordinator, node, node_iface).
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("host: config: %w", err)
+	}
+	dec := json.NewDecoder(bytesReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("host: config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate says what is missing or wrong, and how to fix it.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Size < 1 {
+		errs = append(errs, fmt.Errorf("size %d: set Size (PRISM_SIZE) to the number of ranks", c.Size))
+	}
+	if c.Rank < 0 || (c.Size >= 1 && c.Rank >= c.Size) {
+		errs = append(errs, fmt.Errorf("rank %d is outside 0..%d: set Rank (PRISM_RANK)", c.Rank, c.Size-1))
+	}
+	if c.Iface == "" {
+		errs = append(errs, errors.New("no interface: set Iface (PRISM_IFACE) to the interface toward the leaf switch"))
+	}
+	if c.Coordinator == "" {
+		errs = append(errs, errors.New("no coordinator: set Coordinator (PRISM_COORDINATOR), e.g. http://10.0.0.1:7000"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("host: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+// This file owns the rank library's errors: sentinels for errors.Is and
+// OpError, which says which collective, which stage and which range failed.
+
+package host
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prismd/prismd/control/am"
+)
+
+var (
+	// ErrType: a buffer is not one of the supported slice types, or send
+	// and recv differ.
+	ErrType = errors.New("host: unsupported buffer")
+	// ErrTimeout: a peer (the leaf switch) stayed silent past the
+	// operation's timeout.
+	ErrTimeout = errors.New("host: timeout")
+	// ErrInexact: the switch reported ACCUMULATION_INEXACT; no value of the
+	// operation is valid.
+	ErrInexact = errors.New("host: ACCUMULATION_INEXACT: the exact sum cannot be represented in the requested output")
+	// ErrFailed: the operation failed (the AM's diagnosis is in the message).
+	ErrFailed = errors.New("host: operation failed")
+	// ErrInterfaceDown: the rank's interface is down or gone.
+	ErrInterfaceDown = errors.New("host: interface down")
+	// ErrUnreachable is am.ErrUnreachable: the coordinator cannot be reached.
+	ErrUnreachable = am.ErrUnreachable
+	// ErrClosed: the Comm was closed.
+	ErrClosed = errors.New("host: communicator closed")
+)
+
+// OpError is the error of one collective call.
+type OpError struct {
+	Collective string // "allreduce" or "reduce"
+	Rank       int
+	Op         string // operation ID (am.OpIdentity.Key), "" before the grant
+	Stage      string // "begin", "data", "result", "done"
+	// From, To is the element range involved ([From, To), To == 0: none).
+	From, To uint32
+	// Diagnosis is the AM's explanation (which node, which contributor).
+	Diagnosis string
+	Err       error
+}
+
+func (e *OpError) Error() string {
+	s := fmt.Sprintf("%s rank %d", e.Collective, e.Rank)
+	if e.Op != "" {
+		s += " op " + e.Op
+	}
+	s += " (" + e.Stage + ")"
+	if e.To > e.From {
+		s += fmt.Sprintf(" elements [%d, %d)", e.From, e.To)
+	}
+	s += ": " + e.Err.Error()
+	if e.Diagnosis != "" {
+		s += "; AM: " + e.Diagnosis
+	}
+	return s
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
