@@ -101,6 +101,10 @@ type fakeNode struct {
 	// staleUpTo: STAGE of a generation <= this answers STALE_GENERATION
 	// (the node remembers a newer one from another AM).
 	staleUpTo uint32
+	// progressing: every COMPLETE on an ACTIVE context reports one more
+	// completed element.
+	progressing bool
+	completed   uint32
 }
 
 type fakeCtx struct {
@@ -235,6 +239,10 @@ func (n *fakeNode) handle(f ctlFrame, raw []byte) {
 			}
 			if c.state != parser.StateComplete {
 				ack.MissStream, ack.MissingFrom = n.missing, n.missFrom
+			}
+			if n.progressing {
+				n.completed++
+				ack.Completed = n.completed
 			}
 		case parser.CmdRelease:
 			if c == nil || c.state != parser.StateComplete {

@@ -42,6 +42,9 @@ type Config struct {
 	Window Window
 	// CapsTTL is how long a node's CAPS answer is reused (default 10s).
 	CapsTTL time.Duration
+	// Watchdog is the period of the progress check of a granted operation
+	// whose ranks have not all reported (default 3 x timeout + 10s).
+	Watchdog time.Duration
 	// Logf logs setup events; nil means log.Printf.
 	Logf func(format string, args ...any)
 }
@@ -492,9 +495,7 @@ func (m *Manager) runInvocation(inv *invocation) {
 	op.state = "active"
 	// Watchdog: ranks that never report done (killed) must not pin the
 	// nodes' contexts forever.
-	op.watchdog = time.AfterFunc(3*time.Duration(inv.p.TimeoutMS)*time.Millisecond+10*time.Second, func() {
-		m.failOp(op, "watchdog: not every rank reported done in time")
-	})
+	op.watchdog = time.AfterFunc(m.watchdogPeriod(op), func() { m.watch(op, 0) })
 	op.mu.Unlock()
 	m.logf("am: op %s (%s, %d ranks, %d nodes, root %s) active after %v", op.id.Key(), tree.Kind(), inv.p.Size, len(tree.Nodes), tree.Root, time.Since(start))
 	m.mu.Lock()
@@ -513,6 +514,51 @@ func (m *Manager) skipGenerations(id OpIdentity) {
 	if m.lastGen[k] < id.OpGen+1<<20 {
 		m.lastGen[k] = id.OpGen + 1<<20
 	}
+}
+
+// watchdogPeriod is how long the AM waits between progress checks of a
+// granted operation: long enough that a healthy but slow collective always
+// moves in between.
+func (m *Manager) watchdogPeriod(op *operation) time.Duration {
+	if m.cfg.Watchdog > 0 {
+		return m.cfg.Watchdog
+	}
+	return 3*time.Duration(op.inv.p.TimeoutMS)*time.Millisecond + 10*time.Second
+}
+
+// watch runs when an operation has not finished within a watchdog period:
+// ranks that were killed never report done, and their nodes' contexts must
+// not stay installed forever. A node that FAILED, or no node completing a
+// single element more since the last check, fails the operation; otherwise
+// it is still moving (a large vector) and the watchdog re-arms.
+func (m *Manager) watch(op *operation, lastDone uint64) {
+	op.mu.Lock()
+	if !op.ended.IsZero() || op.finishing {
+		op.mu.Unlock()
+		return
+	}
+	op.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CtlTimeout)
+	m.forEach(op.plan.order, func(n string) error {
+		a, err := m.ctl.command(ctx, n, op.plan.nodes[n].node.MAC, op.id, parser.CmdComplete, nil)
+		op.setNodeAck(n, a, err)
+		return err
+	})
+	cancel()
+	op.mu.Lock()
+	var done uint64
+	failed := false
+	for _, ns := range op.nodes {
+		done += uint64(ns.CompletedElements)
+		failed = failed || ns.State == "FAILED"
+	}
+	if !failed && done > lastDone && op.ended.IsZero() && !op.finishing {
+		op.watchdog = time.AfterFunc(m.watchdogPeriod(op), func() { m.watch(op, done) })
+		op.mu.Unlock()
+		return
+	}
+	op.mu.Unlock()
+	m.failOp(op, "watchdog: the operation stopped making progress and not every rank reported done")
 }
 
 // retire forgets a finished operation after a while (status stays queryable).

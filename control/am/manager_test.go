@@ -38,6 +38,8 @@ func newRig(t *testing.T, topoName string, cfg Config) *rig {
 		cfg.RTO = 5 * time.Millisecond
 	}
 	if cfg.CtlTimeout == 0 {
+		// Generous: the test host may be heavily loaded; only the tests
+		// that wait for a silent node pay it.
 		cfg.CtlTimeout = 1500 * time.Millisecond
 	}
 	cfg.Logf = t.Logf
@@ -60,7 +62,7 @@ type result struct {
 	err error
 }
 
-// beginAll runs Begin for every rank concurrently.
+// beginAll runs Begin for every request concurrently.
 func (r *rig) beginAll(reqs []BeginRequest) []result {
 	res := make([]result, len(reqs))
 	var wg sync.WaitGroup
@@ -135,7 +137,8 @@ func (r *rig) checkPlan(op OpIdentity, hosts []string, grants []*Grant, coll par
 			t.Errorf("rank %d: result binding present=%v found=%v, want %v", rank, g.Result != nil, foundRes, wantRes)
 		}
 	}
-	// Every PARENT / RESULT_IN has its mirror at the peer switch.
+	// Every PARENT / RESULT_IN has its mirror at the peer switch, and each
+	// side names the other by the MAC of the port it sends from.
 	for name, c := range staged {
 		for _, b := range c.bindings {
 			if b.Flags&parser.BindingFlagRank != 0 {
@@ -150,7 +153,6 @@ func (r *rig) checkPlan(op OpIdentity, hosts []string, grants []*Grant, coll par
 			default:
 				continue
 			}
-			// Switch peers are named by the MAC of their port on the edge.
 			var peerName string
 			for pn := range staged {
 				for _, ifc := range deploy.Ports(r.topo, pn) {
@@ -202,7 +204,6 @@ func TestSetupSpineLeafAllReduce(t *testing.T) {
 		if s := r.nodes[n].opState(op); s != parser.StateActive {
 			t.Errorf("%s state %v at grant time, want ACTIVE", n, s)
 		}
-		// CAPS matched through more than one page (pageSize 3, 8 records).
 		if c := r.nodes[n].staged(op); c.rec.Role == 0 {
 			t.Errorf("%s: no role", n)
 		}
@@ -421,7 +422,7 @@ func TestRankFailureNamesRank(t *testing.T) {
 		}
 		grants = append(grants, x.g)
 	}
-	// l2 lost rank 3 (h4): it stays ACTIVE, missing that rank's stream.
+	// l2 lost rank 3 (h4): it FAILED on that rank's stream.
 	r.nodes["l2"].final = parser.StateFailed
 	r.nodes["l2"].missing = grants[3].Data.StreamID
 	r.nodes["l2"].missFrom = 363
@@ -444,8 +445,7 @@ func TestMismatchAndBadRequests(t *testing.T) {
 	r := newRig(t, "single", Config{BarrierTimeout: 300 * time.Millisecond})
 	q := reqsFor(8, 0, "allreduce", "h1", "h2")
 	q[1].VectorLen = 999
-	res := r.beginAll(q[1:])
-	_ = res
+	r.beginAll(q[1:])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := r.m.Begin(ctx, q[0])
@@ -599,5 +599,42 @@ func TestStaleGenerationRetried(t *testing.T) {
 		if r.nodes[n].count(parser.CmdAbort) != 1 || r.nodes[n].count(parser.CmdStage) != 2 {
 			t.Errorf("%s: %d ABORT %d STAGE, want 1 and 2", n, r.nodes[n].count(parser.CmdAbort), r.nodes[n].count(parser.CmdStage))
 		}
+	}
+}
+
+// A granted operation whose ranks never report is failed by the watchdog
+// once the nodes stop making progress, not while they still move.
+func TestWatchdog(t *testing.T) {
+	r := newRig(t, "single", Config{Watchdog: 150 * time.Millisecond})
+	r.nodes["sw1"].final = parser.StateActive
+	r.nodes["sw1"].progressing = true
+	res := r.beginAll(reqsFor(14, 0, "allreduce", "h1", "h2"))
+	if res[0].err != nil {
+		t.Fatal(res[0].err)
+	}
+	id := res[0].g.ID
+	time.Sleep(600 * time.Millisecond)
+	if st, _ := r.m.Op(id); st.State != "active" {
+		t.Fatalf("a progressing operation was ended by the watchdog: %+v", st)
+	}
+	r.nodes["sw1"].mu.Lock()
+	r.nodes["sw1"].progressing = false
+	r.nodes["sw1"].mu.Unlock()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		st, _ := r.m.Op(id)
+		if st.State == "failed" {
+			if st.Error == nil || !strings.Contains(st.Error.Message, "watchdog") || !strings.Contains(st.Error.Message, "never reported done: 0 (h1), 1 (h2)") {
+				t.Fatalf("error %+v", st.Error)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watchdog never failed the stalled operation: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := r.nodes["sw1"].opState(res[0].g.Op); s != parser.StateAborted {
+		t.Errorf("node state %v, want ABORTED", s)
 	}
 }
