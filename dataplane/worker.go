@@ -5,6 +5,19 @@ package dataplane
 
 import "time"
 
+// Idler is an optional interface of a Handler. A Handler whose Idle returns
+// true has no timer armed, so its worker may stop calling Tick and sleep
+// until the next frame (Tick resumes at once then). Without it a worker wakes
+// every TickInterval forever, which is measurable idle CPU (about 4% of a
+// core here), so a Handler that can tell it has nothing pending should
+// implement it. Idle is called from the worker goroutine, like Tick.
+type Idler interface {
+	Idle() bool
+}
+
+// Idle implements Idler: the built-in handler has no timers.
+func (u unsupported) Idle() bool { return true }
+
 type worker struct {
 	d     *Dataplane
 	id    int
@@ -31,6 +44,8 @@ func (w *worker) run() {
 	defer w.d.wg.Done()
 	t := time.NewTicker(TickInterval)
 	defer t.Stop()
+	idler, _ := w.h.(Idler)
+	ticking := true
 	lastTick := w.d.Now()
 	for {
 		s := w.d.snap.Load()
@@ -44,6 +59,14 @@ func (w *worker) run() {
 		w.tx.flush()
 		if did {
 			continue
+		}
+		if idle := idler != nil && idler.Idle(); idle == ticking {
+			if idle {
+				t.Stop()
+			} else {
+				t.Reset(TickInterval)
+			}
+			ticking = !idle
 		}
 		select {
 		case <-w.d.quit:

@@ -35,8 +35,11 @@ func main() {
 	size := fs.Int("size", 64, "frame size in bytes including the 14-byte header (send; 60..9018)")
 	dur := fs.Duration("duration", 5*time.Second, "how long to send / count")
 	batch := fs.Int("batch", 64, "frames per sendmmsg/recvmmsg")
+	rxRing := fs.Bool("rx-ring", true, "recv: read through the TPACKET_V3 ring (false: recvmmsg)")
+	bypass := fs.Bool("qdisc-bypass", true, "send: PACKET_QDISC_BYPASS")
 	fs.Parse(os.Args[2:])
-	p, err := dataplane.OpenAFPacket(*iface, dataplane.PortOptions{Batch: *batch, SocketBuffer: 16 << 20})
+	p, err := dataplane.OpenAFPacket(*iface, dataplane.PortOptions{Batch: *batch, SocketBuffer: 16 << 20,
+		NoRxRing: !*rxRing, NoQdiscBypass: !*bypass})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "prismd-blast:", err)
 		os.Exit(1)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/mdlayher/packet"
 	"golang.org/x/sys/unix"
@@ -26,6 +27,18 @@ type Options struct {
 	SocketBuffer int
 	// MaxBatch is the largest batch RecvBatch/SendBatch handle; 0 means 64.
 	MaxBatch int
+	// RxRing receives through a TPACKET_V3 mmap ring of about SocketBuffer
+	// bytes instead of recvmmsg: one wakeup per ring block instead of one per
+	// frame, no skb queueing. Frames wait in a partly filled block at most
+	// RingTimeout.
+	RxRing bool
+	// RingTimeout is the block retire timeout (rounded to ms, at least 1 ms);
+	// 0 means DefaultRingTimeout.
+	RingTimeout time.Duration
+	// QdiscBypass sets PACKET_QDISC_BYPASS: transmitted frames go straight to
+	// the driver, skipping the qdisc layer and packet taps on this
+	// interface (a capture on the port no longer sees the switch's egress).
+	QdiscBypass bool
 }
 
 // Socket is an AF_PACKET SOCK_RAW socket bound to one interface.
@@ -40,6 +53,22 @@ type Socket struct {
 
 	rx rxState
 
+	// ringMu is held by RecvBatch while it walks the mapped ring, so Close can
+	// unmap it only once no reader is inside (unmapping under a reader would
+	// fault). Uncontended except at Close.
+	ringMu   sync.Mutex
+	ring     *ring
+	ringWait func(fd uintptr) bool
+
+	// txfd is a second AF_PACKET socket, used only to transmit. It is
+	// blocking and never registered with the Go netpoller: the netpoller
+	// registers every socket for EPOLLOUT (edge-triggered), and a packet
+	// socket signals write space each time the kernel frees one of its sent
+	// skbs, so transmitting on the RX socket cost one epoll wakeup (and a
+	// context switch of an idle thread) per frame. txMu (read-held while
+	// sending) keeps Close from closing txfd under a sender.
+	txMu   sync.RWMutex
+	txfd   int
 	txPool sync.Pool // of *txState
 
 	statsMu     sync.Mutex
@@ -56,7 +85,7 @@ func Open(name string, opts Options) (*Socket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: open %q: %w", name, err)
 	}
-	s := &Socket{conn: conn, ifi: ifi, max: opts.MaxBatch, closed: make(chan struct{})}
+	s := &Socket{conn: conn, ifi: ifi, max: opts.MaxBatch, closed: make(chan struct{}), txfd: -1}
 	if s.max <= 0 {
 		s.max = 64
 	}
@@ -93,6 +122,13 @@ func Open(name string, opts Options) (*Socket, error) {
 		if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize); e != nil {
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
 		}
+		if opts.RxRing {
+			tov := opts.RingTimeout
+			if tov <= 0 {
+				tov = DefaultRingTimeout
+			}
+			s.ring, serr = setupRing(int(fd), bufSize, tov)
+		}
 	})
 	if cerr != nil {
 		return fail(cerr)
@@ -100,7 +136,17 @@ func Open(name string, opts Options) (*Socket, error) {
 	if serr != nil {
 		return fail(serr)
 	}
+	if s.txfd, err = openTx(ifi.Index, bufSize, opts.QdiscBypass); err != nil {
+		if s.ring != nil {
+			s.ring.unmap()
+		}
+		return fail(err)
+	}
 	s.rx.init(s.max)
+	if s.ring != nil {
+		r := s.ring
+		s.ringWait = func(uintptr) bool { return r.ready() }
+	}
 	s.txPool.New = func() any { return newTxState(s.max) }
 	// Reset the kernel counters so frames seen before the dataplane started
 	// are not reported as drops.
@@ -126,6 +172,9 @@ func (s *Socket) MTU() int { return s.ifi.MTU }
 // buffer is reported with sizes[i] = 0 and counted in truncated.
 // After Close it returns net.ErrClosed.
 func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (n, truncated int, err error) {
+	if s.ringWait != nil {
+		return s.recvRing(bufs, sizes)
+	}
 	r := &s.rx
 	if len(bufs) > len(r.msgs) {
 		bufs = bufs[:len(r.msgs)]
@@ -161,6 +210,27 @@ func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (n, truncated int, err er
 	return r.n, truncated, nil
 }
 
+func (s *Socket) recvRing(bufs [][]byte, sizes []int) (n, truncated int, err error) {
+	s.ringMu.Lock()
+	defer s.ringMu.Unlock()
+	for {
+		if s.ring == nil || s.isClosed() {
+			return 0, 0, net.ErrClosed
+		}
+		if n, truncated = s.ring.recv(bufs, sizes); n > 0 {
+			return n, truncated, nil
+		}
+		// The socket becomes readable when the kernel retires a block;
+		// ringWait re-checks after the netpoller arms, so none is missed.
+		if err := s.rc.Read(s.ringWait); err != nil {
+			if s.isClosed() {
+				return 0, 0, net.ErrClosed
+			}
+			return 0, 0, err
+		}
+	}
+}
+
 // SendBatch transmits bufs in order and returns how many were sent; a frame
 // the kernel rejects is skipped (and the first such error returned) so one bad
 // frame does not cost the rest of the batch. It blocks while the socket send
@@ -179,25 +249,73 @@ func (s *Socket) SendBatch(bufs [][]byte) (int, error) {
 			t.iovs[i].Base = &b[0]
 			t.iovs[i].SetLen(len(b))
 		}
-		t.want, t.n, t.errno = len(chunk), 0, 0
-		if err := s.rc.Write(t.fn); err != nil {
-			if s.isClosed() {
-				return sent, net.ErrClosed
-			}
-			return sent, err
+		n, errno := s.sendmmsg(t, len(chunk))
+		if n < 0 {
+			return sent - failed, net.ErrClosed
 		}
-		sent += t.n
-		if t.errno != 0 {
+		sent += n
+		switch errno {
+		case 0:
+		case unix.EAGAIN, unix.EINTR:
+			// Send buffer full past txTimeout, or a signal: retry unless closed.
+			if s.isClosed() {
+				return sent - failed, net.ErrClosed
+			}
+		default:
 			// sendmmsg stops at the first frame the kernel rejects (e.g.
-			// EMSGSIZE); skip that one frame so the rest of the batch still goes.
+			// EMSGSIZE, or ENOBUFS when the peer's backlog is full); skip
+			// that one frame so the rest of the batch still goes.
 			if firstErr == nil {
-				firstErr = os.NewSyscallError("sendmmsg", t.errno)
+				firstErr = os.NewSyscallError("sendmmsg", errno)
 			}
 			failed++
 			sent++
 		}
 	}
 	return sent - failed, firstErr
+}
+
+// sendmmsg sends t's first want messages on txfd; n < 0 means the socket is closed.
+func (s *Socket) sendmmsg(t *txState, want int) (int, unix.Errno) {
+	s.txMu.RLock()
+	defer s.txMu.RUnlock()
+	if s.txfd < 0 {
+		return -1, 0
+	}
+	return t.sendmmsg(s.txfd, want)
+}
+
+// txTimeout bounds how long a send blocks on a full send buffer, so Close
+// (which waits for senders) and a closed port are noticed.
+const txTimeout = 100 * time.Millisecond
+
+// openTx opens the transmit-only socket of interface ifindex. Protocol 0
+// registers no receive hook, so it never queues received frames.
+func openTx(ifindex, bufSize int, bypass bool) (int, error) {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	fail := func(op string, err error) (int, error) {
+		_ = unix.Close(fd)
+		return -1, os.NewSyscallError(op, err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
+		return fail("bind", err)
+	}
+	if e := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize); e != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
+	}
+	tv := unix.NsecToTimeval(int64(txTimeout))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
+		return fail("setsockopt SO_SNDTIMEO", err)
+	}
+	if bypass {
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
+			return fail("setsockopt PACKET_QDISC_BYPASS", err)
+		}
+	}
+	return fd, nil
 }
 
 // KernelDrops returns the cumulative number of frames the kernel dropped
@@ -228,7 +346,21 @@ func (s *Socket) Close() error {
 		close(s.closed)
 	}
 	s.statsMu.Unlock()
-	return s.conn.Close()
+	err := s.conn.Close()
+	s.txMu.Lock()
+	if s.txfd >= 0 {
+		_ = unix.Close(s.txfd)
+		s.txfd = -1
+	}
+	s.txMu.Unlock()
+	// Closing the fd woke a blocked reader; once it has left, unmap.
+	s.ringMu.Lock()
+	if s.ring != nil {
+		s.ring.unmap()
+		s.ring = nil
+	}
+	s.ringMu.Unlock()
+	return err
 }
 
 func (s *Socket) isClosed() bool {
