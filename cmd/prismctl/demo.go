@@ -28,7 +28,7 @@ import (
 )
 
 func init() {
-	register("demo", "bring up the spine-leaf lab, ping every host pair through prismd, show counters", runDemo)
+	register("demo", "bring up the spine-leaf lab, ping through prismd, run verified collectives, tear down", runDemo)
 }
 
 // demo is the state the steps share.
@@ -38,6 +38,10 @@ type demo struct {
 	topo *deploy.Topology
 	lab  *deploy.Lab
 	opts *deploy.Options
+	// cleanups run (last first) before the lab is torn down: AM, ranks.
+	cleanups []func()
+	coll     *demoColl // collectives state (demo_collectives.go)
+	count    int       // elements per rank of the collectives
 }
 
 // demoStep is one stage of the demo. A step that fails stops the demo.
@@ -51,6 +55,10 @@ type demoStep struct {
 var demoSteps = []demoStep{
 	{"ping every host from every host through prismd", demoPingMatrix},
 	{"per-port counters from each prismd's /metrics", demoCounters},
+	{"start the Aggregation Manager on h1 and one rank on every host", demoStartRanks},
+	{"ALLREDUCE of FP32 (1M default) with KULISCH_FIXED, verified bit for bit", demoAllReduceKulisch},
+	{"REDUCE of FP32 to h2 with KULISCH_FIXED, verified bit for bit", demoReduceKulisch},
+	{"ALLREDUCE of FP32 with FP32_ARRIVAL, checked against the error bound", demoAllReduceArrival},
 }
 
 func runDemo(args []string) int {
@@ -58,6 +66,7 @@ func runDemo(args []string) int {
 	topoName := fs.String("topology", "spine-leaf", "shipped topology name or topology file")
 	prismd := fs.String("prismd", "", "prismd binary (default: $PRISMD_BIN, next to prismctl, then $PATH)")
 	stateDir := fs.String("state-dir", deploy.DefaultStateDir, "parent of the lab's state directory")
+	count := fs.Int("count", demoVector, "elements per rank of the collective steps")
 	keep := fs.Bool("keep", false, "leave the lab up at the end (prismctl lab down to remove it)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -71,7 +80,11 @@ func runDemo(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{ctx: ctx, out: os.Stdout}
+	if *count < 1 || *count > 1<<26 {
+		fmt.Fprintf(os.Stderr, "prismctl demo: --count %d: use 1..%d\n", *count, 1<<26)
+		return 2
+	}
+	d := &demo{ctx: ctx, out: os.Stdout, count: *count}
 	if err := d.run(*topoName, &deploy.Options{Prismd: *prismd, StateDir: *stateDir, Log: os.Stderr}, *keep); err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(os.Stderr, "prismctl demo: interrupted; the lab was torn down:", err)
@@ -111,6 +124,11 @@ func (d *demo) run(topoName string, opts *deploy.Options, keep bool) (err error)
 	}
 	fmt.Fprintf(d.out, "   lab up in %v\n", time.Since(start).Round(time.Millisecond))
 	defer func() {
+		// The AM and the ranks are this process's; they go first, also
+		// with --keep (the lab outlives us, they would not).
+		for i := len(d.cleanups) - 1; i >= 0; i-- {
+			d.cleanups[i]()
+		}
 		if keep && err == nil {
 			fmt.Fprintf(d.out, "== lab %s left up; remove it with: prismctl lab down --state-dir %s %s\n", name, opts.StateDir, d.lab.TopologyFile())
 			return
@@ -120,18 +138,35 @@ func (d *demo) run(topoName string, opts *deploy.Options, keep bool) (err error)
 			err = errors.Join(err, fmt.Errorf("teardown: %w", derr))
 		}
 	}()
+	// Every step runs and reports PASS or FAIL; a failed step does not stop
+	// the later ones (a step that needs an earlier one says so), only an
+	// interrupt does. The demo fails if any step failed.
+	var failed []string
 	for i, s := range demoSteps {
 		if err := d.ctx.Err(); err != nil {
-			return fmt.Errorf("interrupted before step %d: %w", i+1, err)
+			return errors.Join(append([]error{fmt.Errorf("interrupted before step %d: %w", i+1, err)}, stepErrs(failed)...)...)
 		}
 		fmt.Fprintf(d.out, "== step %d/%d: %s\n", i+1, len(demoSteps), s.name)
 		start := time.Now()
 		if err := s.run(d); err != nil {
-			return fmt.Errorf("step %d (%s): %w", i+1, s.name, err)
+			fmt.Fprintf(d.out, "   FAIL after %v: %v\n", time.Since(start).Round(time.Millisecond), err)
+			failed = append(failed, fmt.Sprintf("step %d (%s): %v", i+1, s.name, err))
+			continue
 		}
-		fmt.Fprintf(d.out, "   ok in %v\n", time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(d.out, "   PASS in %v\n", time.Since(start).Round(time.Millisecond))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d steps failed:\n  %s", len(failed), len(demoSteps), strings.Join(failed, "\n  "))
 	}
 	return nil
+}
+
+func stepErrs(failed []string) []error {
+	errs := make([]error, len(failed))
+	for i, f := range failed {
+		errs[i] = errors.New(f)
+	}
+	return errs
 }
 
 // demoPingMatrix pings every host's address from every other host (two

@@ -1,0 +1,446 @@
+// This file owns the collective steps of `prismctl demo` (issue #5): an
+// Aggregation Manager in this process with CONTROL from h1's eth0, one rank
+// per host opened inside its namespace, then ALLREDUCE and REDUCE of one
+// million FP32 values, each checked against an oracle that never touches the
+// switches (math/big over the same deterministic inputs, rounded once), with
+// the bytes every link carried read from the switches' own /metrics.
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/deploy"
+	"github.com/prismd/prismd/host"
+)
+
+const (
+	demoVector = 1 << 20 // elements per rank ("one million")
+	demoJob    = 1
+	// demoOpTimeout bounds one collective end to end. A 4 MB ALLREDUCE
+	// takes well under a second on an idle machine; a loaded 2-core box
+	// with four ranks and three switches competing can be 50x slower.
+	demoOpTimeout = 3 * time.Minute
+	// demoInactivity is the operation's inactivity bound (the AM default
+	// is 5s): generous so a descheduled switch is not taken for a dead one.
+	demoInactivity = 15 * time.Second
+)
+
+// demoColl is what the collective steps share.
+type demoColl struct {
+	m      *am.Manager
+	amLog  *logBuf
+	hosts  []string
+	comms  []*host.Comm
+	amHost string
+}
+
+// logBuf keeps the AM's log for an error report instead of interleaving it
+// with the demo's output.
+type logBuf struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *logBuf) logf(format string, args ...any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, fmt.Sprintf(format, args...))
+	if len(b.lines) > 200 {
+		b.lines = b.lines[len(b.lines)-100:]
+	}
+}
+
+func (b *logBuf) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.lines
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n     ")
+}
+
+// demoStartRanks starts the AM on the first host (CONTROL from its eth0; the
+// runtime channel on 127.0.0.1 in the demo's own namespace, which the
+// in-process ranks reach directly) and opens one rank per host.
+func demoStartRanks(d *demo) error {
+	hosts := d.topo.Hosts()
+	if len(hosts) < 2 {
+		return fmt.Errorf("topology %s has %d hosts; the collectives need at least 2", d.topo.Name, len(hosts))
+	}
+	c := &demoColl{hosts: hosts, amHost: hosts[0], amLog: &logBuf{}}
+	var conn *am.PacketConn
+	if err := d.lab.Do(c.amHost, func() error {
+		var err error
+		conn, err = am.OpenConn("eth0")
+		return err
+	}); err != nil {
+		return fmt.Errorf("AM: CONTROL socket on %s:eth0: %w", c.amHost, err)
+	}
+	m, err := am.New(am.Config{Topology: d.topo, Conn: conn, Logf: c.amLog.logf,
+		CtlTimeout: 10 * time.Second, BarrierTimeout: time.Minute})
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("AM: %w", err)
+	}
+	c.m = m
+	srv := httptest.NewServer(m.Handler())
+	d.cleanups = append(d.cleanups, func() { srv.Close(); m.Close() })
+	fmt.Fprintf(d.out, "   AM: CONTROL from %s:eth0 (%s), runtime channel %s\n", c.amHost, conn.MAC(), srv.URL)
+
+	c.comms = make([]*host.Comm, len(hosts))
+	d.cleanups = append(d.cleanups, func() {
+		for _, cm := range c.comms {
+			if cm != nil {
+				cm.Close()
+			}
+		}
+	})
+	for i, h := range hosts {
+		ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+		err := d.lab.Do(h, func() error {
+			var err error
+			c.comms[i], err = host.NewComm(ctx, host.Config{Rank: i, Size: len(hosts), Iface: "eth0",
+				Job: demoJob, Coordinator: srv.URL, Node: h})
+			return err
+		})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("rank %d on %s: %w", i, h, err)
+		}
+	}
+	fmt.Fprintf(d.out, "   ranks: %s (job %d, one per host, AF_PACKET on eth0)\n", rankList(hosts), demoJob)
+	d.coll = c
+	return nil
+}
+
+func rankList(hosts []string) string {
+	parts := make([]string, len(hosts))
+	for i, h := range hosts {
+		parts[i] = fmt.Sprintf("%d=%s", i, h)
+	}
+	return strings.Join(parts, " ")
+}
+
+func demoAllReduceKulisch(d *demo) error {
+	return d.collective("allreduce", -1, "kulisch", 11)
+}
+
+func demoReduceKulisch(d *demo) error {
+	root := 1 // h2 in the shipped topologies
+	if d.coll != nil {
+		for i, h := range d.coll.hosts {
+			if h == "h2" {
+				root = i
+			}
+		}
+	}
+	return d.collective("reduce", root, "kulisch", 12)
+}
+
+func demoAllReduceArrival(d *demo) error {
+	return d.collective("allreduce", -1, "fp32", 13)
+}
+
+// collective runs one collective on every rank and checks it: exact
+// (bit for bit) for KULISCH_FIXED, within the recursive-summation bound
+// for FP32_ARRIVAL.
+func (d *demo) collective(coll string, root int, acc string, seed uint64) error {
+	c := d.coll
+	if c == nil {
+		return errors.New("skipped: the AM and ranks did not start (see the step that starts them)")
+	}
+	n := len(c.comms)
+	// The mixed-magnitude FP32 data of 'prismctl allreduce' (subnormals,
+	// 1e30s, cancellation), never the integer variant: a float32 sum in
+	// arrival order then differs from the exact one in places.
+	gen := genSpec{seed: seed, format: "fp32", size: n}
+	sends := make([][]float32, n)
+	recvs := make([][]float32, n)
+	for r := range sends {
+		sends[r] = gen.vector(r, d.count).([]float32)
+		recvs[r] = make([]float32, d.count)
+		for i := range recvs[r] {
+			recvs[r][i] = float32(math.NaN()) // what was not written shows
+		}
+	}
+	policy := map[string]string{"kulisch": "KULISCH_FIXED", "fp32": "FP32_ARRIVAL"}[acc]
+	what := fmt.Sprintf("ALLREDUCE of %d FP32 x %d ranks, %s", d.count, n, policy)
+	if coll == "reduce" {
+		what = fmt.Sprintf("REDUCE to rank %d (%s) of %d FP32 x %d ranks, %s", root, c.hosts[root], d.count, n, policy)
+	}
+	fmt.Fprintf(d.out, "   %s\n", what)
+
+	before, err := d.linkCounters()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, demoOpTimeout)
+	defer cancel()
+	errs := make([]error, n)
+	stats := make([]host.Stats, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r, cm := range c.comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			opts := &host.Options{Acc: acc, Timeout: demoInactivity}
+			var q *host.Request
+			if coll == "allreduce" {
+				q = cm.AllReduceAsync(ctx, sends[r], recvs[r], opts)
+			} else {
+				q = cm.ReduceAsync(ctx, sends[r], recvs[r], root, opts)
+			}
+			errs[r] = q.Wait()
+			stats[r] = q.Stats()
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	var failed []error
+	for r, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("rank %d (%s): %w", r, c.hosts[r], err))
+		}
+	}
+	if len(failed) > 0 && d.ctx.Err() != nil {
+		return fmt.Errorf("%s: interrupted after %v", what, took.Round(time.Millisecond))
+	}
+	if len(failed) > 0 {
+		if ctx.Err() == context.DeadlineExceeded {
+			failed = append(failed, fmt.Errorf("the collective did not finish within %v", demoOpTimeout))
+		}
+		return fmt.Errorf("%s: %w\n     AM log (last lines):\n     %s", what, errors.Join(failed...), c.amLog.tail(15))
+	}
+	after, err := d.linkCounters()
+	if err != nil {
+		return err
+	}
+
+	var setup time.Duration
+	var retx, frames uint64
+	tree := ""
+	for _, s := range stats {
+		setup = max(setup, s.Setup)
+		retx += s.Retransmits
+		frames += s.Frames
+		if s.Grant != nil && tree == "" {
+			tree = s.Grant.Tree
+		}
+	}
+	vecBytes := int64(d.count) * 4
+	fmt.Fprintf(d.out, "   tree %s: time %v (setup %v), algorithm bandwidth %s, %d DATA frames, %d retransmitted\n",
+		tree, took.Round(time.Millisecond), setup.Round(time.Millisecond), mbps(vecBytes, took), frames, retx)
+	d.printLinkBytes(before, after, vecBytes)
+
+	// The oracle: every rank's input again, summed exactly in math/big and
+	// rounded once, ties to even, to FP32.
+	vstart := time.Now()
+	who := []int{root}
+	if coll == "allreduce" {
+		who = make([]int, n)
+		for r := range who {
+			who[r] = r
+		}
+	}
+	res := verifyExact(d.ctx, sends, recvs, who)
+	if err := d.ctx.Err(); err != nil {
+		return fmt.Errorf("verification interrupted: %w", err)
+	}
+	vt := time.Since(vstart).Round(time.Millisecond)
+	if acc == "kulisch" {
+		if res.differ > 0 || res.outside > 0 {
+			return fmt.Errorf("%s: %d of %d results differ from the exact sum (first: %s)", what, res.differ, res.checked, res.first)
+		}
+		fmt.Fprintf(d.out, "   verified: %d results on %s equal the exact sum (math/big, rounded once RNE to FP32) bit for bit [%v]\n",
+			res.checked, hostList(c.hosts, who), vt)
+		return nil
+	}
+	if res.outside > 0 {
+		return fmt.Errorf("%s: %d of %d results outside the FP32 summation error bound (first: %s)", what, res.outside, res.checked, res.firstOut)
+	}
+	fmt.Fprintf(d.out, "   FP32_ARRIVAL rounds after every addition in the order frames arrive, so it is order dependent:\n")
+	fmt.Fprintf(d.out, "   %d of %d results (%.3f%%) differ from the exactly rounded sum, all within |err| <= gamma(%d)*sum|x| [%v]\n",
+		res.differ, res.checked, 100*float64(res.differ)/float64(max(res.checked, 1)), n-1, vt)
+	if res.differ > 0 {
+		fmt.Fprintf(d.out, "   (e.g. %s; KULISCH_FIXED above is exact on the same kind of data)\n", res.first)
+	}
+	return nil
+}
+
+func hostList(hosts []string, who []int) string {
+	s := make([]string, len(who))
+	for i, r := range who {
+		s[i] = hosts[r]
+	}
+	return strings.Join(s, ",")
+}
+
+type verifyResult struct {
+	checked, differ, outside int
+	first, firstOut          string
+}
+
+// verifyExact compares recvs[r] for r in who with the exact column sums of
+// sends rounded once to FP32 (roundTo, ties to even), and with the error
+// bound of any order of n-1 FP32 additions: |got - exact| <= gamma(n-1) *
+// sum |x_i|, gamma(k) = k*u/(1-k*u), u = 2^-24 (Higham, Accuracy and
+// Stability, 4.2). The columns are split over the CPUs.
+func verifyExact(ctx context.Context, sends, recvs [][]float32, who []int) verifyResult {
+	n := len(sends[0])
+	k := float64(len(sends) - 1)
+	u := math.Ldexp(1, -24)
+	gamma := k * u / (1 - k*u) * (1 + 1e-9) // slack for the float64 bound itself
+	workers := max(runtime.NumCPU(), 1)
+	parts := make([]verifyResult, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := n*w/workers, n*(w+1)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := &parts[w]
+			sum := new(big.Float).SetPrec(512) // >= 2^127 .. 2^-149 span + 24 + carries
+			term := new(big.Float).SetPrec(512)
+			diff := new(big.Float).SetPrec(512)
+			bound := new(big.Float).SetPrec(512)
+			for i := lo; i < hi; i++ {
+				if i&4095 == 0 && ctx.Err() != nil {
+					return // the caller reports the interrupt
+				}
+				sum.SetInt64(0)
+				allNeg := true
+				abs := 0.0
+				for _, s := range sends {
+					x := float64(s[i])
+					if !(x == 0 && math.Signbit(x)) {
+						allNeg = false
+					}
+					abs += math.Abs(x)
+					sum.Add(sum, term.SetFloat64(x))
+				}
+				want, _ := roundTo(sum, "fp32", allNeg)
+				bound.SetFloat64(gamma * abs)
+				for _, r := range who {
+					got := recvs[r][i]
+					p.checked++
+					if math.Float32bits(got) == want {
+						continue
+					}
+					p.differ++
+					if p.first == "" {
+						p.first = fmt.Sprintf("rank %d element %d: got %g (%#08x), exact sum rounded %g (%#08x)",
+							r, i, got, math.Float32bits(got), math.Float32frombits(want), want)
+					}
+					g := float64(got)
+					if math.IsNaN(g) || math.IsInf(g, 0) || diff.Sub(term.SetFloat64(g), sum).Abs(diff).Cmp(bound) > 0 {
+						p.outside++
+						if p.firstOut == "" {
+							p.firstOut = fmt.Sprintf("rank %d element %d: got %g, exact %s, bound %g",
+								r, i, got, sum.Text('g', 12), gamma*abs)
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var res verifyResult
+	for _, p := range parts {
+		res.checked += p.checked
+		res.differ += p.differ
+		res.outside += p.outside
+		if res.first == "" {
+			res.first = p.first
+		}
+		if res.firstOut == "" {
+			res.firstOut = p.firstOut
+		}
+	}
+	return res
+}
+
+// portBytes is one prismd port's byte counters.
+type portBytes struct{ rx, tx int64 }
+
+// linkCounters scrapes every prismd's /metrics: switch -> port -> bytes.
+func (d *demo) linkCounters() (map[string]map[string]portBytes, error) {
+	out := map[string]map[string]portBytes{}
+	for _, sw := range d.topo.NodesOf(deploy.KindPrismd) {
+		ctx, cancel := context.WithTimeout(d.ctx, 15*time.Second)
+		text, err := d.lab.Metrics(ctx, sw)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("byte counters of %s: %w", sw, err)
+		}
+		ports := map[string]portBytes{}
+		sc := bufio.NewScanner(strings.NewReader(text))
+		sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+		for sc.Scan() {
+			name, port, value, ok := portSample(sc.Text())
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				continue
+			}
+			pb := ports[port]
+			switch name {
+			case "prismd_port_receive_bytes_total":
+				pb.rx = int64(v)
+			case "prismd_port_transmit_bytes_total":
+				pb.tx = int64(v)
+			default:
+				continue
+			}
+			ports[port] = pb
+		}
+		if len(ports) == 0 {
+			return nil, fmt.Errorf("byte counters of %s: no prismd_port_{receive,transmit}_bytes_total in /metrics", sw)
+		}
+		out[sw] = ports
+	}
+	return out, nil
+}
+
+// printLinkBytes prints, per link, the bytes each direction carried between
+// two scrapes, read at the link's prismd end (a host end has no counters).
+func (d *demo) printLinkBytes(before, after map[string]map[string]portBytes, vecBytes int64) {
+	w := tabwriter.NewWriter(d.out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "   link\tA->B bytes\tx vector\tB->A bytes\tx vector\t\n")
+	for _, l := range d.topo.Links {
+		a, b := l.A, l.B
+		sw, flip := a, false
+		if d.topo.Nodes[a.Node].Kind != deploy.KindPrismd {
+			sw, flip = b, true
+		}
+		if d.topo.Nodes[sw.Node].Kind != deploy.KindPrismd {
+			continue // no counters on either end
+		}
+		pa, pb := after[sw.Node][sw.Iface], before[sw.Node][sw.Iface]
+		out, in := pa.tx-pb.tx, pa.rx-pb.rx // seen from the switch end
+		ab, ba := out, in
+		if flip {
+			ab, ba = in, out
+		}
+		fmt.Fprintf(w, "   %s -> %s\t%d\t%.2f\t%d\t%.2f\t\n", a, b, ab, float64(ab)/float64(vecBytes), ba, float64(ba)/float64(vecBytes))
+	}
+	w.Flush()
+	fmt.Fprintf(d.out, "   (vector = %d bytes per rank; Ethernet headers included; A->B is left to right)\n", vecBytes)
+}
