@@ -444,3 +444,12 @@ func (d *demo) printLinkBytes(before, after map[string]map[string]portBytes, vec
 	w.Flush()
 	fmt.Fprintf(d.out, "   (vector = %d bytes per rank; Ethernet headers included; A->B is left to right)\n", vecBytes)
 }
+
+// mbps formats an algorithm bandwidth.
+func mbps(bytes int64, d time.Duration) string {
+	v := float64(bytes) / d.Seconds() / 1e6
+	if v < 10 {
+		return fmt.Sprintf("%.2f MB/s", v)
+	}
+	return fmt.Sprintf("%.1f MB/s", v)
+}
