@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# prismd benchmark suite: every figure is a RATIO against a peer measured in
+# the same run (machines here are noisy; absolute numbers mean little).
+#   1. Go micro-benchmarks (-benchmem): validate vs copy, exact add vs float
+#      add, engine absorb vs copy, replication vs copy.
+#   2. Plain forwarding prismd vs Linux bridge (scripts/bench-forward.sh).
+#   3. Single lab: DATA frames/s one prismd absorbs during an ALLREDUCE
+#      (FP32_ARRIVAL, KULISCH_FIXED) vs the same node's forwarding frames/s
+#      (prismd-blast). Issue #5 bar: >= 0.8x (FP32_ARRIVAL), >= 0.5x (KULISCH).
+#   4. Spine-leaf, 4 ranks: bytes per link per direction during one ALLREDUCE
+#      / vector bytes, vs ring allreduce's 2(N-1)/N.
+#   5. OpenMPI MPI_Allreduce, 4 namespaced hosts on a Linux bridge (MTU 1500)
+#      vs prismd on spine-leaf-jumbo (MTU 9000), 1M and 16M FP32.
+# A part that fails says why and the script goes on; exit 1 only if no part
+# measured anything. Everything created (labs "b?XXXX", namespaces pl-b?XXXX-*,
+# processes) is removed by name/PID on exit.
+# Usage (root): scripts/bench.sh        (make bench installs the deps)
+# env:
+#   PRISMD_BIN=bin      binaries (prismd, prismctl, prismd-blast)
+#   BENCH_PARTS="1 2 3 4 5"   which parts to run
+#   BENCH_QUICK=1       smaller everything (~3 min): benchtime 200ms, forward
+#                       DURATION=2 ROUNDS=1, smaller vectors, MPI 1M only
+#   BENCH_TIME=1s       go test -benchtime
+#   BENCH_AGG_COUNT=4194304   FP32 elements per rank in part 3
+#   BENCH_AGG_ITERS=3   allreduce iterations in part 3
+#   BENCH_BLAST_SECS=5  prismd-blast duration in part 3
+#   BENCH_TRAFFIC_COUNTS="65536 1048576 4194304"  vector sizes (elements), part 4
+#   BENCH_MPI_COUNTS="1048576 16777216"           part 5 sizes (FP32 elements)
+#   BENCH_MPI_REPS=5    timed repetitions (median) in part 5
+#   BENCH_RANK_TIMEOUT=300   seconds before a rank process is killed
+#   (part 2 also honours DURATION, SIZES, ROUNDS: see scripts/bench-forward.sh)
+set -uo pipefail
+[[ $EUID -eq 0 ]] || { echo "bench: needs root (namespaces, AF_PACKET)"; exit 1; }
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BIN=${PRISMD_BIN:-$ROOT/bin}
+QUICK=${BENCH_QUICK:-0}
+PARTS=${BENCH_PARTS:-"1 2 3 4 5"}
+if [[ $QUICK == 1 ]]; then
+  BENCH_TIME=${BENCH_TIME:-200ms}
+  AGG_COUNT=${BENCH_AGG_COUNT:-1048576}; AGG_ITERS=${BENCH_AGG_ITERS:-2}; BLAST_SECS=${BENCH_BLAST_SECS:-2}
+  TRAFFIC_COUNTS=${BENCH_TRAFFIC_COUNTS:-"65536 1048576"}
+  MPI_COUNTS=${BENCH_MPI_COUNTS:-"1048576"}; MPI_REPS=${BENCH_MPI_REPS:-3}
+  export DURATION=${DURATION:-2} ROUNDS=${ROUNDS:-1}
+else
+  BENCH_TIME=${BENCH_TIME:-1s}
+  AGG_COUNT=${BENCH_AGG_COUNT:-4194304}; AGG_ITERS=${BENCH_AGG_ITERS:-3}; BLAST_SECS=${BENCH_BLAST_SECS:-5}
+  TRAFFIC_COUNTS=${BENCH_TRAFFIC_COUNTS:-"65536 1048576 4194304"}
+  MPI_COUNTS=${BENCH_MPI_COUNTS:-"1048576 16777216"}; MPI_REPS=${BENCH_MPI_REPS:-5}
+fi
+RANK_TIMEOUT=${BENCH_RANK_TIMEOUT:-300}
+export PRISMD_BIN=$BIN
+mkdir -p "$BIN"
+[[ -x $BIN/prismd && -x $BIN/prismctl && -x $BIN/prismd-blast ]] ||
+  go build -o "$BIN/" ./cmd/prismd ./cmd/prismctl ./cmd/prismd-blast || { echo "bench: build failed"; exit 1; }
+PRISMCTL=$BIN/prismctl
+HEX=$(printf '%04x' $((RANDOM % 65536)))
+TMP=$(mktemp -d /tmp/prismd-bench.XXXXXX)
+STATE=$TMP/state
+mkdir -p "$STATE"
+PIDS=()     # background processes this script started
+LABS=()     # topology files of labs this script brought up
+MEASURED=0
+T_START=$(date +%s)
+
+cleanup() {
+  local p f
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  for f in "${LABS[@]}"; do "$PRISMCTL" lab down -q --state-dir "$STATE" "$f" >/dev/null 2>&1; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+hdr() { echo; echo "=============== $* ==============="; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.3f", a/b; else printf "n/a" }'; }
+
+# lab_up TEMPLATE NAME -> brings up a copy of TEMPLATE named NAME; sets LAB_FILE.
+lab_up() {
+  local src=$1 name=$2
+  LAB_FILE=$TMP/$2.yaml
+  [[ -f $src ]] || src=$ROOT/deploy/lab/$1.yaml
+  sed "s/^name: .*/name: $name/" "$src" >"$LAB_FILE"
+  LABS+=("$LAB_FILE")
+  if ! "$PRISMCTL" lab up -q --state-dir "$STATE" "$LAB_FILE" >"$TMP/$name.up" 2>&1; then
+    echo "lab up $name failed:"; tail -5 "$TMP/$name.up"; return 1
+  fi
+}
+lab_down() {
+  "$PRISMCTL" lab down -q --state-dir "$STATE" "$1" >/dev/null 2>&1
+  local f keep=()
+  for f in "${LABS[@]}"; do [[ $f == "$1" ]] || keep+=("$f"); done
+  LABS=("${keep[@]}")
+}
+ns() { echo "pl-$1-$2"; }
+metrics() { ip netns exec "$(ns "$1" "$2")" curl -s --max-time 5 http://127.0.0.1:9100/metrics; }
+
+# am_start LAB -> starts 'prismctl am' in h1, waits until it answers; sets AM_PID, AM_URL.
+am_start() {
+  local lab=$1 addr=10.0.0.1:7000 i
+  ip netns exec "$(ns "$lab" h1)" "$PRISMCTL" am --topology "$STATE/$lab/topology.yaml" --listen $addr --iface eth0 \
+    >"$TMP/$lab.am.log" 2>&1 &
+  AM_PID=$!; PIDS+=("$AM_PID"); AM_URL=http://$addr
+  for i in $(seq 1 200); do
+    ip netns exec "$(ns "$lab" h2)" curl -s --max-time 1 -o /dev/null "$AM_URL/v1/ops" && return 0
+    kill -0 "$AM_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "prismctl am did not come up:"; tail -5 "$TMP/$lab.am.log"; return 1
+}
+am_stop() { kill "$AM_PID" 2>/dev/null; wait "$AM_PID" 2>/dev/null; }
+
+# ranks LAB N JOB OUTPREFIX CMD ARGS... -> runs one rank per host h1..hN; returns non-zero if any failed.
+ranks() {
+  local lab=$1 n=$2 job=$3 out=$4 i rc=0 pids=()
+  shift 4
+  for i in $(seq 0 $((n - 1))); do
+    timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$PRISMCTL" "$@" --coordinator "$AM_URL" \
+      --rank $i --size "$n" --iface eth0 --node h$((i + 1)) --job "$job" >"$out.$i" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || { rc=1; echo "rank $i failed: $(grep -v "^#" "$out.$i" | tail -1 | cut -c1-400)"; }; done
+  return $rc
+}
+
+# ---------------------------------------------------------------- part 1
+part1() {
+  hdr "1. Go micro-benchmarks (-benchmem, benchtime $BENCH_TIME): ratios within one run"
+  local out=$TMP/gobench.txt
+  go test -run '^$' -bench . -benchmem -benchtime "$BENCH_TIME" ./parser ./kulisch ./bitmapfwd ./engine ./engine/bitmap ./stream ./dataplane \
+    >"$out" 2>&1 || echo "(go test returned non-zero; using whatever benchmarks ran)"
+  # name(without -GOMAXPROCS) ns/op B/op allocs/op
+  awk '/^pkg: /{pkg=$2; sub(/.*prismd\/prismd\//,"",pkg)}
+       /^Benchmark/{n=$1; sub(/-[0-9]+$/,"",n); ns="";bo="";al="";
+         for(i=2;i<=NF;i++){ if($i=="ns/op")ns=$(i-1); if($i=="B/op")bo=$(i-1); if($i=="allocs/op")al=$(i-1)}
+         print pkg, n, ns, bo, al}' "$out" >"$TMP/gobench.tab"
+  if [[ ! -s $TMP/gobench.tab ]]; then echo "no benchmark results:"; tail -20 "$out"; return 1; fi
+  echo "-- all benchmarks"
+  printf '%-14s %-48s %14s %8s %9s\n' pkg benchmark ns/op B/op allocs/op
+  awk '{printf "%-14s %-48s %14s %8s %9s\n", $1, $2, $3, $4, $5}' "$TMP/gobench.tab"
+  grep -E '^(FAIL|---)' "$out" | head -5
+  echo
+  echo "-- pairs (ratio = subject ns/op / baseline ns/op; same go test run)"
+  printf '%-34s %-30s %12s %12s %8s\n' subject baseline subj_ns base_ns ratio
+  local pair s b sv bv
+  for pair in \
+    BenchmarkValidate/Decode1500FP32:BenchmarkValidate/Copy1500 \
+    BenchmarkValidate/Decode1500Kulisch280:BenchmarkValidate/Copy1500 \
+    BenchmarkValidate/Build1500FP32:BenchmarkValidate/Copy1500 \
+    BenchmarkAddFP32:BenchmarkAddFP32Plain \
+    BenchmarkAddFP32Arrival:BenchmarkAddFP32Plain \
+    BenchmarkAbsorbFP32Arrival:BenchmarkCopyFrame \
+    BenchmarkAbsorbKulischFixed:BenchmarkCopyFrame \
+    BenchmarkReplicate4:BenchmarkPlainCopy4 \
+    BenchmarkReplicate4Auth:BenchmarkPlainCopy4 \
+    BenchmarkAggregate2:BenchmarkPlainCopy4; do
+    s=${pair%%:*} b=${pair##*:}
+    sv=$(awk -v n="$s" '$2==n{print $3; exit}' "$TMP/gobench.tab")
+    bv=$(awk -v n="$b" '$2==n{print $3; exit}' "$TMP/gobench.tab")
+    printf '%-34s %-30s %12s %12s %8s\n' "${s#Benchmark}" "${b#Benchmark}" "${sv:-missing}" "${bv:-missing}" \
+      "$([[ -n $sv && -n $bv ]] && ratio "$sv" "$bv" || echo n/a)"
+  done
+  MEASURED=1
+  echo
+  echo "-- PRISMD_RATIO=1 go test -run Speed -v ./kulisch/"
+  PRISMD_RATIO=1 go test -count=1 -run Speed -v ./kulisch/ 2>&1 | grep -vE '^(=== RUN|ok |PASS$)' | head -30
+}
+
+# ---------------------------------------------------------------- part 2
+part2() {
+  hdr "2. Plain forwarding: prismd vs Linux bridge (scripts/bench-forward.sh, DURATION=${DURATION:-5} ROUNDS=${ROUNDS:-3})"
+  [[ -x scripts/bench-forward.sh ]] || { echo "scripts/bench-forward.sh missing"; return 1; }
+  scripts/bench-forward.sh 2>&1 | tee "$TMP/forward.txt"
+  local rc=${PIPESTATUS[0]}
+  [[ $rc -eq 0 ]] && grep -q '^median' "$TMP/forward.txt" && MEASURED=1
+  [[ $rc -eq 0 ]] || echo "bench-forward.sh exited $rc"
+}
+
+# ---------------------------------------------------------------- part 3
+data_frames() { metrics "$1" "$2" | awk '/^prismd_frames_total\{/ && /class="data"/{s+=$2} END{printf "%.0f\n", s}'; }
+
+part3() {
+  hdr "3. Single lab: DATA frames/s absorbed while reducing vs plain forwarding frames/s, same node, same run"
+  local lab=bs$HEX f
+  lab_up single "$lab" || return 1; f=$LAB_FILE
+  am_start "$lab" || { lab_down "$f"; return 1; }
+  local h2mac fwd_fps blast_size acc job=10 d0 d1 tsum res=()
+  h2mac=$(ip netns exec "$(ns "$lab" h2)" cat /sys/class/net/eth0/address)
+  blast_size=1500
+  # Forwarding peer: prismd-blast h1 -> h2 through sw1 for BLAST_SECS, full-size frames (DATA frames at MTU 1500 are full size).
+  HZ=$(getconf CLK_TCK)
+  sw_jiffies() { awk '{print $14+$15}' /proc/"$(cat "$STATE/$lab/sw1.pid")"/stat 2>/dev/null || echo 0; }
+  fwd() {
+    ip netns exec "$(ns "$lab" h2)" "$BIN/prismd-blast" recv --iface eth0 --duration $((BLAST_SECS + 1))s >"$TMP/p3.recv" 2>&1 &
+    local rp=$!; PIDS+=("$rp"); sleep 0.3
+    local j0; j0=$(sw_jiffies)
+    ip netns exec "$(ns "$lab" h1)" "$BIN/prismd-blast" send --iface eth0 --dst "$h2mac" --size $blast_size --duration ${BLAST_SECS}s >"$TMP/p3.send" 2>&1
+    wait $rp
+    local j1; j1=$(sw_jiffies)
+    awk -v d="$BLAST_SECS" -v j=$((j1 - j0)) -v hz="$HZ" '{printf "%.0f %.0f\n", $2/d, ($2 > 0 ? j*1e9/hz/$2 : 0)}' "$TMP/p3.recv"
+  }
+  # agg ACC -> DATA frames/s absorbed by sw1 over the summed transfer time of all ranks' iterations (rank 0's).
+  agg() {
+    local acc=$1 job=$2 d0 d1 t
+    d0=$(data_frames "$lab" sw1); local j0 j1; j0=$(sw_jiffies)
+    ranks "$lab" 2 "$job" "$TMP/p3.$acc" allreduce --count "$AGG_COUNT" --acc "$acc" --iters "$AGG_ITERS" || return 1
+    d1=$(data_frames "$lab" sw1); j1=$(sw_jiffies)
+    # transfer time per iteration, max over ranks (the switch absorbs until the slowest rank's last DATA)
+    t=$(cat "$TMP/p3.$acc".* | sed -n 's/.*transfer \([^)]*\)).*/\1/p' | awk '
+      function sec(s) { if (s ~ /ms$/) return substr(s,1,length(s)-2)/1e3; if (s ~ /µs$|us$/) return substr(s,1,length(s)-2)/1e6;
+        if (s ~ /m[0-9.]+s$/) { split(s,a,"m"); return a[1]*60 + substr(a[2],1,length(a[2])-1) } return substr(s,1,length(s)-1)+0 }
+      { v = sec($1); k = NR; tot += v } END { printf "%.6f\n", tot / 2 }')
+    echo "$((d1 - d0)) $t $(awk -v j=$((j1 - j0)) -v hz="$HZ" -v n=$((d1 - d0)) 'BEGIN{printf "%.0f", (n > 0 ? j*1e9/hz/n : 0)}')"
+  }
+  local rows=() r a fw fps
+  for r in 1 2; do   # interleave: fwd, fp32, kulisch, then kulisch, fp32, fwd
+    if (( r == 1 )); then order="fwd fp32 kulisch"; else order="kulisch fp32 fwd"; fi
+    for a in $order; do
+      if [[ $a == fwd ]]; then fw=$(fwd); rows+=("fwd $fw"); echo "round $r forward: ${fw% *} fps, prismd CPU ${fw#* } ns/frame (prismd-blast ${blast_size}B, ${BLAST_SECS}s)"
+      else
+        job=$((job + 1))
+        if res=$(agg "$a" $job); then
+          fps=$(awk '{ if ($2 > 0) printf "%.0f", $1/$2; else print 0 }' <<<"$res")
+          rows+=("$a $fps $(awk '{print $3}' <<<"$res")"); echo "round $r $a: $(awk '{print $1}' <<<"$res") DATA frames absorbed in $(awk '{print $2}' <<<"$res") s of transfer = $fps fps, prismd CPU $(awk '{print $3}' <<<"$res") ns/frame (whole run incl. setup)"
+        else echo "round $r $a: allreduce failed"; fi
+      fi
+    done
+  done
+  am_stop; lab_down "$f"
+  printf '%s\n' "${rows[@]}" >"$TMP/p3.rows"
+  local fmed fcpu
+  fmed=$(awk '$1=="fwd"{s+=$2;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
+  fcpu=$(awk '$1=="fwd"{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
+  echo
+  printf '%-14s %12s %12s %8s %6s %s\n' accumulator data_fps fwd_fps ratio bar verdict
+  for a in fp32 kulisch; do
+    local v bar
+    v=$(awk -v a=$a '$1==a{s+=$2;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
+    bar=0.8; [[ $a == kulisch ]] && bar=0.5
+    [[ -n $v && -n $fmed && $fmed -gt 0 ]] || { printf '%-14s %12s %12s %8s %6s %s\n' $a "${v:-n/a}" "${fmed:-n/a}" n/a $bar "not measured"; continue; }
+    local q; q=$(ratio "$v" "$fmed")
+    printf '%-14s %12s %12s %8s %6s %s\n' "$([[ $a == fp32 ]] && echo FP32_ARRIVAL || echo KULISCH_FIXED)" "$v" "$fmed" "$q" "$bar" \
+      "$(awk -v q=$q -v b=$bar 'BEGIN{print (q >= b ? "PASS" : "BELOW BAR")}')"
+    MEASURED=1
+  done
+  echo
+  printf '%-14s %18s %17s %17s\n' accumulator cpu_ns/data_frame cpu_ns/fwd_frame fwd_cpu/data_cpu
+  for a in fp32 kulisch; do
+    local c; c=$(awk -v a=$a '$1==a{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
+    printf '%-14s %18s %17s %17s\n' $a "${c:-n/a}" "${fcpu:-n/a}" "$([[ -n $c && -n $fcpu ]] && ratio "$fcpu" "$c" || echo n/a)"
+  done
+  echo "(frame-rate ratio is bounded by the 2 host ranks' send rate; CPU ratio = prismd's own cost per frame: the fraction of its forwarding rate it could absorb if fed and CPU-bound)"
+  echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean transfer time of the 2 ranks summed over $AGG_ITERS iterations of $AGG_COUNT FP32; fwd_fps = mean of 2 blast runs received in h2)"
+}
+
+# ---------------------------------------------------------------- part 4
+port_bytes() { # LAB SWITCH -> lines "SWITCH PORT rx tx"
+  metrics "$1" "$2" | awk -v sw="$2" '
+    /^prismd_port_(receive|transmit)_bytes_total\{/ { match($0, /port="[^"]*"/); p = substr($0, RSTART+6, RLENGTH-7)
+      if ($0 ~ /receive/) rx[p] += $2; else tx[p] += $2; seen[p] = 1 }
+    END { for (p in seen) printf "%s %s %.0f %.0f\n", sw, p, rx[p], tx[p] }' | sort
+}
+part4() {
+  hdr "4. Traffic per link per direction, 4 ranks, spine-leaf (MTU 1500), one ALLREDUCE (FP32, KULISCH)"
+  local lab=bl$HEX f
+  lab_up spine-leaf "$lab" || return 1; f=$LAB_FILE
+  am_start "$lab" || { lab_down "$f"; return 1; }
+  local job=40 c sw vb
+  # link names: switch:port -> what is on the other side
+  awk '/endpoints/ { gsub(/[\[\]",]/, " "); print $3, $4 }' "$f" >"$TMP/p4.links"
+  for c in $TRAFFIC_COUNTS; do
+    vb=$((c * 4))
+    for sw in s1 l1 l2; do port_bytes "$lab" $sw; done >"$TMP/p4.before"
+    if ! ranks "$lab" 4 $((job++)) "$TMP/p4.$c" allreduce --count "$c" --acc kulisch; then echo "count $c: allreduce failed"; continue; fi
+    for sw in s1 l1 l2; do port_bytes "$lab" $sw; done >"$TMP/p4.after"
+    echo
+    echo "-- rank 0: $(grep -m1 '^rank 0' "$TMP/p4.$c.0")"
+    echo "-- vector $c FP32 = $vb B per rank; ring allreduce moves 2(N-1)/N = 1.500 x vector per rank link per direction"
+    printf '%-22s %14s %14s %9s %9s\n' "link (switch:port<->peer)" "to_switch_B" "from_switch_B" "to/vec" "from/vec"
+    join <(awk '{print $1":"$2, $3, $4}' "$TMP/p4.before" | sort) <(awk '{print $1":"$2, $3, $4}' "$TMP/p4.after" | sort) |
+      while read -r key r0 t0 r1 t1; do
+        local peer; peer=$(awk -v k="$key" '$1==k{print $2} $2==k{print $1}' "$TMP/p4.links")
+        awk -v k="$key" -v p="$peer" -v r=$((r1 - r0)) -v t=$((t1 - t0)) -v v=$vb \
+          'BEGIN{printf "%-22s %14d %14d %9.3f %9.3f\n", k"<->"p, r, t, r/v, t/v}'
+      done
+    MEASURED=1
+  done
+  echo "(to_switch = prismd_port_receive_bytes_total delta, from_switch = transmit delta, Ethernet headers included; AM control traffic included)"
+  am_stop; lab_down "$f"
+}
+
+# ---------------------------------------------------------------- part 5
+part5() {
+  hdr "5. MPI_Allreduce (OpenMPI, Linux bridge, MTU 1500) vs prismd ALLREDUCE (spine-leaf-jumbo, MTU 9000), 4 ranks"
+  local c rows=()
+  declare -A mpi_ms prism_ms
+  # --- OpenMPI on a bridge
+  if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
+    echo "OpenMPI not installed (make bench-deps installs openmpi-bin libopenmpi-dev)"
+  elif ! mpicc -O2 -o "$TMP/mpi_allreduce" scripts/bench/mpi_allreduce.c 2>"$TMP/mpicc.err"; then
+    echo "mpicc failed:"; tail -5 "$TMP/mpicc.err"
+  else
+    local lab=bb$HEX f
+    if lab_up scripts/bench/bridge-4.yaml "$lab"; then
+      f=$LAB_FILE
+      printf '10.0.0.%d slots=1\n' 1 2 3 4 >"$TMP/hostfile"
+      export BENCH_MPI_LAB=$lab
+      for c in $MPI_COUNTS; do
+        timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h1)" mpirun --allow-run-as-root --oversubscribe -np 4 \
+          --hostfile "$TMP/hostfile" --mca plm_rsh_agent "$ROOT/scripts/bench/mpi-agent.sh" \
+          --mca mpi_yield_when_idle 1 --mca btl tcp,self --mca btl_tcp_if_include 10.0.0.0/24 \
+          --mca oob_tcp_if_include 10.0.0.0/24 "$TMP/mpi_allreduce" "$c" "$MPI_REPS" >"$TMP/mpi.$c" 2>&1
+        local ms; ms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' "$TMP/mpi.$c")
+        if [[ -n $ms ]]; then mpi_ms[$c]=$ms; echo "MPI  $c FP32: $(grep mpi_allreduce "$TMP/mpi.$c")"
+        else echo "MPI $c FP32 failed:"; tail -8 "$TMP/mpi.$c"; fi
+      done
+      lab_down "$f"
+    fi
+  fi
+  # --- prismd on spine-leaf-jumbo
+  local lab=bj$HEX f job=60 acc
+  f=
+  if lab_up spine-leaf-jumbo "$lab" && f=$LAB_FILE && am_start "$lab"; then
+    for acc in fp32 kulisch; do
+      for c in $MPI_COUNTS; do
+        if ranks "$lab" 4 $((job++)) "$TMP/p5.$acc.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w 1 --mtu 9000 --acc $acc; then
+          local us; us=$(awk '!/^#/ && NF > 4 {print $4; exit}' "$TMP/p5.$acc.$c.0")
+          prism_ms[$acc.$c]=$(awk -v u="$us" 'BEGIN{printf "%.3f", u/1000}')
+          echo "prismd $c FP32 ($acc): $(grep -v '^#' "$TMP/p5.$acc.$c.0" | head -1)"
+        else echo "prismd $c ($acc) failed"; fi
+      done
+    done
+    am_stop
+  fi
+  [[ -n ${f:-} ]] && lab_down "$f"
+  echo
+  printf '%-10s %12s %16s %16s %14s %14s\n' FP32_elems mpi_ms prismd_fp32_ms prismd_kul_ms mpi/prism_fp32 mpi/prism_kul
+  for c in $MPI_COUNTS; do
+    local m=${mpi_ms[$c]:-} p=${prism_ms[fp32.$c]:-} k=${prism_ms[kulisch.$c]:-}
+    printf '%-10s %12s %16s %16s %14s %14s\n' "$c" "${m:-n/a}" "${p:-n/a}" "${k:-n/a}" \
+      "$([[ -n $m && -n $p ]] && ratio "$m" "$p" || echo n/a)" "$([[ -n $m && -n $k ]] && ratio "$m" "$k" || echo n/a)"
+    [[ -n $m || -n $p || -n $k ]] && MEASURED=1
+  done
+  echo "(median of $MPI_REPS after warm-up; ratio > 1 = prismd faster; reference MPI at MTU 1500 on this machine class: 10.7 ms 1M, 208 ms 16M)"
+}
+
+for p in $PARTS; do
+  t0=$(date +%s)
+  part$p || echo "part $p: FAILED (see above); continuing"
+  echo "(part $p took $(( $(date +%s) - t0 )) s)"
+done
+echo
+echo "bench: total $(( $(date +%s) - T_START )) s"
+[[ $MEASURED == 1 ]] || { echo "bench: nothing could be measured"; exit 1; }
