@@ -273,12 +273,11 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 	h := parser.ControlHeader(frame[parser.HdrOff:parser.ControlBodyOff])
 	c := &w.ctl
 	err := c.Decode(frame, parser.Limits{MTU: parser.MTUJumbo})
-	var fe *parser.FieldError
 	if err != nil {
 		// A STAGE whose header is sound but whose body is not gets INVALID
 		// with the offending body offset; anything else is malformed
 		// framing: dropped, no reply.
-		if h.Command() == parser.CmdStage && h.Status() == parser.StatusOK && errors.As(err, &fe) && fe.Offset >= parser.ControlBodyOff {
+		if fe, ok := errors.AsType[*parser.FieldError](err); ok && h.Command() == parser.CmdStage && h.Status() == parser.StatusOK && fe.Offset >= parser.ControlBodyOff {
 			cm.cmd(parser.CmdStage)
 			key := h.Op()
 			r := reply{st: parser.StatusInvalid, ack: parser.Ack{AckedCmd: parser.CmdStage, Detail: uint16(fe.Offset - parser.ControlBodyOff)}}

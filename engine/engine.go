@@ -24,6 +24,13 @@ var (
 	ErrExists      = errors.New("engine: operation exists") // a context with this identity is installed
 )
 
+// Decode errors for frames too short to carry an operation identity:
+// package-level so that dropping them allocates nothing.
+var (
+	errShortData     error = &parser.FieldError{Class: parser.ClassData, Field: "header", Offset: parser.HdrOff, Err: parser.ErrTruncated}
+	errShortProgress error = &parser.FieldError{Class: parser.ClassProgress, Field: "header", Offset: parser.HdrOff, Err: parser.ErrTruncated}
+)
+
 // SnapshotInterval bounds how often Tick rebuilds the introspection snapshot:
 // often enough for an operator, rare enough that its allocation is noise.
 const SnapshotInterval = 100 * time.Millisecond
@@ -193,7 +200,7 @@ func (e *Engine) Ops() []parser.OpKey {
 // HandleData admits one DATA or RESULT frame that arrived on port in.
 func (e *Engine) HandleData(now int64, in int, frame []byte, tx dataplane.Sender) {
 	if len(frame) < parser.DataBodyOff {
-		e.m.decodeDrop(&parser.FieldError{Field: "header", Err: parser.ErrTruncated})
+		e.m.decodeDrop(errShortData)
 		return
 	}
 	key := parser.OpIdentity(frame[parser.HdrOff:]).Key()
@@ -217,7 +224,7 @@ func (e *Engine) HandleData(now int64, in int, frame []byte, tx dataplane.Sender
 // HandleProgress admits one PROGRESS frame that arrived on port in.
 func (e *Engine) HandleProgress(now int64, in int, frame []byte, tx dataplane.Sender) {
 	if len(frame) < parser.HdrOff+parser.ProgressHdrLen {
-		e.m.decodeDrop(&parser.FieldError{Field: "header", Err: parser.ErrTruncated})
+		e.m.decodeDrop(errShortProgress)
 		return
 	}
 	key := parser.OpIdentity(frame[parser.HdrOff:]).Key()

@@ -274,7 +274,6 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 		for i := range o.outs {
 			if o.outs[i].sw.Free() < need || !o.outs[i].sw.CanSend(now, first+count, n) {
 				m.drop(DropNoCredit)
-				ib.advZero = true
 				o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusNoCredit, tx)
 				return
 			}
@@ -686,7 +685,10 @@ func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.Progress
 	if err != nil {
 		return
 	}
-	ib.advZero = ci == 0
+	// A refused frame is owed a window update even when the window itself
+	// has credit (a relay refuses for its outputs' sake): without it the
+	// sender would wait for its retransmission timer.
+	ib.advZero = ci == 0 || st == parser.ProgressStatusNoCredit
 	e.send(tx, ib.b.Port, e.pbuf[:n])
 	e.m.ProgressSent.Add(1)
 }

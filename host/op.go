@@ -47,6 +47,11 @@ type opRun struct {
 	dups        uint64
 	progressBuf []byte
 	holes       [parser.MaxHoles]stream.Hole
+	// Decoding scratch, reused by every frame: as locals they would
+	// escape to the heap (one allocation per frame).
+	pin  parser.Progress
+	pout parser.Progress
+	din  parser.Data
 }
 
 func (op *opRun) abort(err error) {
@@ -293,7 +298,7 @@ func (op *opRun) handle(f []byte) error {
 	g := op.g
 	switch parser.Class(f[parser.CWOff+1]) {
 	case parser.ClassProgress:
-		var p parser.Progress
+		p := &op.pin
 		if err := p.Decode(f, parser.Limits{VectorLen: g.VectorLen}); err != nil {
 			return nil // counted as noise: a broken PROGRESS is like a lost one
 		}
@@ -312,11 +317,14 @@ func (op *opRun) handle(f []byte) error {
 			op.holes[i] = stream.Hole{Start: p.Holes[i].Start, End: p.Holes[i].End}
 		}
 		op.sw.OnProgress(now, p.PacketID, p.Committed, op.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
+		if p.Status == parser.ProgressStatusNoCredit {
+			op.sw.OnRejected(p.PacketID)
+		}
 	case parser.ClassResult:
 		if op.rw == nil {
 			return nil
 		}
-		var d parser.Data
+		d := &op.din
 		kb := g.KulischWidth / 8
 		if err := d.Decode(f, parser.Limits{VectorLen: g.VectorLen, KulischBytes: kb, MTU: g.MTU}); err != nil {
 			return nil
@@ -331,7 +339,7 @@ func (op *opRun) handle(f []byte) error {
 		status := parser.ProgressStatusOK
 		switch v {
 		case stream.Accepted:
-			if err := op.store(&d); err != nil {
+			if err := op.store(d); err != nil {
 				return &resultError{from: d.First, to: d.First + uint32(d.Count), err: err}
 			}
 			op.rw.Release(op.rw.Committed())
@@ -402,13 +410,14 @@ func convert(dst []byte, to parser.Format, grp parser.Group, kw int) error {
 func (op *opRun) progress(pid uint32, status parser.ProgressStatus) error {
 	g := op.g
 	ic, bc := op.rw.Credits()
-	p := parser.Progress{Op: op.key, SrcEP: g.Result.DstEndpoint, DstEP: g.Result.SrcEndpoint, Stream: g.Result.StreamID,
+	p := &op.pout
+	*p = parser.Progress{Op: op.key, SrcEP: g.Result.DstEndpoint, DstEP: g.Result.SrcEndpoint, Stream: g.Result.StreamID,
 		PacketID: pid, Committed: op.rw.Committed(), IntervalCredits: uint16(min(ic, 0xFFFF)), ByteCredits: bc,
 		Status: status, Flags: parser.ProgressFlagResult}
 	if op.rw.Done() {
 		p.Flags |= parser.ProgressFlagComplete
 	}
-	var hs [parser.MaxHoles]stream.Hole
+	hs := &op.holes
 	p.NHoles = op.rw.Holes(hs[:])
 	for i := 0; i < p.NHoles; i++ {
 		p.Holes[i] = parser.Hole{Start: hs[i].Start, End: hs[i].End}

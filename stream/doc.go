@@ -30,11 +30,19 @@
 //
 // Buffers are allocated once per window (ReplayDepth of them, FrameSize each)
 // and reused, so steady-state sending does not allocate. A frame is released
-// when the peer's committed watermark covers it (first+count <= committed). A
-// frame overlapping a reported hole is retransmitted at once (at most once per
-// MinRetransmitGap); any unacknowledged frame is retransmitted when its own
-// timeout expires, with the timeout doubling up to MaxRTO (bounded exponential
-// backoff). New frames are admitted while: unacked frames < ReplayDepth, frames
+// when the peer's committed watermark covers it (first+count <= committed).
+// Retransmission is driven by evidence, not by one timer per frame (a busy
+// peer whose queue delays answers past the RTO must not be sent its whole
+// window again, which is how a slow root used to collapse a tree): a frame
+// the peer reports holding above a hole (its PROGRESS named it, or it lies
+// below the last hole's end outside every hole) is never resent; a frame is
+// resent at once when the peer has since processed a frame transmitted after
+// it (time-ordered loss inference, RFC 8985 style; FIFO path and processing);
+// and when the peer made no progress for one RTO, only the oldest
+// transmission not known to be held is resent (a probe) and the RTO doubles
+// up to MaxRTO until the peer progresses again. The RTO is SRTT + 4 RTTVAR
+// (RFC 6298, samples from frames sent once only), never below
+// SendConfig.RTO. New frames are admitted while: unacked frames < ReplayDepth, frames
 // and bytes sent since the last PROGRESS that reflected them fit the credits
 // the peer advertised, and the frame ends within Elements of the peer's
 // committed watermark (0 = unbounded).
@@ -63,7 +71,7 @@
 //	func (w *SendWindow) Frame(pid uint32) ([]byte, bool)
 //	func (w *SendWindow) Idle() bool; Free() int; Unacked() (frames, bytes int); Outstanding() (from, to uint32)
 //	func (w *SendWindow) Committed() uint32; Credits() (intervals, bytes int); Stats() (retransmits, timeouts uint64)
-//	func (w *SendWindow) NextPacketID() uint32; Name() string; FrameSize() int
+//	func (w *SendWindow) NextPacketID() uint32; Name() string; FrameSize() int; RTO() int64; SRTT() int64
 //	type RecvConfig struct{ Name string; VectorLen uint32; Intervals, Bytes int; Elements uint32;
 //	    MaxFrame int; MinRoom uint32; History int }
 //	type Verdict uint8 // Accepted, Duplicate, Invalid, NoCredit

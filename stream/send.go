@@ -66,9 +66,13 @@ type SendConfig struct {
 	// RTO is the first retransmission timeout; each timeout doubles it for
 	// that frame up to MaxRTO. Defaults DefaultRTO and DefaultMaxRTO.
 	RTO, MaxRTO int64
-	// MinRetransmitGap rate-limits hole-driven retransmission of one frame
-	// (default RTO/2): every arriving packet triggers a PROGRESS that repeats
-	// the same holes, and one retransmission per round trip is enough.
+	// MinRetransmitGap is the least time between two transmissions of one
+	// frame for loss-driven retransmission (default 0). Loss is inferred only
+	// from a PROGRESS naming a frame sent after the lost one's last
+	// transmission, which already waits one round trip: every arriving
+	// packet triggers a PROGRESS repeating the same holes, and this rule
+	// (not a fixed gap) is what keeps one hole from being resent per
+	// PROGRESS.
 	MinRetransmitGap int64
 	// Deadline: Check reports a SilentError when frames await ACK and the
 	// peer has been silent longer than this (default DefaultDeadline; < 0
@@ -80,16 +84,19 @@ type SendConfig struct {
 }
 
 type sendEntry struct {
-	buf          []byte
-	n            int
-	pid          uint32
-	first, end   uint32
-	sentAt       int64
-	rto          int64
-	sends        uint32
-	holeFlagged  bool
-	rejected     bool // the peer refused it for lack of credit
-	afterReflect bool // sent after the newest PROGRESS that reflected it
+	buf        []byte
+	n          int
+	pid        uint32
+	first, end uint32
+	sentAt     int64  // last transmission
+	tx         uint64 // transmission sequence of the last transmission
+	firstTx    uint64 // transmission sequence of the first transmission
+	sends      uint32
+	lost       bool // to be retransmitted (inferred loss or credit returned)
+	sacked     bool // the peer holds it above a hole: never resend
+	rejected   bool // the peer refused it for lack of credit
+	// afterReflect: sent after the newest PROGRESS that reflected it.
+	afterReflect bool
 }
 
 // SendWindow is the replay buffer of one sending direct stream. Not safe for
@@ -119,6 +126,18 @@ type SendWindow struct {
 	lastHeard    int64
 	scan         int
 
+	// Retransmission timing (RFC 6298 estimator, Karn's rule; RACK-style
+	// time-ordered loss inference, RFC 8985). tx numbers transmissions;
+	// rackTx is the newest transmission the peer has been seen to process:
+	// an unacknowledged frame transmitted before it was lost (the path and
+	// the peer's processing are FIFO).
+	tx         uint64
+	rackTx     uint64
+	srtt       int64 // 0 = no sample yet
+	rttvar     int64
+	backoff    uint  // doublings of the RTO since the peer last made progress
+	timerStart int64 // the retransmission timer runs from here
+
 	retransmits uint64
 	timeouts    uint64
 }
@@ -138,8 +157,8 @@ func NewSendWindow(cfg SendConfig) *SendWindow {
 	if cfg.MaxRTO < cfg.RTO {
 		cfg.MaxRTO = max(DefaultMaxRTO, cfg.RTO)
 	}
-	if cfg.MinRetransmitGap <= 0 {
-		cfg.MinRetransmitGap = cfg.RTO / 2
+	if cfg.MinRetransmitGap < 0 {
+		cfg.MinRetransmitGap = 0
 	}
 	if cfg.Deadline == 0 {
 		cfg.Deadline = DefaultDeadline
@@ -209,11 +228,13 @@ func (w *SendWindow) Commit(now int64, n int) []byte {
 	w.reserved = false
 	if w.n == 0 {
 		w.lastHeard = now // the silence clock starts with the first outstanding frame
+		w.timerStart = now
 	}
 	e := &w.ring[w.n]
 	e.n, e.pid, e.first, e.end = n, w.nextPID, w.resFirst, w.resEnd
-	e.sentAt, e.rto, e.sends = now, w.cfg.RTO, 1
-	e.holeFlagged, e.rejected, e.afterReflect = false, false, true
+	w.tx++
+	e.sentAt, e.tx, e.firstTx, e.sends = now, w.tx, w.tx, 1
+	e.lost, e.sacked, e.rejected, e.afterReflect = false, false, false, true
 	w.n++
 	w.nextPID++
 	if w.nextPID == 0 {
@@ -238,13 +259,48 @@ func (w *SendWindow) Frame(pid uint32) ([]byte, bool) {
 // OnProgress applies one PROGRESS from the peer: pid is the Packet ID that
 // triggered it (0 for a timer-driven one), committed the peer's watermark,
 // holes the missing ranges above it, and the credits the peer has free.
-// Frames with first+count <= committed are released; frames overlapping a
-// hole are scheduled for retransmission.
+// Frames with first+count <= committed are released. A frame is resent
+// (NextRetransmit) only when loss is evident: it overlaps a hole or is not
+// known to be held, and the peer has since processed a frame transmitted
+// after it. Frames the peer holds above a hole are never resent. The named
+// frame is taken as received; OnRejected corrects that for NO_CREDIT.
 func (w *SendWindow) OnProgress(now int64, pid, committed uint32, holes []Hole, intervalCredits, byteCredits int) {
 	w.lastHeard = now
-	advanced := committed > w.committed
-	if advanced {
+	progressed := committed > w.committed
+	if progressed {
 		w.committed = committed
+	}
+	// The frame that triggered this PROGRESS: an RTT sample (first
+	// transmissions only: an ACK of a resent frame is ambiguous) and the
+	// newest transmission the peer is known to have processed.
+	if pid != 0 {
+		for i := 0; i < w.n; i++ {
+			e := &w.ring[i]
+			if e.pid != pid {
+				continue
+			}
+			// Which transmission the peer processed is known only for a
+			// frame sent once; otherwise the first is the safe bound (a
+			// late answer to the original must not condemn every frame
+			// sent before the retransmission).
+			tx := e.firstTx
+			if e.sends == 1 {
+				w.sample(now - e.sentAt)
+				tx = e.tx
+			}
+			w.rackTx = max(w.rackTx, tx)
+			if !e.sacked && !e.rejected {
+				e.sacked, e.lost = true, false
+				progressed = true
+			}
+			break
+		}
+	}
+	// Above the last hole's end nothing is known; below it every range
+	// that is not a hole is held by the peer.
+	known := w.committed
+	if len(holes) > 0 {
+		known = max(known, holes[len(holes)-1].End)
 	}
 	// Release acknowledged frames, keeping the rest in Packet ID order.
 	k := 0
@@ -277,29 +333,75 @@ func (w *SendWindow) OnProgress(now int64, pid, committed uint32, holes []Hole, 
 			w.afterN++
 			w.afterBytes += e.n
 		}
-		if advanced {
-			e.rto = w.cfg.RTO // the peer is alive: end backoff
-		}
-		if e.rejected && intervalCredits > 0 {
-			// Refused for credit, not lost: resend as soon as the peer
-			// has room, without backoff.
-			e.rejected, e.holeFlagged, e.rto = false, true, w.cfg.RTO
+		if e.rejected {
+			if intervalCredits > 0 {
+				// Refused for credit, not lost: resend as soon as the
+				// peer has room.
+				e.rejected, e.lost = false, true
+			}
 			continue
 		}
-		if now-e.sentAt < w.cfg.MinRetransmitGap {
+		if e.sacked {
 			continue
 		}
+		inHole := false
 		for _, h := range holes {
 			if h.Start >= e.end {
 				break
 			}
 			if h.End > e.first {
-				e.holeFlagged = true
+				inHole = true
 				break
 			}
 		}
+		if !inHole && e.end <= known {
+			// Held above a hole; its own PROGRESS was lost or is late.
+			e.sacked, e.lost = true, false
+			progressed = true
+			continue
+		}
+		if e.tx < w.rackTx {
+			e.lost = true
+		}
+	}
+	if progressed {
+		// The peer is alive and moving: end backoff, restart the timer.
+		w.backoff = 0
+		w.timerStart = now
 	}
 }
+
+// sample feeds one round-trip time into the RFC 6298 estimator.
+func (w *SendWindow) sample(rtt int64) {
+	rtt = max(rtt, 1)
+	if w.srtt == 0 {
+		w.srtt, w.rttvar = rtt, rtt/2
+		return
+	}
+	d := w.srtt - rtt
+	if d < 0 {
+		d = -d
+	}
+	w.rttvar += (d - w.rttvar) / 4
+	w.srtt += (rtt - w.srtt) / 8
+}
+
+// RTO returns the current retransmission timeout: the estimated round trip
+// plus four deviations, at least SendConfig.RTO, doubled per unanswered
+// timeout, at most MaxRTO.
+func (w *SendWindow) RTO() int64 {
+	rto := w.cfg.RTO
+	if w.srtt > 0 {
+		rto = max(rto, w.srtt+4*w.rttvar)
+	}
+	for i := uint(0); i < w.backoff && rto < w.cfg.MaxRTO; i++ {
+		rto *= 2
+	}
+	return min(rto, w.cfg.MaxRTO)
+}
+
+// SRTT returns the smoothed round-trip time (0 before the first sample).
+func (w *SendWindow) SRTT() int64 { return w.srtt }
 
 // OnRejected records that the peer refused frame pid for lack of credit
 // (PROGRESS status NO_CREDIT, applied after OnProgress): it is resent as soon
@@ -308,35 +410,55 @@ func (w *SendWindow) OnRejected(pid uint32) {
 	for i := 0; i < w.n; i++ {
 		if e := &w.ring[i]; e.pid == pid {
 			e.rejected = true
-			e.holeFlagged = false
+			e.sacked, e.lost = false, false
 			return
 		}
 	}
 }
 
-// NextRetransmit returns the next frame due for retransmission (hole-flagged
-// or timed out) and marks it sent at now; call it until ok is false. The
-// caller may set the frame's RETRANSMIT flag in place.
+// NextRetransmit returns the next frame due for retransmission and marks it
+// sent at now; call it until ok is false. The caller may set the frame's
+// RETRANSMIT flag in place. Due are frames whose loss is evident (see
+// OnProgress) and, when the peer has made no progress for RTO, the single
+// oldest transmission not known to be held: a probe, after which the timeout
+// doubles. A busy peer therefore costs one probe per RTO, not a resent
+// window, and a probe's answer reveals the rest of a lost tail.
 func (w *SendWindow) NextRetransmit(now int64) (frame []byte, ok bool) {
 	for ; w.scan < w.n; w.scan++ {
 		e := &w.ring[w.scan]
-		timedOut := now-e.sentAt >= e.rto
-		if !e.holeFlagged && !timedOut {
+		if !e.lost || now-e.sentAt < w.cfg.MinRetransmitGap {
 			continue
 		}
-		if timedOut && !e.holeFlagged {
-			e.rto = min(e.rto*2, w.cfg.MaxRTO)
-			w.timeouts++
-		}
-		e.holeFlagged = false
-		e.sentAt = now
-		e.sends++
-		w.retransmits++
 		w.scan++
-		return e.buf[:e.n], true
+		return w.resend(now, e), true
 	}
 	w.scan = 0
-	return nil, false
+	if w.n == 0 || now-w.timerStart < w.RTO() {
+		return nil, false
+	}
+	var oldest *sendEntry
+	for i := 0; i < w.n; i++ {
+		e := &w.ring[i]
+		if !e.sacked && (oldest == nil || e.tx < oldest.tx) {
+			oldest = e
+		}
+	}
+	if oldest == nil {
+		return nil, false
+	}
+	w.timeouts++
+	w.backoff++
+	w.timerStart = now
+	return w.resend(now, oldest), true
+}
+
+func (w *SendWindow) resend(now int64, e *sendEntry) []byte {
+	w.tx++
+	e.lost = false
+	e.sentAt, e.tx = now, w.tx
+	e.sends++
+	w.retransmits++
+	return e.buf[:e.n]
 }
 
 // Check returns a *SilentError when frames await ACK and the peer has been

@@ -363,7 +363,8 @@ func TestSendRecvLossy(t *testing.T) {
 				rw.Release(rw.Committed() - min(rw.Committed(), uint32(rng.IntN(50))))
 				k := rw.Holes(hs[:])
 				ci, cb := rw.Credits()
-				p := make([]byte, 16+8*k)
+				p := make([]byte, 17+8*k)
+				p[16+8*k] = byte(v)
 				binary.BigEndian.PutUint32(p[0:], pid)
 				binary.BigEndian.PutUint32(p[4:], rw.Committed())
 				binary.BigEndian.PutUint32(p[8:], uint32(ci))
@@ -378,13 +379,16 @@ func TestSendRecvLossy(t *testing.T) {
 				rw.Release(n)
 			}
 			for _, p := range back.recv(now) {
-				k := (len(p) - 16) / 8
+				k := (len(p) - 17) / 8
 				var hh [MaxHoles]Hole
 				for i := 0; i < k; i++ {
 					hh[i] = Hole{binary.BigEndian.Uint32(p[16+8*i:]), binary.BigEndian.Uint32(p[20+8*i:])}
 				}
 				sw.OnProgress(now, binary.BigEndian.Uint32(p[0:]), binary.BigEndian.Uint32(p[4:]), hh[:k],
 					int(binary.BigEndian.Uint32(p[8:])), int(binary.BigEndian.Uint32(p[12:])))
+				if Verdict(p[len(p)-1]) == NoCredit {
+					sw.OnRejected(binary.BigEndian.Uint32(p[0:]))
+				}
 			}
 			if rw.Done() && sw.Idle() && next == n {
 				break
@@ -568,5 +572,121 @@ func TestSendOutOfOrderRelease(t *testing.T) {
 	sw.Commit(1, 10)
 	if f, _ := sw.Frame(1); f[0] != 20 {
 		t.Fatal("slot reuse overwrote an unacknowledged frame")
+	}
+}
+
+// TestSlowReceiverNoSpuriousRetransmit: a lossless peer whose queue delays
+// every answer far beyond the configured RTO (one frame served per 2 ms, 64
+// in flight: up to 128 ms) must cost no retransmission at all. Before the
+// RTT estimator and the single-probe timer, every frame timed out after
+// 20 ms and was resent, which doubled the peer's queue (the tree stall).
+func TestSlowReceiverNoSpuriousRetransmit(t *testing.T) {
+	const n = 20000
+	sw := NewSendWindow(SendConfig{ReplayDepth: 64, FrameSize: 64, Intervals: 64, RTO: 20e6, MaxRTO: 200e6, Deadline: -1})
+	rw := NewRecvWindow(RecvConfig{VectorLen: n, Intervals: 64, MaxFrame: 64})
+	type fr struct{ pid, first, count uint32 }
+	var queue []fr // the receiver's FIFO input
+	next := uint32(0)
+	busyUntil := int64(0)
+	var applied [n]int
+	for now := int64(0); !(rw.Done() && sw.Idle()); now += 100e3 {
+		if now > 60e9 {
+			t.Fatalf("stalled at %d", rw.Committed())
+		}
+		for next < n {
+			c := min(uint32(40), n-next)
+			if _, pid, ok := sw.Reserve(now, next, c, 20); ok {
+				sw.Commit(now, 20)
+				queue = append(queue, fr{pid, next, c})
+				next += c
+				continue
+			}
+			break
+		}
+		for {
+			f, ok := sw.NextRetransmit(now)
+			if !ok {
+				break
+			}
+			_ = f
+			t.Fatalf("retransmission at %d ms with a lossless peer (SRTT %d ms, RTO %d ms)", now/1e6, sw.SRTT()/1e6, sw.RTO()/1e6)
+		}
+		if len(queue) > 0 && now >= busyUntil {
+			f := queue[0]
+			queue = queue[1:]
+			busyUntil = now + 2e6
+			if v := rw.Admit(f.pid, f.first, f.count, 20, uint64(f.first)); v != Accepted {
+				t.Fatalf("verdict %v", v)
+			}
+			for i := f.first; i < f.first+f.count; i++ {
+				applied[i]++
+			}
+			rw.Release(rw.Committed())
+			ci, cb := rw.Credits()
+			sw.OnProgress(now, f.pid, rw.Committed(), nil, ci, int(cb))
+		}
+	}
+	if r, _ := sw.Stats(); r != 0 {
+		t.Fatalf("%d retransmissions", r)
+	}
+	for i, a := range applied {
+		if a != 1 {
+			t.Fatalf("element %d applied %d times", i, a)
+		}
+	}
+}
+
+// TestLateAckOfOriginalAfterProbe: the timer probes the oldest frame; the
+// answer to its original transmission arrives right after. That answer
+// must not be read as the peer having seen the probe (which would declare
+// every frame sent before the probe lost and resend the whole window).
+func TestLateAckOfOriginalAfterProbe(t *testing.T) {
+	sw := NewSendWindow(SendConfig{ReplayDepth: 8, FrameSize: 64, RTO: 100, MaxRTO: 1000, Deadline: -1})
+	for i := uint32(0); i < 4; i++ {
+		sw.Reserve(0, i*10, 10, 10)
+		sw.Commit(0, 10)
+	}
+	if _, ok := sw.NextRetransmit(100); !ok {
+		t.Fatal("no probe at the RTO")
+	}
+	if _, ok := sw.NextRetransmit(100); ok {
+		t.Fatal("a timeout resent more than the oldest frame")
+	}
+	sw.OnProgress(101, 1, 10, nil, 8, 1000) // the original of pid 1
+	if _, ok := sw.NextRetransmit(102); ok {
+		t.Fatal("late answer to the original condemned frames sent before the probe")
+	}
+	sw.OnProgress(103, 2, 20, nil, 8, 1000) // pid 2 was only slow
+	if _, ok := sw.NextRetransmit(104); ok {
+		t.Fatal("retransmission after progress")
+	}
+	if r, to := sw.Stats(); r != 1 || to != 1 {
+		t.Fatalf("stats %d/%d, want 1 probe", r, to)
+	}
+}
+
+// TestHeldAboveHoleNeverResent: frames the peer reported holding above a
+// hole are never retransmitted, only the hole, however long it stays open.
+func TestHeldAboveHoleNeverResent(t *testing.T) {
+	sw := NewSendWindow(SendConfig{ReplayDepth: 8, FrameSize: 64, RTO: 100, MaxRTO: 400, Deadline: -1})
+	for i := uint32(0); i < 4; i++ {
+		buf, _, _ := sw.Reserve(0, i*10, 10, 10)
+		buf[0] = byte(i)
+		sw.Commit(0, 10)
+	}
+	// pid 1 [0,10) lost; pids 2..4 held (the peer said so for each).
+	for pid := uint32(2); pid <= 4; pid++ {
+		sw.OnProgress(5, pid, 0, []Hole{{0, 10}}, 8, 1000)
+	}
+	for now := int64(5); now < 5000; now++ {
+		for {
+			f, ok := sw.NextRetransmit(now)
+			if !ok {
+				break
+			}
+			if f[0] != 0 {
+				t.Fatalf("resent frame %d held by the peer at %d", f[0], now)
+			}
+		}
 	}
 }
