@@ -196,6 +196,8 @@ type Worker struct {
 	eng *engine.Engine
 	bm  *bitmap.Shard // BITMAP contexts (Collective 3)
 
+	idleTicks int // consecutive ticks with no context (see Idle)
+
 	ids   map[opIdent]*identState
 	txns  map[txnKey]*txnRecord
 	order []txnKey // FIFO of txns for bounded memory
@@ -210,6 +212,7 @@ func (w *Worker) Engine() *engine.Engine { return w.eng }
 
 // Handle implements dataplane.Handler.
 func (w *Worker) Handle(now int64, in int, frame []byte, tx dataplane.Sender) {
+	w.idleTicks = 0
 	if len(frame) < parser.EthLen+parser.CWLen {
 		w.n.cm.drop(reasonMalformed)
 		return
@@ -234,6 +237,7 @@ func (w *Worker) Handle(now int64, in int, frame []byte, tx dataplane.Sender) {
 func (w *Worker) Tick(now int64, tx dataplane.Sender) {
 	w.eng.Tick(now, tx)
 	w.bm.Tick(now, tx)
+	w.noteTick()
 }
 
 func (w *Worker) trusted(src [6]byte) bool {

@@ -287,3 +287,6 @@ func (e *ContributorTimeoutError) Error() string {
 
 // kulischFormat converts a parser format code to kulisch's (same numbers).
 func kulischFormat(f parser.Format) kulisch.Format { return kulisch.Format(f) }
+
+// Len is the number of installed operation contexts (any state).
+func (e *Engine) Len() int { return len(e.ops) }

@@ -214,3 +214,6 @@ func (s *Shard) send(tx dataplane.Sender, port int, frame []byte) {
 		s.m.TxFull.Add(1)
 	}
 }
+
+// Len is the number of installed BITMAP contexts (any state).
+func (s *Shard) Len() int { return len(s.ops) }

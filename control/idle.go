@@ -1,0 +1,24 @@
+package control
+
+// idleAfterTicks is how many consecutive ticks with no context installed a
+// worker waits before it reports Idle: long enough (at 1 ms ticks) for the
+// engine to publish the introspection snapshot that shows the last context
+// gone (it publishes at most every ~100 ms), short enough that an idle
+// prismd stops waking up within a fraction of a second.
+const idleAfterTicks = 250
+
+// Idle implements dataplane.Idler: a worker with no PRISM or BITMAP context
+// has no timer armed (no retransmission, no contributor deadline, no soft
+// state), so the dataplane may stop ticking it until the next frame.
+func (w *Worker) Idle() bool { return w.idleTicks >= idleAfterTicks }
+
+// noteTick counts consecutive context-free ticks; called from Tick.
+func (w *Worker) noteTick() {
+	if w.eng.Len() == 0 && w.bm.Len() == 0 {
+		if w.idleTicks < idleAfterTicks {
+			w.idleTicks++
+		}
+		return
+	}
+	w.idleTicks = 0
+}
