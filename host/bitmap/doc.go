@@ -1,0 +1,39 @@
+// Package bitmap is the host side of prismd's bitmap framework
+// (docs/protocol.md section 8, bitmap-framework.txt): what ranks and
+// applications link to run
+//
+//   - bitmap AllReduce (AllReduce): every worker sends its chunks as
+//     DATA + EXT with P-BM = its own endpoint and Token = the chunk sequence;
+//     switches aggregate against their A-BMs; the root host (parameter server
+//     role) adds its own endpoints, detects a PARTIAL contribution (P-BM not
+//     equal to its A-BM), names the missing endpoints exactly and asks only
+//     them to retransmit (a zero-group RESULT whose D-BM is the miss set),
+//     then multicasts the RESULT (D-BM = the workers) that every worker
+//     assembles;
+//   - MoE dispatch/combine (MoE, Handle, Dispatch/Receive/Return/Combine),
+//     shaped like DeepEP: each token goes out once as RESULT + EXT + INSTALL
+//     with D-BM = its top-K experts and its gating weights, experts
+//     pre-multiply, switches merge the returns against the self-installed
+//     C-BMs, the source gets one combined vector per token; ReferenceMoE is
+//     the unicast implementation used as the oracle;
+//   - reliable multicast of files (SendFile/ReceiveFile): windows of RESULT +
+//     EXT (D-BM = receivers, Token = window), zero-group ACKs aggregated in
+//     the network (one per window at the source), PARTIAL ACKs repaired by a
+//     multicast to the miss set that self-installs its own ACK tree, a
+//     SHA-256-verified manifest window first.
+//
+// It owns host-side protocol state only: tokens, windows, retransmission,
+// duplicate suppression, exact accumulation of what arrives at a root
+// (package kulisch), and the errors that name missing endpoints. Reliability
+// is end to end by Token (bitmap-framework sections 3-5): hosts neither send
+// nor expect PROGRESS for BITMAP operations, and ignore any they receive.
+//
+// It must not touch: switch state (engine/bitmap), registration and trees
+// (control/bitmapam computes the plan every participant reads; nothing here
+// sends CONTROL), wire layouts beyond calling parser, set algebra beyond
+// calling bitmapfwd, or flags (cmd/prismctl).
+//
+// Values are sent in host memory order, the wire's little-endian on every
+// platform prismd supports. Per-frame host code allocates (frames are built
+// with parser.AppendData); the zero-allocation rule applies to the switch.
+package bitmap

@@ -1,0 +1,5 @@
+//go:build !race
+
+package bitmap
+
+const raceEnabled = false
