@@ -108,9 +108,6 @@ func TestBitmapAllReduce(t *testing.T) {
 		{"spine-leaf-loss-merged", "spine-leaf", 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "spine-leaf-loss-merged" && os.Getenv("PRISMD_BITMAP_MERGED_LOSS") != "1" {
-				t.Skip("waiting for engine/bitmap: a node drops a re-sent P-BM whose bits it already sent up (recent-token cache), so a merged frame lost above it can never be repaired end to end; PRISMD_BITMAP_MERGED_LOSS=1 runs it")
-			}
 			lab := labtest.Up(t, tc.topo)
 			if tc.loss > 0 {
 				impair(t, lab, tc.loss)
@@ -354,9 +351,6 @@ func TestBitmapMulticastFile(t *testing.T) {
 		mcastRun(t, lab, bin, 303, data, "--no-aggregation")
 	})
 	t.Run("loss-aggregated", func(t *testing.T) {
-		if os.Getenv("PRISMD_BITMAP_MERGED_LOSS") != "1" {
-			t.Skip("aggregated repair under loss waits for engine/bitmap: a node drops re-sent ACKs whose bits it already sent up, so a merged ACK lost above it is never repaired; PRISMD_BITMAP_MERGED_LOSS=1 runs it")
-		}
 		mcastRun(t, lab, bin, 304, data)
 	})
 }

@@ -128,3 +128,24 @@ func TestAllocsAggregate(t *testing.T) {
 		t.Fatalf("%d merged frames for 1001 tokens", tx.frames)
 	}
 }
+
+// TestAllocsLateForward: a retransmission for a token s1 already merged and
+// sent up (past the late guard) is forwarded on PARENT without allocating.
+func TestAllocsLateForward(t *testing.T) {
+	f := fig1(t, nil)
+	sh := f.nodes["s1"].sh
+	vals := make([]float32, chunk)
+	w1 := workerFrame(f, 0, 1, vals)
+	w2 := workerFrame(f, 1, 1, vals)
+	var tx sink
+	sh.HandleData(f.now, 0, w1, &tx)
+	sh.HandleData(f.now, 1, w2, &tx)
+	now := f.now + lateGuardNs
+	run := func() { sh.HandleData(now, 0, w1, &tx) }
+	if a := testing.AllocsPerRun(1000, run); a != 0 {
+		t.Fatalf("late forward allocates %v per frame", a)
+	}
+	if tx.frames != 1+1001 || f.cnt.LateForward.Load() != 1001 {
+		t.Fatalf("%d frames sent, %d late forwards", tx.frames, f.cnt.LateForward.Load())
+	}
+}

@@ -419,3 +419,63 @@ func TestAggregateEncodings(t *testing.T) {
 		}
 	}
 }
+
+// TestFig1LostMergedRepair: s1 merges w1+w2 and sends the merged DATA up;
+// it is lost before the root. w1 and w2 retransmit (after the late guard);
+// s1 already emitted that token and must not drop them nor merge them again:
+// it forwards each unmerged on PARENT, the root merges them into what it
+// holds from s7 and multicasts the exact four-worker sum to everyone,
+// exactly once. A second copy of w1 after the root completed is a duplicate
+// there and changes nothing.
+func TestFig1LostMergedRepair(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	f := fig1(t, nil)
+	in := arInputs(r, 1)
+	lost := 0
+	f.tap = func(to end, fr []byte) bool {
+		if to.name == "s6" && to.port == 0 && lost == 0 {
+			lost++
+			return false // s1's merged {w1,w2}
+		}
+		return true
+	}
+	for w := 0; w < 4; w++ {
+		f.inject(fmt.Sprintf("w%d", w+1), workerFrame(f, w, 1, in[0].vals[w]))
+	}
+	f.run()
+	if lost != 1 || f.cnt.Completed.Load() != 2 { // s1 and s7 completed; the root waits
+		t.Fatalf("lost %d, completed %d", lost, f.cnt.Completed.Load())
+	}
+	for w := 0; w < 4; w++ {
+		if n := len(f.hosts[fmt.Sprintf("w%d", w+1)].got); n != 0 {
+			t.Fatalf("w%d got %d results before the repair", w+1, n)
+		}
+	}
+	f.tick(5 * msT) // host retransmission interval; no timer fires yet
+	var up []decoded
+	f.tap = func(to end, fr []byte) bool {
+		if to.name == "s6" && to.port == 0 {
+			up = append(up, decodeFrame(t, fr))
+		}
+		return true
+	}
+	merged := f.cnt.Merged.Load()
+	f.inject("w1", workerFrame(f, 0, 1, in[0].vals[0]))
+	f.inject("w2", workerFrame(f, 1, 1, in[0].vals[1]))
+	f.inject("w1", workerFrame(f, 0, 1, in[0].vals[0])) // a duplicated retransmission
+	f.run()
+	if got := f.cnt.LateForward.Load(); got != 3 {
+		t.Fatalf("late_forward %d, want 3", got)
+	}
+	// Each went up unmerged: its own single-bit P-BM.
+	if len(up) != 3 || len(up[0].eps) != 1 || up[0].eps[0] != 0 || len(up[1].eps) != 1 || up[1].eps[0] != 1 {
+		t.Fatalf("frames up from s1: %d %+v", len(up), up)
+	}
+	if d := f.cnt.Merged.Load() - merged; d != 2 { // at the root only, never again at s1
+		t.Fatalf("merged %d contributions in the repair, want 2", d)
+	}
+	if f.cnt.Duplicates.Load() != 1 || f.cnt.Partials.Load() != 0 {
+		t.Fatalf("duplicates %d, partials %d", f.cnt.Duplicates.Load(), f.cnt.Partials.Load())
+	}
+	checkResults(t, f, in, map[uint64][]int{1: {0, 1, 2, 3}})
+}

@@ -66,6 +66,7 @@ type table struct {
 type recent struct {
 	tokens []uint64
 	valid  []bool
+	at     []int64 // when the token was last emitted (ns): see lateGuardNs
 	sets   []bitmapfwd.Set
 	mask   uint64
 }
@@ -78,7 +79,7 @@ func newRecent(want, bits int) recent {
 	for n < want && (2*n)*(bits/8) <= recentBytes {
 		n *= 2
 	}
-	r := recent{tokens: make([]uint64, n), valid: make([]bool, n), sets: make([]bitmapfwd.Set, n), mask: uint64(n - 1)}
+	r := recent{tokens: make([]uint64, n), valid: make([]bool, n), at: make([]int64, n), sets: make([]bitmapfwd.Set, n), mask: uint64(n - 1)}
 	for i := range r.sets {
 		r.sets[i] = bitmapfwd.MakeSet(bits)
 	}
@@ -93,16 +94,18 @@ func (r *recent) bucket(token uint64) int {
 	return int(x & r.mask)
 }
 
-func (r *recent) find(token uint64) *bitmapfwd.Set {
+// find returns what token covered and when it was last emitted, or nil.
+func (r *recent) find(token uint64) (*bitmapfwd.Set, int64) {
 	i := r.bucket(token)
 	if r.valid[i] && r.tokens[i] == token {
-		return &r.sets[i]
+		return &r.sets[i], r.at[i]
 	}
-	return nil
+	return nil, 0
 }
 
-func (r *recent) add(token uint64, s *bitmapfwd.Set) {
+func (r *recent) add(token uint64, s *bitmapfwd.Set, now int64) {
 	i := r.bucket(token)
+	r.at[i] = now
 	if r.valid[i] && r.tokens[i] == token {
 		r.sets[i].Or(&r.sets[i], s)
 		return

@@ -57,6 +57,7 @@ type Counters struct {
 	Forwarded     atomic.Uint64 // DATA forwarded unchanged on PARENT (no A-BM/C-BM for it here)
 	AggNoRoom     atomic.Uint64 // A-BM contribution forwarded unmerged: no aggregation slot free
 	PassThrough   atomic.Uint64 // contribution forwarded unmerged: its merge would not fit one frame
+	LateForward   atomic.Uint64 // contribution for a token already emitted here: forwarded unmerged on PARENT
 	Completed     atomic.Uint64 // aggregations completed (merged DATA or root RESULT sent)
 	Partials      atomic.Uint64 // aggregations emitted as PARTIAL on timeout
 	ExpiredEmpty  atomic.Uint64 // soft state that timed out with no contribution: nothing to send
@@ -118,7 +119,7 @@ func (m *Counters) Collect(ch chan<- prometheus.Metric) {
 		v *atomic.Uint64
 	}{{"copy", &m.Copies}, {"empty_set", &m.EmptySets}, {"install", &m.Installs}, {"install_no_room", &m.InstallNoRoom},
 		{"install_conflict", &m.InstallClash}, {"merged", &m.Merged}, {"duplicate", &m.Duplicates}, {"forwarded", &m.Forwarded},
-		{"aggregate_no_room", &m.AggNoRoom}, {"pass_through", &m.PassThrough}, {"completed", &m.Completed}, {"partial", &m.Partials},
+		{"aggregate_no_room", &m.AggNoRoom}, {"pass_through", &m.PassThrough}, {"late_forward", &m.LateForward}, {"completed", &m.Completed}, {"partial", &m.Partials},
 		{"expired_empty", &m.ExpiredEmpty}, {"inexact", &m.Inexact}} {
 		c(descEvents, e.v.Load(), e.n)
 	}

@@ -78,8 +78,16 @@
 // its P-BM.
 //
 // A recently completed (or timed-out) token is remembered with the bits it
-// covered (a cache of about Window Intervals tokens), so a late duplicate is
-// dropped instead of opening an aggregation that could only time out. A
+// covered (a cache of about Window Intervals tokens), so a late contribution
+// never opens an aggregation that could only time out and is never merged
+// twice. One whose P-BM meets what already went up is forwarded unmerged on
+// PARENT (counted late_forward): the merged frame may have been lost above,
+// and the hosts' retransmissions are then the only way those bits reach the
+// root; a merge point above that still waits merges it, one that has the
+// bits counts it duplicate, a root host ORs P-BMs. Within lateGuardNs (1 ms)
+// of the emission it is dropped as a duplicate instead, so a network copy
+// cannot overtake the merged frame and make it an overlap above; a switch
+// root (no PARENT) always drops it as a duplicate. A
 // repair round for such a token (the hosts retransmit the miss set with the
 // same Token) aggregates at an A-BM node against only what is still missing
 // (A-BM minus what already went up) and is emitted as soon as that arrived,

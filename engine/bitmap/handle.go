@@ -281,23 +281,18 @@ func (c *ctx) aggregate(now int64, frame []byte, d *parser.Data, tx dataplane.Se
 			c.admit(now, &c.agg, slot, frame, d, false, tx)
 			return
 		}
-		seen := c.rec.find(token)
+		seen, at := c.rec.find(token)
 		target := &c.abm
 		if seen != nil {
 			// A repair round for a token this node already emitted (a
 			// PARTIAL, or a retransmission after completion): what went up
 			// then is not sent again, so this round's target is only what
 			// is still missing, and it completes as soon as that arrives.
-			if c.pbm.SubsetOf(seen) {
-				c.duplicate()
-				return
-			}
 			if c.pbm.Intersects(seen) {
-				if d.Count != 0 {
-					c.drop(DropOverlap) // would count a merged value twice
-					return
-				}
-				c.pbm.AndNot(&c.pbm, seen) // an ACK: only its new bits matter
+				// Bits this node already sent up: that frame may have been
+				// lost above, so the retransmission goes up unmerged.
+				c.lateForward(now, at, frame, d, tx)
+				return
 			}
 			c.tmp.AndNot(&c.abm, seen)
 			target = &c.tmp
@@ -314,10 +309,35 @@ func (c *ctx) aggregate(now int64, frame []byte, d *parser.Data, tx dataplane.Se
 		c.admit(now, &c.agg, slot, frame, d, true, tx)
 		return
 	}
-	if seen := c.rec.find(token); seen != nil && outside == 0 && c.pbm.SubsetOf(seen) {
+	if seen, at := c.rec.find(token); seen != nil && c.pbm.Intersects(seen) {
+		c.lateForward(now, at, frame, d, tx)
+		return
+	}
+	c.forward(frame, d, tx)
+}
+
+// lateForward handles a contribution for a token this node already emitted
+// (merged and sent up, or PARTIAL) whose P-BM meets what went up. It is not
+// merged again here (that could count a value twice), and it is not dropped
+// either: the merged frame may have been lost above this node, and then the
+// hosts' retransmissions are the only way those bits can still reach the
+// root. So it goes up unmerged on PARENT; the next merge point that still
+// waits merges it (a duplicate there is recognised by its covered bits), and
+// a root host ORs P-BMs, so an extra copy is harmless. A root switch has
+// nowhere to send it: there it is a duplicate.
+//
+// Within lateGuardNs of the emission it is still a duplicate: a copy
+// forwarded that soon could overtake the merged frame on its way up, and a
+// merge point above that took the lone copy first would then have to reject
+// the merged frame as an overlap. Host retransmissions come tens of
+// milliseconds apart, so a lost merged frame is still repaired by the next
+// one.
+func (c *ctx) lateForward(now, at int64, frame []byte, d *parser.Data, tx dataplane.Sender) {
+	if c.parent < 0 || now-at < lateGuardNs {
 		c.duplicate()
 		return
 	}
+	c.s.m.LateForward.Add(1)
 	c.forward(frame, d, tx)
 }
 
@@ -471,7 +491,7 @@ func (c *ctx) complete(now int64, tb *table, slot int, partial bool, tx dataplan
 	} else {
 		c.disseminate(now, token, u, recv, bank, tx)
 	}
-	c.rec.add(token, recv)
+	c.rec.add(token, recv, now)
 	if partial {
 		c.s.m.Partials.Add(1)
 		c.stats.Partials++

@@ -37,3 +37,10 @@ func MaxTokenElements(cr *parser.ContextRecord, extLen int) int {
 	}
 	return min(budget/w, 0xFFFF)
 }
+
+// lateGuardNs is how long after emitting a token a contribution for bits it
+// already sent up is still treated as a duplicate rather than forwarded on
+// PARENT (handle.go, lateForward): longer than a merged frame's queueing
+// difference to the next merge point, shorter than a host retransmission
+// interval.
+const lateGuardNs = int64(1e6)
