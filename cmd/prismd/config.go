@@ -26,6 +26,9 @@ import (
 //	ports:                          # order defines port index 0,1,2,... used by CONTROL bindings
 //	  - name: p1                    # interface name
 //	    mtu: 1500                   # optional; default: the interface MTU
+//	    rx_ring: true               # optional; TPACKET_V3 receive ring (false: recvmmsg)
+//	    rx_ring_timeout: 1ms        # optional; max wait of a frame in a partly filled block
+//	    qdisc_bypass: true          # optional; false keeps egress visible to tcpdump
 //	    fault:                      # optional, tests/labs only (egress of this port)
 //	      reorder_percent: 0        # 0..100
 //	      reorder_depth: 3
@@ -55,6 +58,26 @@ type PortConfig struct {
 	Name  string       `yaml:"name"`
 	MTU   int          `yaml:"mtu"`
 	Fault *FaultConfig `yaml:"fault"`
+	// RxRing receives through a TPACKET_V3 mmap ring (default true): one
+	// wakeup per block instead of per frame. false uses recvmmsg, which
+	// adds no latency when traffic is sparse.
+	RxRing *bool `yaml:"rx_ring"`
+	// RxRingTimeout bounds how long a frame waits in a partly filled ring
+	// block (default 1ms; 0..100ms).
+	RxRingTimeout time.Duration `yaml:"rx_ring_timeout"`
+	// QdiscBypass sends past the qdisc layer (default true); false keeps
+	// egress visible to tcpdump and subject to any qdisc on the port.
+	QdiscBypass *bool `yaml:"qdisc_bypass"`
+}
+
+// Options maps the port entry to the dataplane's socket options.
+func (p PortConfig) Options() dataplane.PortOptions {
+	return dataplane.PortOptions{
+		MTU:           p.MTU,
+		NoRxRing:      p.RxRing != nil && !*p.RxRing,
+		RingTimeout:   p.RxRingTimeout,
+		NoQdiscBypass: p.QdiscBypass != nil && !*p.QdiscBypass,
+	}
 }
 
 // FaultConfig impairs frames transmitted on the port (tests and labs only).
@@ -170,6 +193,9 @@ func (c *Config) Validate(file string) error {
 		seen[p.Name] = i
 		if p.MTU != 0 && (p.MTU < 68 || p.MTU > 9216) {
 			return bad(f+".mtu", "%d is out of range; use 68..9216 (PRISM uses 576, 1500 or 9000) or omit it for the interface MTU", p.MTU)
+		}
+		if p.RxRingTimeout < 0 || p.RxRingTimeout > 100*time.Millisecond {
+			return bad(f+".rx_ring_timeout", "%v is out of range; use 0..100ms (default 1ms)", p.RxRingTimeout)
 		}
 		if p.Fault != nil {
 			if p.Fault.ReorderPercent < 0 || p.Fault.ReorderPercent > 100 {

@@ -116,3 +116,32 @@ func TestCheckConfigFlag(t *testing.T) {
 		t.Fatalf("bad flag: rc=%d", rc)
 	}
 }
+
+// TestPortSocketOptions: the rx_ring, rx_ring_timeout and qdisc_bypass keys
+// reach the dataplane's port options; absent keys keep the fast defaults.
+func TestPortSocketOptions(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "p.yaml")
+	src := "ports:\n  - name: a\n  - name: b\n    rx_ring: false\n    rx_ring_timeout: 2ms\n    qdisc_bypass: false\n"
+	if err := os.WriteFile(f, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.Ports[0].Options(), c.Ports[1].Options()
+	if a.NoRxRing || a.NoQdiscBypass || a.RingTimeout != 0 {
+		t.Errorf("defaults: got %+v, want ring and bypass on", a)
+	}
+	if !b.NoRxRing || !b.NoQdiscBypass || b.RingTimeout != 2*time.Millisecond {
+		t.Errorf("explicit: got %+v, want ring off, bypass off, 2ms", b)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("ports:\n  - name: a\n    rx_ring_timeout: 1s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(bad); err == nil || !strings.Contains(err.Error(), "rx_ring_timeout") {
+		t.Errorf("1s ring timeout: err = %v, want one naming rx_ring_timeout", err)
+	}
+}

@@ -144,7 +144,7 @@ func (d *daemon) applyPorts(cfg *Config) error {
 			next[pc.Name] = old
 			continue
 		}
-		p, err := dataplane.OpenAFPacket(pc.Name, dataplane.PortOptions{MTU: pc.MTU})
+		p, err := dataplane.OpenAFPacket(pc.Name, pc.Options())
 		if err != nil {
 			for _, o := range opened {
 				o.Close()
