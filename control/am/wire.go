@@ -79,27 +79,26 @@ func getOp(x []byte) OpIdentity {
 	}
 }
 
-// decodeControl validates the framing of a CONTROL frame.
+// decodeControl validates a CONTROL frame with the parser's decoder, so the
+// AM applies exactly the rules a switch applies (reserved bits, lengths,
+// fragments, ACK and CAPS bodies) instead of a second, laxer reading.
 func decodeControl(b []byte) (ctlFrame, error) {
 	var f ctlFrame
 	if len(b) < parser.ControlBodyOff || binary.BigEndian.Uint16(b[12:14]) != parser.EtherType ||
-		b[parser.CWOff]>>4 != parser.VersionMajor || parser.Class(b[parser.CWOff+1]) != parser.ClassControl {
+		parser.Class(b[parser.CWOff+1]) != parser.ClassControl {
 		return f, errNotControl
 	}
-	x := b[parser.HdrOff:]
-	f.Dst, f.Src = net.HardwareAddr(b[0:6]), net.HardwareAddr(b[6:12])
-	f.Op = getOp(x)
-	f.Txn = binary.BigEndian.Uint32(x[18:])
-	f.SrcEP = binary.BigEndian.Uint16(x[22:])
-	f.DstEP = binary.BigEndian.Uint16(x[24:])
-	f.Cmd = parser.Command(x[26])
-	f.Status = parser.Status(x[27])
-	n := int(binary.BigEndian.Uint16(x[28:]))
-	f.FragIdx, f.FragCnt = x[30], x[31]
-	if len(b) < parser.ControlBodyOff+n || f.FragCnt == 0 || f.FragIdx >= f.FragCnt {
-		return f, fmt.Errorf("%w: body length %d or fragment %d/%d invalid", errNotControl, n, f.FragIdx, f.FragCnt)
+	var c parser.Control
+	if err := c.Decode(b, parser.Limits{}); err != nil {
+		// %v formats now: c's error lives only as long as c.
+		return f, fmt.Errorf("%w: %v", errNotControl, err)
 	}
-	f.Body = b[parser.ControlBodyOff : parser.ControlBodyOff+n]
+	f.Dst, f.Src = net.HardwareAddr(b[0:6]), net.HardwareAddr(b[6:12])
+	f.Op = OpIdentity{Job: c.Op.Job, Group: c.Op.Group, GroupGen: c.Op.GroupGen, OpID: c.Op.Op, OpGen: c.Op.OpGen}
+	f.Txn, f.SrcEP, f.DstEP = c.Txn, c.SrcEP, c.DstEP
+	f.Cmd, f.Status = c.Cmd, c.Status
+	f.FragIdx, f.FragCnt = c.FragIndex, c.FragCount
+	f.Body = c.Body
 	return f, nil
 }
 
