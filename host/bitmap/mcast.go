@@ -44,6 +44,11 @@ type Manifest struct {
 	Window  int    `json:"window"`  // packets per window
 	Windows int    `json:"windows"` // data windows (tokens 1..Windows)
 	SHA256  string `json:"sha256"`
+	// RepairMS is the source's repair interval: a receiver that has
+	// everything stays to re-acknowledge repeats for at least two of them,
+	// so an ACK lost near the end is repaired rather than left to a
+	// receiver that has already gone.
+	RepairMS int64 `json:"repair_ms,omitempty"`
 }
 
 // McastOptions tune SendFile and ReceiveFile; nil means defaults.
@@ -64,7 +69,8 @@ type McastOptions struct {
 	Progress func(acked, total int64)
 	// Linger is how long a receiver that has everything keeps
 	// re-acknowledging repeats (its last ACK may have been lost) once
-	// nothing new arrives (0 = 2s).
+	// nothing new arrives (0 = 2s). It is raised to two of the source's
+	// repair intervals (the manifest says how long those are).
 	Linger time.Duration
 }
 
@@ -162,7 +168,8 @@ func SendFile(ctx context.Context, port *Port, plan *bitmapam.Plan, r io.ReaderA
 	}
 	packets := int((size + int64(chunk) - 1) / int64(chunk))
 	m := Manifest{Name: name, Size: size, Chunk: chunk, Window: o.WindowPackets,
-		Windows: (packets + o.WindowPackets - 1) / o.WindowPackets, SHA256: hex.EncodeToString(h.Sum(nil))}
+		Windows: (packets + o.WindowPackets - 1) / o.WindowPackets, SHA256: hex.EncodeToString(h.Sum(nil)),
+		RepairMS: o.Timeout.Milliseconds() + 1}
 	mb, err := json.Marshal(m)
 	if err != nil || len(mb) > min(ManifestArea, chunk) {
 		return st, fmt.Errorf("bitmap: manifest of %d bytes does not fit one packet (name too long?)", len(mb))
@@ -360,7 +367,9 @@ func ReceiveFile(ctx context.Context, port *Port, cfg ReceiverConfig, path strin
 	for {
 		var wait <-chan time.Time
 		if !completed.IsZero() {
-			wait = time.After(o.Linger)
+			// Repairs come one source timeout apart (plus its tick): stay
+			// for two of them so the last re-ACK can still be asked for.
+			wait = time.After(max(o.Linger, 2*time.Duration(m.RepairMS)*time.Millisecond+50*time.Millisecond))
 		}
 		select {
 		case <-ctx.Done():
