@@ -87,7 +87,8 @@ func newFabric(t testing.TB, seed uint64) *fabric {
 
 func (f *fabric) addSwitch(nports int) *swNode {
 	s := &swNode{f: f, id: len(f.sws), nports: nports + 1}
-	s.node = NewNode(NodeConfig{AMMACs: [][6]byte{amMAC}, Logger: quietLogger()})
+	s.node = NewNode(NodeConfig{AMMACs: [][6]byte{amMAC}, Logger: quietLogger(),
+		Engine: engine.Config{CoalesceProgress: true}})
 	s.w = s.node.NewWorker(0, 1)
 	f.sws = append(f.sws, s)
 	return s
@@ -168,6 +169,9 @@ func (f *fabric) deliver(m inflight) {
 		f.t.Fatalf("frame for %x delivered to switch %d port %d", dst, s.id, m.to.port)
 	}
 	s.w.Handle(f.now, m.to.port, m.frame, s)
+	// One-frame batches: the coalesced PROGRESS goes out as the dataplane
+	// would send it, after the batch.
+	s.w.Flush(f.now, s)
 }
 
 // runUntil steps until cond holds or the simulated limit passes.

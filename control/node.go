@@ -233,6 +233,10 @@ func (w *Worker) Handle(now int64, in int, frame []byte, tx dataplane.Sender) {
 	}
 }
 
+// Flush implements dataplane.Flusher: the engine's PROGRESS deferred during
+// the batch goes out with it.
+func (w *Worker) Flush(now int64, tx dataplane.Sender) { w.eng.Flush(now, tx) }
+
 // Tick implements dataplane.Handler.
 func (w *Worker) Tick(now int64, tx dataplane.Sender) {
 	w.eng.Tick(now, tx)

@@ -15,6 +15,14 @@ type Idler interface {
 	Idle() bool
 }
 
+// Flusher is an optional interface of a Handler. Flush is called on the
+// worker goroutine after every batch of Handle calls and before the batch's
+// transmissions go out, so a Handler can send one acknowledgement for many
+// frames (the engine coalesces PROGRESS this way).
+type Flusher interface {
+	Flush(now int64, tx Sender)
+}
+
 // Idle implements Idler: the built-in handler has no timers.
 func (u unsupported) Idle() bool { return true }
 
@@ -45,6 +53,7 @@ func (w *worker) run() {
 	t := time.NewTicker(TickInterval)
 	defer t.Stop()
 	idler, _ := w.h.(Idler)
+	flusher, _ := w.h.(Flusher)
 	ticking := true
 	lastTick := w.d.Now()
 	for {
@@ -52,6 +61,9 @@ func (w *worker) run() {
 		w.tx.refresh(s)
 		did := w.drain(s)
 		now := w.d.Now()
+		if did && flusher != nil {
+			flusher.Flush(now, &w.tx)
+		}
 		if now-lastTick >= int64(TickInterval) {
 			lastTick = now
 			w.h.Tick(now, &w.tx)
@@ -72,6 +84,9 @@ func (w *worker) run() {
 		case <-w.d.quit:
 			// Last drain so frames already queued are handled and flushed.
 			w.drain(w.d.snap.Load())
+			if flusher != nil {
+				flusher.Flush(w.d.Now(), &w.tx)
+			}
 			w.tx.flush()
 			return
 		case <-w.wakeC:

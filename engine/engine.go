@@ -47,6 +47,21 @@ type Config struct {
 	MaxOps int
 	// MaxRingBytes bounds accumulator memory per worker (default 1 GiB).
 	MaxRingBytes int
+	// CoalesceProgress defers the OK PROGRESS of accepted frames to Flush,
+	// which the caller promises to call at the end of every batch (the
+	// dataplane does: dataplane.Flusher): one PROGRESS per stream per batch
+	// instead of one per frame, as docs/protocol.md 7 allows. Refusals
+	// (DUPLICATE, INVALID, NO_CREDIT) are still answered at once.
+	CoalesceProgress bool
+}
+
+// maxOwed bounds the streams with a deferred PROGRESS per batch; beyond it
+// a PROGRESS goes out at once, so the bound costs frames, never an ACK.
+const maxOwed = 64
+
+type owedProgress struct {
+	o  *op
+	ib *inbound
 }
 
 // Engine is one worker's collective engine. Not safe for concurrent use
@@ -69,6 +84,10 @@ type Engine struct {
 
 	snap     atomic.Pointer[Snapshot]
 	lastSnap int64
+
+	// owed lists the inbound streams whose OK PROGRESS waits for Flush.
+	owed  [maxOwed]owedProgress
+	nOwed int
 }
 
 // New returns an empty engine.
@@ -248,6 +267,7 @@ func (e *Engine) HandleProgress(now int64, in int, frame []byte, tx dataplane.Se
 // Tick runs timers: retransmissions, inactivity and silence deadlines,
 // pending terminal frames, and the introspection snapshot.
 func (e *Engine) Tick(now int64, tx dataplane.Sender) {
+	e.Flush(now, tx)
 	for _, o := range e.ops {
 		if o.state == parser.StateActive || o.state == parser.StateComplete {
 			o.tick(now, tx)
@@ -256,6 +276,21 @@ func (e *Engine) Tick(now int64, tx dataplane.Sender) {
 	if now-e.lastSnap >= int64(SnapshotInterval) {
 		e.publish(now)
 	}
+}
+
+// Flush sends the PROGRESS deferred during the batch (CoalesceProgress):
+// one per stream, carrying the newest state and the last Packet ID
+// accepted. It implements dataplane.Flusher through package control.
+func (e *Engine) Flush(now int64, tx dataplane.Sender) {
+	for i := 0; i < e.nOwed; i++ {
+		w := e.owed[i]
+		e.owed[i] = owedProgress{}
+		if w.ib.owed {
+			w.ib.owed = false
+			w.o.sendProgress(now, w.ib, w.ib.owedPID, parser.ProgressStatusOK, tx)
+		}
+	}
+	e.nOwed = 0
 }
 
 // send hands a frame to the dataplane and counts a full queue.

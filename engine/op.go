@@ -23,6 +23,8 @@ type inbound struct {
 	lastActive int64
 	advZero    bool // the last PROGRESS advertised no interval credit
 	armed      bool // RESULT_IN: inactivity clock running
+	owed       bool // an OK PROGRESS waits for Engine.Flush
+	owedPID    uint32
 }
 
 // outbound is a sending binding: the parent (DATA out) or a result path out
@@ -291,7 +293,7 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 		} else {
 			o.apply(d)
 		}
-		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusOK, tx)
+		o.oweProgress(now, ib, d.PacketID, tx)
 		if !relay {
 			o.advance(now, tx)
 		}
@@ -662,6 +664,28 @@ func (o *op) retransmit(now int64, ob *outbound, tx dataplane.Sender) {
 	}
 }
 
+// oweProgress acknowledges an accepted frame: at once, or at the end of the
+// batch when the engine coalesces (the newest state then covers every frame
+// of the batch).
+func (o *op) oweProgress(now int64, ib *inbound, pid uint32, tx dataplane.Sender) {
+	e := o.e
+	if !e.cfg.CoalesceProgress {
+		o.sendProgress(now, ib, pid, parser.ProgressStatusOK, tx)
+		return
+	}
+	ib.owedPID = pid
+	if ib.owed {
+		return
+	}
+	if e.nOwed == len(e.owed) {
+		o.sendProgress(now, ib, pid, parser.ProgressStatusOK, tx)
+		return
+	}
+	ib.owed = true
+	e.owed[e.nOwed] = owedProgress{o: o, ib: ib}
+	e.nOwed++
+}
+
 // sendProgress reports ib's receive state to its peer, out of its port.
 func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.ProgressStatus, tx dataplane.Sender) {
 	e := o.e
@@ -689,6 +713,7 @@ func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.Progress
 	// has credit (a relay refuses for its outputs' sake): without it the
 	// sender would wait for its retransmission timer.
 	ib.advZero = ci == 0 || st == parser.ProgressStatusNoCredit
+	ib.owed = false // this one carries the newest state too
 	e.send(tx, ib.b.Port, e.pbuf[:n])
 	e.m.ProgressSent.Add(1)
 }

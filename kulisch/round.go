@@ -5,6 +5,7 @@
 package kulisch
 
 import (
+	"encoding/binary"
 	"math/bits"
 )
 
@@ -317,6 +318,11 @@ func (v *Vector) PutValues(dst []byte, first, count int, f Format) (int, error) 
 	if len(dst) < count*w {
 		return 0, ErrLength
 	}
+	if f == FP32 {
+		// Every RESULT and FP32 partial of a Kulisch job comes through
+		// here: most of a switch's work per frame.
+		return v.putFP32(dst, first, count)
+	}
 	for k := 0; k < count; k++ {
 		i := first + k
 		out := dst[k*w:]
@@ -345,4 +351,42 @@ func putBits(out []byte, f Format, r uint32) {
 	case FP32:
 		out[0], out[1], out[2], out[3] = byte(r), byte(r>>8), byte(r>>16), byte(r>>24)
 	}
+}
+
+// putFP32 is PutValues for FP32 with carry resolution, classification and
+// magnitude loading fused into one pass per element; anything but a finite
+// nonzero value that fits W goes through Round.
+func (v *Vector) putFP32(dst []byte, first, count int) (int, error) {
+	d := v.d
+	m := &v.mag
+	for k := 0; k < count; k++ {
+		i := first + k
+		dg := v.digits[i*d : i*d+d : i*d+d]
+		var c, or int64
+		for j := 0; j < d-1; j++ {
+			x := dg[j] + c
+			c = x >> digitBits
+			x &= digitMask
+			dg[j] = x
+			or |= x
+		}
+		top := dg[d-1] + c
+		dg[d-1] = top
+		or |= top
+		if top > hugeLimit || top < -hugeLimit {
+			v.flags[i] |= fHuge
+		}
+		var r uint32
+		if v.flags[i]&(fNaN|fPosInf|fNegInf|fHuge) != 0 || or == 0 || !fits(dg, v.w) {
+			var err error
+			if r, err = v.Round(i, FP32); err != nil {
+				return 0, err
+			}
+		} else {
+			m.load(dg)
+			r = fmt32.round(m)
+		}
+		binary.LittleEndian.PutUint32(dst[4*k:], r)
+	}
+	return 4 * count, nil
 }

@@ -168,6 +168,10 @@ func checkElement(t *testing.T, v *Vector, i int, ref *refSum, ctx func() string
 			t.Errorf("%s: RoundFP32 of overflowing sum: err=%v", ctx(), err)
 			return false
 		}
+		if _, err := v.PutValues(make([]byte, 4), i, 1, FP32); !errors.Is(err, ErrOverflow) {
+			t.Errorf("%s: PutValues FP32 of overflowing sum: err=%v", ctx(), err)
+			return false
+		}
 		return true
 	}
 	if err != nil {
@@ -180,6 +184,12 @@ func checkElement(t *testing.T, v *Vector, i int, ref *refSum, ctx func() string
 	}
 	if g, _ := v.RoundFP32(i); g != ref.fp32() {
 		t.Errorf("%s: FP32 got %#08x want %#08x", ctx(), g, ref.fp32())
+		return false
+	}
+	// PutValues has its own fused FP32 path (what RESULT frames use).
+	var p4 [4]byte
+	if n, err := v.PutValues(p4[:], i, 1, FP32); err != nil || n != 4 || binary.LittleEndian.Uint32(p4[:]) != ref.fp32() {
+		t.Errorf("%s: PutValues FP32 got %#08x (%v) want %#08x", ctx(), binary.LittleEndian.Uint32(p4[:]), err, ref.fp32())
 		return false
 	}
 	if g, _ := v.RoundFP16(i); g != ref.fp16() {

@@ -98,6 +98,10 @@ type RecvWindow struct {
 	hist     []recvInterval
 	histHead int // oldest
 	histN    int
+	// histMaxPID is the largest Packet ID ever pushed into hist: a frame
+	// at or above the watermark under a newer Packet ID cannot match any
+	// history entry, so the in-order case skips the scan.
+	histMaxPID uint32
 
 	committed uint32
 	released  uint32
@@ -138,7 +142,11 @@ func (r *RecvWindow) Admit(pid, first, count uint32, bytes int, hash uint64) Ver
 			return v
 		}
 	}
-	for i := 0; i < r.histN; i++ {
+	scan := r.histN
+	if first >= r.committed && pid > r.histMaxPID {
+		scan = 0
+	}
+	for i := 0; i < scan; i++ {
 		if v, hit := match(&r.hist[(r.histHead+i)%len(r.hist)], pid, first, end, hash); hit {
 			return v
 		}
@@ -216,6 +224,7 @@ func (r *RecvWindow) pushHist(iv recvInterval) {
 	}
 	r.hist[(r.histHead+r.histN)%len(r.hist)] = iv
 	r.histN++
+	r.histMaxPID = max(r.histMaxPID, iv.pid)
 }
 
 // Release tells the window that the consumer no longer needs data below upTo

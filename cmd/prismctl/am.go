@@ -35,6 +35,7 @@ func runAM(args []string) int {
 	rto := fs.Duration("rto", 20*time.Millisecond, "first CONTROL retransmission timeout")
 	barrier := fs.Duration("barrier-timeout", 2*time.Minute, "how long ranks of one invocation wait for each other")
 	quiet := fs.Bool("quiet", false, "do not log setup events")
+	window := fs.Uint("window", 0, "intervals (frames) in flight per stream, 1..65535 (0 = the AM's default); switches' CAPS bound it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl am --topology FILE --iface IF [--listen :7000]")
 		fs.PrintDefaults()
@@ -54,6 +55,9 @@ func runAM(args []string) int {
 	if *timeoutMS < 1 || *timeoutMS > 600000 {
 		return amFlagErr(fs, "--timeout-ms %d: use 1..600000", *timeoutMS)
 	}
+	if *window > 65535 {
+		return amFlagErr(fs, "--window %d: use 1..65535 intervals (0 for the default)", *window)
+	}
 	t, err := deploy.Load(*topo)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl am: %v\n", err)
@@ -65,7 +69,7 @@ func runAM(args []string) int {
 		return 1
 	}
 	cfg := am.Config{Topology: t, Conn: conn, RTO: *rto, CtlTimeout: *ctlTimeout, BarrierTimeout: *barrier,
-		DefaultTimeoutMS: uint32(*timeoutMS)}
+		DefaultTimeoutMS: uint32(*timeoutMS), Window: am.Window{Intervals: uint16(*window)}}
 	if *quiet {
 		cfg.Logf = func(string, ...any) {}
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prismd/prismd/control"
 	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/engine"
 	"github.com/prismd/prismd/metrics"
 )
 
@@ -16,7 +17,9 @@ var node *control.Node
 
 func init() {
 	handlerFactory = func(c *Config) dataplane.HandlerFactory {
-		node = control.NewNode(control.NodeConfig{AMMACs: c.AMSourceMACs()})
+		node = control.NewNode(control.NodeConfig{AMMACs: c.AMSourceMACs(),
+			// The dataplane calls Flush after every batch (dataplane.Flusher).
+			Engine: engine.Config{CoalesceProgress: true}})
 		return node.Factory()
 	}
 	registerMetrics = func(s *metrics.Server) error {

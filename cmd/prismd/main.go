@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"reflect"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	check := fs.Bool("check-config", false, "validate the configuration, print the result and exit 0 (valid) or 1 (invalid)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log format: text or json")
+	cpuprof := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (for go tool pprof; stopped on shutdown)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -71,6 +73,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		log.Error("cannot start: configuration invalid", "err", err)
 		return 1
+	}
+	if *cpuprof != "" {
+		// Profiles come from the real daemon on real ports: the per-frame
+		// cost in a lab is what the micro-benchmarks cannot show.
+		f, err := os.Create(*cpuprof)
+		if err != nil {
+			log.Error("cannot start: --cpuprofile", "err", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Error("cannot start: --cpuprofile", "err", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
