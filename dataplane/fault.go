@@ -1,6 +1,7 @@
 // This file owns fault injection for tests and labs (tc netem does not exist
 // on the lab hosts): a Port wrapper that delays and reorders the frames the
-// dataplane transmits on that port.
+// dataplane transmits on that port. Ingress faults (loss, duplication,
+// reordering and delay of received frames) are in fault_ingress.go.
 
 package dataplane
 
@@ -10,7 +11,9 @@ import (
 	"time"
 )
 
-// Fault configures egress impairment of one port. The zero value is no fault.
+// Fault configures impairment of one port. The top-level fields impair
+// egress (frames the dataplane transmits); Ingress impairs the frames the
+// port receives. The zero value is no fault.
 type Fault struct {
 	// ReorderPercent (0..100) is the probability that a frame is held back.
 	ReorderPercent int
@@ -22,10 +25,14 @@ type Fault struct {
 	Delay time.Duration
 	// Seed makes the reorder decisions reproducible; 0 picks a fixed seed.
 	Seed uint64
+	// Ingress impairs received frames, before the dataplane classifies them.
+	Ingress IngressFault
 }
 
 // Active reports whether f changes anything.
-func (f Fault) Active() bool { return f.ReorderPercent > 0 || f.Delay > 0 }
+func (f Fault) Active() bool { return f.egressActive() || f.Ingress.Active() }
+
+func (f Fault) egressActive() bool { return f.ReorderPercent > 0 || f.Delay > 0 }
 
 // reorderIdle releases held frames when no more traffic arrives to overtake them.
 const reorderIdle = 10 * time.Millisecond
@@ -49,10 +56,14 @@ type faultPort struct {
 }
 
 // WithFault wraps p so frames written to it are delayed and reordered as f
-// says. The per-frame copy and the extra goroutine make this a test/lab
-// feature only; with an inactive f it returns p unchanged.
+// says, and frames read from it are impaired as f.Ingress says. The
+// per-frame copy and the extra goroutine make this a test/lab feature only;
+// with an inactive f it returns p unchanged.
 func WithFault(p Port, f Fault) Port {
-	if !f.Active() {
+	if f.Ingress.Active() {
+		p = withIngressFault(p, f.Ingress)
+	}
+	if !f.egressActive() {
 		return p
 	}
 	if f.ReorderDepth < 1 {

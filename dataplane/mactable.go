@@ -134,3 +134,30 @@ func (t *macTable) rebuilt(now, aging uint32) *macTable {
 	}
 	return nt
 }
+
+// each calls fn for every entry younger than aging, reading the slots with
+// the same atomic loads as lookup: it takes no lock and never writes, so an
+// RX goroutine learning or looking up at the same time is not slowed by
+// more than the shared cache lines. Slots are visited in table order, so
+// an entry learned (or re-learned on another port) during the walk may or
+// may not be seen; a key never moves within one table, so no entry is
+// reported twice, and key and value are read from the same slot, so the
+// port and age reported belong to that MAC.
+func (t *macTable) each(now, aging uint32, fn func(key uint64, port int, seen uint32)) {
+	for i := range t.slots {
+		k := t.slots[i].key.Load()
+		if k == 0 {
+			continue
+		}
+		v := t.slots[i].val.Load()
+		if v == 0 || now-uint32(v) > aging {
+			continue
+		}
+		fn(k, int(v>>32)-1, uint32(v))
+	}
+}
+
+// macOf is the inverse of macKey.
+func macOf(key uint64) [6]byte {
+	return [6]byte{byte(key >> 40), byte(key >> 32), byte(key >> 24), byte(key >> 16), byte(key >> 8), byte(key)}
+}

@@ -69,12 +69,14 @@ type ctlClient struct {
 	pending map[uint32]chan ctlFrame
 
 	sent, retrans, received uint64 // guarded by mu
+
+	metrics *amMetrics
 }
 
-func newCtlClient(conn Conn, rto, timeout time.Duration) *ctlClient {
+func newCtlClient(conn Conn, rto, timeout time.Duration, met *amMetrics) *ctlClient {
 	var seed [4]byte
 	_, _ = rand.Read(seed[:])
-	c := &ctlClient{conn: conn, rto: rto, timeout: timeout, pending: map[uint32]chan ctlFrame{},
+	c := &ctlClient{conn: conn, rto: rto, timeout: timeout, pending: map[uint32]chan ctlFrame{}, metrics: met,
 		// A random start keeps a restarted AM from reusing Transaction IDs a
 		// node still remembers (it would answer with the recorded ACK).
 		nextTxn: binary.BigEndian.Uint32(seed[:]) | 1}
@@ -137,9 +139,14 @@ func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h
 		delete(c.pending, h.Txn)
 		c.mu.Unlock()
 	}()
-	frame := encodeControl(dst, c.conn.MAC(), h, body)
+	frame, err := encodeControl(dst, c.conn.MAC(), h, body)
+	if err != nil {
+		return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd, Err: err}
+	}
 	deadline := time.Now().Add(c.timeout)
 	rto := c.rto
+	cmd := cmdLabel(h.Cmd)
+	c.metrics.ctlTxns.WithLabelValues(cmd).Inc()
 	for attempt := 0; ; attempt++ {
 		if err := c.conn.WriteFrame(frame); err != nil {
 			return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd, Err: fmt.Errorf("send: %w", err)}
@@ -150,6 +157,9 @@ func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h
 			c.retrans++
 		}
 		c.mu.Unlock()
+		if attempt > 0 {
+			c.metrics.ctlRetrans.WithLabelValues(cmd).Inc()
+		}
 		wait := rto
 		if rem := time.Until(deadline); rem < wait {
 			wait = rem
@@ -178,6 +188,7 @@ func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h
 			}
 		}
 		if !time.Now().Before(deadline) {
+			c.metrics.ctlTimeouts.WithLabelValues(cmd).Inc()
 			return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd,
 				Err: fmt.Errorf("%w after %d transmissions in %v (Transaction ID %#x)", ErrNoAck, attempt+1, c.timeout, h.Txn)}
 		}
@@ -210,9 +221,7 @@ func (c *ctlClient) command(ctx context.Context, node string, dst net.HardwareAd
 func (c *ctlClient) caps(ctx context.Context, node string, dst net.HardwareAddr) ([]capsPage, error) {
 	var pages []capsPage
 	for page := 0; ; page++ {
-		body := make([]byte, parser.CapsQueryLen)
-		body[0] = byte(page)
-		f, err := c.do(ctx, node, dst, ctlHeader{Cmd: parser.CmdCapsQuery}, body)
+		f, err := c.do(ctx, node, dst, ctlHeader{Cmd: parser.CmdCapsQuery}, encodeCapsQuery(uint8(page)))
 		if err != nil {
 			return nil, err
 		}

@@ -14,7 +14,9 @@
 //     with CONTROL reliability (ctl.go: retransmission with the same
 //     Transaction ID and identical bytes until the ACK or a bounded timeout);
 //   - Operation ID and generation allocation (a reused Operation ID always gets
-//     a strictly newer generation).
+//     a strictly newer generation);
+//   - its Prometheus metrics (metrics.go: a registry per Manager, served at
+//     GET /metrics next to the runtime channel).
 //
 // It must not touch: the switch-side handling of CONTROL (package control),
 // operation state inside a node (package engine), DATA/RESULT arithmetic

@@ -105,6 +105,11 @@ type fakeNode struct {
 	// completed element.
 	progressing bool
 	completed   uint32
+	// frames and txns count every request frame received (retransmissions
+	// and ignored ones included) and the distinct Transaction IDs, by
+	// command: the oracle of the AM's CONTROL metrics.
+	frames map[parser.Command]int
+	txns   map[parser.Command]map[uint32]bool
 }
 
 type fakeCtx struct {
@@ -129,7 +134,8 @@ func fullCaps() []capRecord {
 func newFakeNode(t *testing.T, h *hub, name string, mac net.HardwareAddr) *fakeNode {
 	n := &fakeNode{t: t, name: name, conn: h.attach(mac), records: fullCaps(), pageSize: 7,
 		refuse: map[parser.Command]parser.Status{}, silent: map[parser.Command]bool{}, final: parser.StateComplete,
-		missing: parser.NoDetail, ctx: map[OpIdentity]*fakeCtx{}, acks: map[uint32][]byte{}, reqs: map[uint32][]byte{}}
+		missing: parser.NoDetail, ctx: map[OpIdentity]*fakeCtx{}, acks: map[uint32][]byte{}, reqs: map[uint32][]byte{},
+		frames: map[parser.Command]int{}, txns: map[parser.Command]map[uint32]bool{}}
 	go n.loop()
 	t.Cleanup(func() { n.conn.Close() })
 	return n
@@ -148,6 +154,11 @@ func (n *fakeNode) loop() {
 			continue
 		}
 		n.mu.Lock()
+		n.frames[f.Cmd]++
+		if n.txns[f.Cmd] == nil {
+			n.txns[f.Cmd] = map[uint32]bool{}
+		}
+		n.txns[f.Cmd][f.Txn] = true
 		if n.silent[f.Cmd] {
 			n.mu.Unlock()
 			continue
@@ -173,7 +184,11 @@ func (n *fakeNode) reply(req ctlFrame, cmd parser.Command, st parser.Status, bod
 	h := req.ctlHeader
 	h.Cmd, h.Status, h.FragIdx, h.FragCnt = cmd, st, idx, cnt
 	h.SrcEP, h.DstEP = req.DstEP, req.SrcEP
-	fr := encodeControl(req.Src, n.conn.mac, h, body)
+	fr, err := encodeControl(req.Src, n.conn.mac, h, body)
+	if err != nil {
+		n.t.Errorf("fake node %s: %v", n.name, err)
+		return nil
+	}
 	_ = n.conn.WriteFrame(fr)
 	return fr
 }

@@ -123,6 +123,9 @@ type Manager struct {
 	groupGen  map[opIDKey]groupInfo
 	capsCache map[string]capsEntry
 	closed    bool
+	settingUp int // invocations inside runInvocation (for the active operations gauge)
+
+	metrics *amMetrics
 }
 
 type groupInfo struct {
@@ -150,10 +153,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.CapsTTL == 0 {
 		cfg.CapsTTL = 10 * time.Second
 	}
-	m := &Manager{cfg: cfg, ctl: newCtlClient(cfg.Conn, cfg.RTO, cfg.CtlTimeout), logf: cfg.Logf,
+	m := &Manager{cfg: cfg, logf: cfg.Logf,
 		genBase: uint32(time.Now().Unix()),
 		invs:    map[invKey]*invocation{}, ops: map[string]*operation{}, nextOpID: map[opIDKey]uint16{},
 		lastGen: map[genKey]uint32{}, groupGen: map[opIDKey]groupInfo{}, capsCache: map[string]capsEntry{}}
+	m.metrics = newAMMetrics(m)
+	m.ctl = newCtlClient(cfg.Conn, cfg.RTO, cfg.CtlTimeout, m.metrics)
 	if m.logf == nil {
 		m.logf = log.Printf
 	}
@@ -315,6 +320,7 @@ func (m *Manager) barrierTimeout(inv *invocation) {
 	inv.err = &APIError{Code: CodeBarrierTimeout,
 		Message: fmt.Sprintf("job %d group %d seq %d: ranks %v did not arrive within %v", inv.key.job, inv.key.group, inv.key.seq, missing, m.cfg.BarrierTimeout)}
 	m.mu.Unlock()
+	m.metrics.barrierTimeouts.Inc()
 	close(inv.ready)
 	m.forget(inv, time.Minute)
 }
@@ -386,9 +392,17 @@ func (m *Manager) opIDBusy(gk opIDKey, id uint16) bool {
 
 // runInvocation places, sets up and grants one invocation.
 func (m *Manager) runInvocation(inv *invocation) {
+	m.metrics.begun.Inc()
+	m.mu.Lock()
+	m.settingUp++
+	m.mu.Unlock()
+	// Metrics are updated before the ranks are answered, so a scrape after
+	// Begin returned sees them.
 	fail := func(e *APIError) {
+		m.metrics.failed.WithLabelValues(e.Code).Inc()
 		m.mu.Lock()
 		inv.err = e
+		m.settingUp--
 		m.mu.Unlock()
 		close(inv.ready)
 		m.forget(inv, time.Minute)
@@ -500,7 +514,9 @@ func (m *Manager) runInvocation(inv *invocation) {
 	m.logf("am: op %s (%s, %d ranks, %d nodes, root %s) active after %v", op.id.Key(), tree.Kind(), inv.p.Size, len(tree.Nodes), tree.Root, time.Since(start))
 	m.mu.Lock()
 	inv.grants = grants
+	m.settingUp-- // op (state active) counts from now on
 	m.mu.Unlock()
+	m.metrics.granted.Inc()
 	close(inv.ready)
 	m.forget(inv, time.Duration(3*inv.p.TimeoutMS)*time.Millisecond+time.Minute)
 }
@@ -558,7 +574,7 @@ func (m *Manager) watch(op *operation, lastDone uint64) {
 		return
 	}
 	op.mu.Unlock()
-	m.failOp(op, "watchdog: the operation stopped making progress and not every rank reported done")
+	m.failOp(op, reasonWatchdog, "watchdog: the operation stopped making progress and not every rank reported done")
 }
 
 // retire forgets a finished operation after a while (status stays queryable).
@@ -609,7 +625,7 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 	op.mu.Unlock()
 	if start {
 		if anyFail {
-			go m.failOp(op, "")
+			go m.failOp(op, reasonRankFailed, "")
 		} else {
 			go m.finishOp(op)
 		}
@@ -628,7 +644,7 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 func (m *Manager) finishOp(op *operation) {
 	deadline := time.Now().Add(time.Duration(op.inv.p.TimeoutMS)*time.Millisecond + m.cfg.CtlTimeout)
 	if bad := m.completeAll(op, deadline); len(bad) > 0 {
-		m.failOp(op, fmt.Sprintf("nodes %v did not reach COMPLETE", bad))
+		m.failOp(op, reasonNotComplete, fmt.Sprintf("nodes %v did not reach COMPLETE", bad))
 		return
 	}
 	incomplete := m.releaseAll(op)
@@ -642,13 +658,15 @@ func (m *Manager) finishOp(op *operation) {
 	}
 	op.ended = time.Now()
 	op.mu.Unlock()
+	m.metrics.completed.Inc()
 	close(op.final)
 	m.retire(op)
 }
 
-// failOp diagnoses, ABORTs every node and records the failure. Safe to call
-// more than once: only the first call acts.
-func (m *Manager) failOp(op *operation, why string) {
+// failOp diagnoses, ABORTs every node and records the failure; reason is
+// the label of prismd_am_operations_failed_total. Safe to call more than
+// once: only the first call acts.
+func (m *Manager) failOp(op *operation, reason, why string) {
 	op.mu.Lock()
 	if !op.ended.IsZero() || op.state == "failing" {
 		op.mu.Unlock()
@@ -659,6 +677,7 @@ func (m *Manager) failOp(op *operation, why string) {
 		op.watchdog.Stop()
 	}
 	op.mu.Unlock()
+	m.metrics.failed.WithLabelValues(reason).Inc()
 	diag, culprit := m.diagnose(op)
 	if why != "" {
 		diag = why + "; " + diag

@@ -168,7 +168,13 @@ func (m *Manager) setup(ctx context.Context, op *operation) *APIError {
 	// STAGE every node.
 	staged := m.forEach(pl.order, func(n string) error {
 		np := pl.nodes[n]
-		a, err := m.ctl.command(ctx, n, np.node.MAC, op.id, parser.CmdStage, encodeStage(np.ctx, np.bindings))
+		body, err := encodeStage(np.ctx, np.bindings)
+		if err != nil {
+			err = &NodeError{Node: n, Cmd: parser.CmdStage, Err: err}
+			op.setNodeErr(n, err)
+			return err
+		}
+		a, err := m.ctl.command(ctx, n, np.node.MAC, op.id, parser.CmdStage, body)
 		op.setNodeAck(n, a, err)
 		return err
 	})
@@ -235,6 +241,11 @@ func (m *Manager) abortAll(op *operation) []string {
 		if errs[n] != nil {
 			bad = append(bad, n)
 		}
+	}
+	if len(bad) == 0 {
+		m.metrics.rollbacks.WithLabelValues("complete").Inc()
+	} else {
+		m.metrics.rollbacks.WithLabelValues("incomplete").Inc()
 	}
 	return bad
 }

@@ -1,12 +1,13 @@
-// This file owns the AM's encoding and decoding of CONTROL frames
-// (docs/protocol.md section 5). CONTROL is setup traffic, a few frames per
-// operation, so clarity wins over allocation here; the assigned numbers come
-// from package parser so both sides agree on every code.
+// This file owns the AM's host-form view of CONTROL (docs/protocol.md
+// section 5): the headers and bodies it builds and reads, converted to and
+// from package parser's types. Every byte is written and read by parser's
+// encoders and validating decoder, so the AM and the switches share one
+// reading of the wire; CONTROL is setup traffic, a few frames per
+// operation, so the conversions' allocations do not matter.
 
 package am
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -35,48 +36,31 @@ type ctlFrame struct {
 
 var errNotControl = errors.New("not a PRISM CONTROL frame")
 
-// encodeControl builds a whole Ethernet frame.
-func encodeControl(dst, src net.HardwareAddr, h ctlHeader, body []byte) []byte {
-	b := make([]byte, parser.ControlBodyOff+len(body))
-	copy(b[0:6], dst)
-	copy(b[6:12], src)
-	binary.BigEndian.PutUint16(b[12:14], parser.EtherType)
-	b[parser.CWOff] = parser.Version
-	b[parser.CWOff+1] = byte(parser.ClassControl)
-	x := b[parser.HdrOff:]
-	putOp(x, h.Op)
-	binary.BigEndian.PutUint32(x[18:], h.Txn)
-	binary.BigEndian.PutUint16(x[22:], h.SrcEP)
-	binary.BigEndian.PutUint16(x[24:], h.DstEP)
-	x[26] = byte(h.Cmd)
-	x[27] = byte(h.Status)
-	binary.BigEndian.PutUint16(x[28:], uint16(len(body)))
-	x[30] = h.FragIdx
+// encodeControl builds a whole Ethernet frame with parser's encoder. A zero
+// FragCnt means an unfragmented message (1).
+func encodeControl(dst, src net.HardwareAddr, h ctlHeader, body []byte) ([]byte, error) {
 	fc := h.FragCnt
 	if fc == 0 {
 		fc = 1
 	}
-	x[31] = fc
-	copy(b[parser.ControlBodyOff:], body)
-	return b
-}
-
-func putOp(x []byte, o OpIdentity) {
-	binary.BigEndian.PutUint64(x[0:], o.Job)
-	binary.BigEndian.PutUint16(x[8:], o.Group)
-	binary.BigEndian.PutUint16(x[10:], o.GroupGen)
-	binary.BigEndian.PutUint16(x[12:], o.OpID)
-	binary.BigEndian.PutUint32(x[14:], o.OpGen)
-}
-
-func getOp(x []byte) OpIdentity {
-	return OpIdentity{
-		Job:      binary.BigEndian.Uint64(x[0:]),
-		Group:    binary.BigEndian.Uint16(x[8:]),
-		GroupGen: binary.BigEndian.Uint16(x[10:]),
-		OpID:     binary.BigEndian.Uint16(x[12:]),
-		OpGen:    binary.BigEndian.Uint32(x[14:]),
+	c := parser.Control{Op: h.Op.opKey(), Txn: h.Txn, SrcEP: h.SrcEP, DstEP: h.DstEP, Cmd: h.Cmd, Status: h.Status,
+		FragIndex: h.FragIdx, FragCount: fc, Body: body}
+	var eth parser.Eth
+	copy(eth.Dst[:], dst)
+	copy(eth.Src[:], src)
+	b := make([]byte, parser.EthLen+c.Len())
+	if _, err := c.Encode(b, eth); err != nil {
+		return nil, fmt.Errorf("encode %v with a %d-byte body: %w", h.Cmd, len(body), err)
 	}
+	return b, nil
+}
+
+func (o OpIdentity) opKey() parser.OpKey {
+	return parser.OpKey{Job: o.Job, Group: o.Group, GroupGen: o.GroupGen, Op: o.OpID, OpGen: o.OpGen}
+}
+
+func opIdentity(k parser.OpKey) OpIdentity {
+	return OpIdentity{Job: k.Job, Group: k.Group, GroupGen: k.GroupGen, OpID: k.Op, OpGen: k.OpGen}
 }
 
 // decodeControl validates a CONTROL frame with the parser's decoder, so the
@@ -84,8 +68,8 @@ func getOp(x []byte) OpIdentity {
 // fragments, ACK and CAPS bodies) instead of a second, laxer reading.
 func decodeControl(b []byte) (ctlFrame, error) {
 	var f ctlFrame
-	if len(b) < parser.ControlBodyOff || binary.BigEndian.Uint16(b[12:14]) != parser.EtherType ||
-		parser.Class(b[parser.CWOff+1]) != parser.ClassControl {
+	if len(b) < parser.ControlBodyOff || parser.EthHeader(b).EtherType() != parser.EtherType ||
+		parser.ControlWord(b[parser.CWOff:]).Class() != parser.ClassControl {
 		return f, errNotControl
 	}
 	var c parser.Control
@@ -94,7 +78,7 @@ func decodeControl(b []byte) (ctlFrame, error) {
 		return f, fmt.Errorf("%w: %v", errNotControl, err)
 	}
 	f.Dst, f.Src = net.HardwareAddr(b[0:6]), net.HardwareAddr(b[6:12])
-	f.Op = OpIdentity{Job: c.Op.Job, Group: c.Op.Group, GroupGen: c.Op.GroupGen, OpID: c.Op.Op, OpGen: c.Op.OpGen}
+	f.Op = opIdentity(c.Op)
 	f.Txn, f.SrcEP, f.DstEP = c.Txn, c.SrcEP, c.DstEP
 	f.Cmd, f.Status = c.Cmd, c.Status
 	f.FragIdx, f.FragCnt = c.FragIndex, c.FragCount
@@ -116,23 +100,19 @@ func decodeAck(body []byte) (ackBody, error) {
 	if len(body) < parser.AckBodyLen {
 		return ackBody{}, fmt.Errorf("ACK body is %d bytes, want %d", len(body), parser.AckBodyLen)
 	}
-	return ackBody{
-		Acked:       parser.Command(body[0]),
-		State:       parser.OpState(body[1]),
-		Detail:      binary.BigEndian.Uint16(body[2:]),
-		Completed:   binary.BigEndian.Uint32(body[4:]),
-		MissStream:  binary.BigEndian.Uint16(body[8:]),
-		MissingFrom: binary.BigEndian.Uint32(body[12:]),
-	}, nil
+	c := parser.Control{Cmd: parser.CmdAck, Body: body}
+	a := c.Ack()
+	return ackBody{Acked: a.AckedCmd, State: a.State, Detail: a.Detail, Completed: a.Completed,
+		MissStream: a.MissingStream, MissingFrom: a.MissingFrom}, nil
 }
 
 func encodeAck(a ackBody) []byte {
+	p := parser.Ack{AckedCmd: a.Acked, State: a.State, Detail: a.Detail, Completed: a.Completed,
+		MissingStream: a.MissStream, MissingFrom: a.MissingFrom}
 	b := make([]byte, parser.AckBodyLen)
-	b[0], b[1] = byte(a.Acked), byte(a.State)
-	binary.BigEndian.PutUint16(b[2:], a.Detail)
-	binary.BigEndian.PutUint32(b[4:], a.Completed)
-	binary.BigEndian.PutUint16(b[8:], a.MissStream)
-	binary.BigEndian.PutUint32(b[12:], a.MissingFrom)
+	if _, err := p.Encode(b); err != nil {
+		panic(fmt.Sprintf("am: encode ACK: %v", err)) // b has the right size
+	}
 	return b
 }
 
@@ -169,56 +149,48 @@ type binding struct {
 	rank     int    // rank behind a RANK binding, else -1
 }
 
-func encodeStage(c contextRecord, bs []binding) []byte {
-	b := make([]byte, parser.ContextRecordLen+len(bs)*parser.BindingLen)
-	b[0], b[1], b[2], b[3], b[4], b[5] = byte(c.Role), byte(c.Collective), byte(c.Input), byte(c.Acc), byte(c.Partial), byte(c.Output)
-	binary.BigEndian.PutUint16(b[6:], c.KulischWidth)
-	binary.BigEndian.PutUint32(b[8:], c.VectorLen)
-	binary.BigEndian.PutUint16(b[12:], c.MTU)
-	b[14] = byte(len(bs))
-	b[15] = 0 // no set records: PRISM REDUCE/ALLREDUCE
-	binary.BigEndian.PutUint16(b[16:], c.Intervals)
-	binary.BigEndian.PutUint16(b[18:], c.ReplayDepth)
-	binary.BigEndian.PutUint32(b[20:], c.WindowBytes)
-	binary.BigEndian.PutUint32(b[24:], c.WindowElems)
-	binary.BigEndian.PutUint32(b[28:], c.MaxTerms)
-	binary.BigEndian.PutUint32(b[32:], c.TimeoutMS)
-	for i, x := range bs {
-		o := b[parser.ContextRecordLen+i*parser.BindingLen:]
-		o[0], o[1] = byte(x.Kind), x.Flags
-		binary.BigEndian.PutUint16(o[2:], x.Stream)
-		binary.BigEndian.PutUint16(o[4:], x.Local)
-		binary.BigEndian.PutUint16(o[6:], x.Peer)
-		binary.BigEndian.PutUint16(o[8:], x.Port)
-		copy(o[10:16], x.PeerMAC)
+func encodeStage(c contextRecord, bs []binding) ([]byte, error) {
+	spec := parser.StageSpec{Context: parser.ContextRecord{Role: c.Role, Collective: c.Collective,
+		InputFormat: c.Input, AccPolicy: c.Acc, PartialPolicy: c.Partial, OutputFormat: c.Output,
+		KulischWidth: c.KulischWidth, VectorLen: c.VectorLen, MTU: c.MTU, WindowIntervals: c.Intervals,
+		ReplayDepth: c.ReplayDepth, WindowBytes: c.WindowBytes, WindowElements: c.WindowElems,
+		MaxTerms: c.MaxTerms, TimeoutMs: c.TimeoutMS}} // no set records: PRISM REDUCE/ALLREDUCE
+	for _, x := range bs {
+		pb := parser.Binding{Kind: x.Kind, Flags: x.Flags, Stream: x.Stream, LocalEP: x.Local, PeerEP: x.Peer, Port: x.Port}
+		copy(pb.PeerMAC[:], x.PeerMAC)
+		spec.Bindings = append(spec.Bindings, pb)
 	}
-	return b
+	if len(bs) > parser.MaxBindings {
+		return nil, fmt.Errorf("STAGE with %d bindings: a context holds at most %d", len(bs), parser.MaxBindings)
+	}
+	b := make([]byte, spec.Len())
+	if _, err := spec.Encode(b); err != nil {
+		return nil, fmt.Errorf("encode STAGE with %d bindings: %w", len(bs), err)
+	}
+	return b, nil
 }
 
-// decodeStage is the inverse of encodeStage (used by the fake node in tests).
+// decodeStage is the inverse of encodeStage (used by the fake node in
+// tests, on bodies parser's Decode already validated).
 func decodeStage(b []byte) (contextRecord, []binding, error) {
-	var c contextRecord
 	if len(b) < parser.ContextRecordLen {
-		return c, nil, fmt.Errorf("STAGE body %d bytes, shorter than the context record", len(b))
+		return contextRecord{}, nil, fmt.Errorf("STAGE body %d bytes, shorter than the context record", len(b))
 	}
-	c = contextRecord{
-		Role: parser.Role(b[0]), Collective: parser.Collective(b[1]), Input: parser.Format(b[2]),
-		Acc: parser.AccPolicy(b[3]), Partial: parser.Format(b[4]), Output: parser.Format(b[5]),
-		KulischWidth: binary.BigEndian.Uint16(b[6:]), VectorLen: binary.BigEndian.Uint32(b[8:]),
-		MTU: binary.BigEndian.Uint16(b[12:]), Intervals: binary.BigEndian.Uint16(b[16:]),
-		ReplayDepth: binary.BigEndian.Uint16(b[18:]), WindowBytes: binary.BigEndian.Uint32(b[20:]),
-		WindowElems: binary.BigEndian.Uint32(b[24:]), MaxTerms: binary.BigEndian.Uint32(b[28:]),
-		TimeoutMS: binary.BigEndian.Uint32(b[32:]), bindingsCount: int(b[14]),
-	}
+	ctl := parser.Control{Cmd: parser.CmdStage, Body: b}
+	s := ctl.Stage()
+	x := s.Context
+	c := contextRecord{Role: x.Role, Collective: x.Collective, Input: x.InputFormat, Acc: x.AccPolicy,
+		Partial: x.PartialPolicy, Output: x.OutputFormat, KulischWidth: x.KulischWidth, VectorLen: x.VectorLen,
+		MTU: x.MTU, Intervals: x.WindowIntervals, ReplayDepth: x.ReplayDepth, WindowBytes: x.WindowBytes,
+		WindowElems: x.WindowElements, MaxTerms: x.MaxTerms, TimeoutMS: x.TimeoutMs, bindingsCount: s.NBindings()}
 	if len(b) < parser.ContextRecordLen+c.bindingsCount*parser.BindingLen {
 		return c, nil, fmt.Errorf("STAGE body %d bytes, too short for %d bindings", len(b), c.bindingsCount)
 	}
 	bs := make([]binding, c.bindingsCount)
 	for i := range bs {
-		o := b[parser.ContextRecordLen+i*parser.BindingLen:]
-		bs[i] = binding{Kind: parser.BindingKind(o[0]), Flags: o[1], Stream: binary.BigEndian.Uint16(o[2:]),
-			Local: binary.BigEndian.Uint16(o[4:]), Peer: binary.BigEndian.Uint16(o[6:]),
-			Port: binary.BigEndian.Uint16(o[8:]), PeerMAC: append(net.HardwareAddr(nil), o[10:16]...)}
+		g := s.Binding(i)
+		bs[i] = binding{Kind: g.Kind, Flags: g.Flags, Stream: g.Stream, Local: g.LocalEP, Peer: g.PeerEP,
+			Port: g.Port, PeerMAC: append(net.HardwareAddr(nil), g.PeerMAC[:]...)}
 	}
 	return c, bs, nil
 }
@@ -247,46 +219,45 @@ func decodeCaps(b []byte) (capsPage, error) {
 	if len(b) < parser.CapsPageHdrLen {
 		return p, fmt.Errorf("CAPS page %d bytes, shorter than its header", len(b))
 	}
-	n := int(b[0])
-	p.PortCount = binary.BigEndian.Uint16(b[2:])
-	p.MaxMTU = binary.BigEndian.Uint16(b[4:])
-	p.MaxOps = binary.BigEndian.Uint16(b[6:])
-	if n > parser.MaxCapRecords || len(b) < parser.CapsPageHdrLen+n*parser.CapRecordLen {
+	if n := int(b[0]); n > parser.MaxCapRecords || len(b) < parser.CapsPageHdrLen+n*parser.CapRecordLen {
 		return p, fmt.Errorf("CAPS page claims %d records in %d bytes", n, len(b))
 	}
-	for i := 0; i < n; i++ {
-		o := b[parser.CapsPageHdrLen+i*parser.CapRecordLen:]
-		p.Records = append(p.Records, capRecord{
-			Input: parser.Format(o[0]), Acc: parser.AccPolicy(o[1]), Partial: parser.Format(o[2]), Output: parser.Format(o[3]),
-			MinKW: binary.BigEndian.Uint16(o[4:]), MaxKW: binary.BigEndian.Uint16(o[6:]),
-			MaxVector: binary.BigEndian.Uint32(o[8:]), MaxTerms: binary.BigEndian.Uint32(o[12:]),
-			MaxMTU: binary.BigEndian.Uint16(o[16:]), MaxBindings: binary.BigEndian.Uint16(o[18:]),
-			MaxIntervals: binary.BigEndian.Uint16(o[20:]), MaxReplay: binary.BigEndian.Uint16(o[22:]),
-			MaxWinBytes: binary.BigEndian.Uint32(o[24:]), MaxWinElem: binary.BigEndian.Uint32(o[28:]),
-		})
+	ctl := parser.Control{Cmd: parser.CmdCapsResponse, Body: b}
+	pp := ctl.CapsPage()
+	p.PortCount, p.MaxMTU, p.MaxOps = pp.PortCount, pp.MaxMTU, pp.MaxOps
+	for _, r := range pp.Records[:pp.NRecords] {
+		p.Records = append(p.Records, capRecord{Input: r.InputFormat, Acc: r.AccPolicy, Partial: r.PartialPolicy,
+			Output: r.OutputFormat, MinKW: r.MinKulischWidth, MaxKW: r.MaxKulischWidth, MaxVector: r.MaxVectorLen,
+			MaxTerms: r.MaxTerms, MaxMTU: r.MaxMTU, MaxBindings: r.MaxBindings, MaxIntervals: r.MaxWindowIntervals,
+			MaxReplay: r.MaxReplayDepth, MaxWinBytes: r.MaxWindowBytes, MaxWinElem: r.MaxWindowElements})
 	}
 	return p, nil
 }
 
+// encodeCaps builds a CAPS_RESPONSE page (the fake node's, in tests).
 func encodeCaps(p capsPage) []byte {
-	b := make([]byte, parser.CapsPageHdrLen+len(p.Records)*parser.CapRecordLen)
-	b[0] = byte(len(p.Records))
-	binary.BigEndian.PutUint16(b[2:], p.PortCount)
-	binary.BigEndian.PutUint16(b[4:], p.MaxMTU)
-	binary.BigEndian.PutUint16(b[6:], p.MaxOps)
+	pp := parser.CapsPage{PortCount: p.PortCount, MaxMTU: p.MaxMTU, MaxOps: p.MaxOps, NRecords: len(p.Records)}
 	for i, r := range p.Records {
-		o := b[parser.CapsPageHdrLen+i*parser.CapRecordLen:]
-		o[0], o[1], o[2], o[3] = byte(r.Input), byte(r.Acc), byte(r.Partial), byte(r.Output)
-		binary.BigEndian.PutUint16(o[4:], r.MinKW)
-		binary.BigEndian.PutUint16(o[6:], r.MaxKW)
-		binary.BigEndian.PutUint32(o[8:], r.MaxVector)
-		binary.BigEndian.PutUint32(o[12:], r.MaxTerms)
-		binary.BigEndian.PutUint16(o[16:], r.MaxMTU)
-		binary.BigEndian.PutUint16(o[18:], r.MaxBindings)
-		binary.BigEndian.PutUint16(o[20:], r.MaxIntervals)
-		binary.BigEndian.PutUint16(o[22:], r.MaxReplay)
-		binary.BigEndian.PutUint32(o[24:], r.MaxWinBytes)
-		binary.BigEndian.PutUint32(o[28:], r.MaxWinElem)
+		if i == parser.MaxCapRecords {
+			break // Encode refuses the page; a page never holds more
+		}
+		pp.Records[i] = parser.CapRecord{InputFormat: r.Input, AccPolicy: r.Acc, PartialPolicy: r.Partial,
+			OutputFormat: r.Output, MinKulischWidth: r.MinKW, MaxKulischWidth: r.MaxKW, MaxVectorLen: r.MaxVector,
+			MaxTerms: r.MaxTerms, MaxMTU: r.MaxMTU, MaxBindings: r.MaxBindings, MaxWindowIntervals: r.MaxIntervals,
+			MaxReplayDepth: r.MaxReplay, MaxWindowBytes: r.MaxWinBytes, MaxWindowElements: r.MaxWinElem}
+	}
+	b := make([]byte, pp.Len())
+	if _, err := pp.Encode(b); err != nil {
+		panic(fmt.Sprintf("am: encode CAPS page of %d records: %v", len(p.Records), err))
+	}
+	return b
+}
+
+// encodeCapsQuery builds the CAPS_QUERY body asking for page.
+func encodeCapsQuery(page uint8) []byte {
+	b := make([]byte, parser.CapsQueryLen)
+	if _, err := parser.EncodeCapsQuery(b, page); err != nil {
+		panic(fmt.Sprintf("am: encode CAPS_QUERY: %v", err)) // b has the right size
 	}
 	return b
 }

@@ -1,0 +1,114 @@
+// This file owns the AM's Prometheus metrics, served at GET /metrics on the
+// runtime channel's HTTP server: operations begun, granted, completed and
+// failed (by reason), rollbacks, CONTROL transactions by command, and the
+// operations in flight. Each Manager has its own registry, so several
+// Managers in one process (tests) do not collide.
+
+package am
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/prismd/prismd/parser"
+)
+
+// Failure reasons of prismd_am_operations_failed_total. Setup failures use
+// the APIError code every rank received (CodeBadRequest for a bad rank MAC,
+// CodeTopology, CodeUnsupported, CodeSetupFailed, CodeRollbackIncomplete);
+// failures after the grant use these.
+const (
+	reasonRankFailed  = "rank_failed"  // a rank reported done with ok=false
+	reasonWatchdog    = "watchdog"     // no progress and not every rank reported done
+	reasonNotComplete = "not_complete" // every rank reported ok but a node never reached COMPLETE
+)
+
+var failReasons = []string{CodeBadRequest, CodeTopology, CodeUnsupported, CodeSetupFailed, CodeRollbackIncomplete,
+	reasonRankFailed, reasonWatchdog, reasonNotComplete}
+
+// ctlCommands are the commands the AM sends, pre-registered as label values.
+var ctlCommands = []parser.Command{parser.CmdStage, parser.CmdCommit, parser.CmdComplete, parser.CmdRelease,
+	parser.CmdAbort, parser.CmdCapsQuery}
+
+func cmdLabel(c parser.Command) string { return strings.ToLower(c.String()) }
+
+type amMetrics struct {
+	reg *prometheus.Registry
+
+	begun, granted, completed, barrierTimeouts prometheus.Counter
+	failed, rollbacks                          *prometheus.CounterVec
+	ctlTxns, ctlRetrans, ctlTimeouts           *prometheus.CounterVec
+}
+
+func newAMMetrics(m *Manager) *amMetrics {
+	const ns, sub = "prismd", "am"
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
+	}
+	vec := func(name, help, label string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help}, []string{label})
+	}
+	x := &amMetrics{
+		reg:             prometheus.NewRegistry(),
+		begun:           counter("operations_begun_total", "Collective invocations whose ranks all arrived, so the AM began placing and setting them up."),
+		granted:         counter("operations_granted_total", "Operations set up on every node and granted to every rank."),
+		completed:       counter("operations_completed_total", "Granted operations that every node completed and that the AM released."),
+		barrierTimeouts: counter("barrier_timeouts_total", "Invocations abandoned because not every rank arrived within the barrier timeout."),
+		failed: vec("operations_failed_total", "Operations that failed, by reason: the setup error code every rank received "+
+			"(bad_request, topology, unsupported, setup_failed, rollback_incomplete), or after the grant rank_failed, watchdog or not_complete.", "reason"),
+		rollbacks: vec("rollbacks_total", "ABORT rounds over every node of an operation, by result: complete (every node acknowledged) or incomplete.", "result"),
+		ctlTxns:   vec("control_transactions_total", "CONTROL transactions (requests) the AM sent, by command.", "command"),
+		ctlRetrans: vec("control_retransmissions_total", "CONTROL requests sent again (same Transaction ID, same bytes) because no answer came "+
+			"within the retransmission timeout, by command.", "command"),
+		ctlTimeouts: vec("control_timeouts_total", "CONTROL transactions that got no answer within the transaction timeout, by command.", "command"),
+	}
+	for _, r := range failReasons {
+		x.failed.WithLabelValues(r)
+	}
+	x.rollbacks.WithLabelValues("complete")
+	x.rollbacks.WithLabelValues("incomplete")
+	for _, c := range ctlCommands {
+		x.ctlTxns.WithLabelValues(cmdLabel(c))
+		x.ctlRetrans.WithLabelValues(cmdLabel(c))
+		x.ctlTimeouts.WithLabelValues(cmdLabel(c))
+	}
+	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "active_operations",
+		Help: "Operations being set up or running: begun and not yet released or failed."}, func() float64 { return float64(m.activeOps()) })
+	x.reg.MustRegister(x.begun, x.granted, x.completed, x.barrierTimeouts, x.failed, x.rollbacks,
+		x.ctlTxns, x.ctlRetrans, x.ctlTimeouts, active,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return x
+}
+
+// MetricsRegistry returns the registry GET /metrics serves, for tests and
+// for programs that embed a Manager and export its metrics elsewhere.
+func (m *Manager) MetricsRegistry() *prometheus.Registry { return m.metrics.reg }
+
+func (m *Manager) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(m.metrics.reg, promhttp.HandlerOpts{Registry: m.metrics.reg})
+}
+
+// activeOps counts the invocations being placed and set up plus the
+// granted operations not yet released or failed.
+func (m *Manager) activeOps() int {
+	m.mu.Lock()
+	ops := make([]*operation, 0, len(m.ops))
+	for _, op := range m.ops {
+		ops = append(ops, op)
+	}
+	n := m.settingUp
+	m.mu.Unlock()
+	for _, op := range ops {
+		op.mu.Lock()
+		// An operation in "setup" belongs to a runInvocation counted above.
+		if op.ended.IsZero() && op.state != "setup" {
+			n++
+		}
+		op.mu.Unlock()
+	}
+	return n
+}

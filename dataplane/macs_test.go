@@ -1,0 +1,65 @@
+package dataplane_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/dataplane/porttest"
+)
+
+// TestMACTableListing drives stations through real RX goroutines and checks
+// the listing row by row: learned entries on their ingress port with their
+// age, local MACs flagged, sorted by port then MAC, aged entries gone.
+func TestMACTableListing(t *testing.T) {
+	var clk fakeClock
+	clk.add(1000 * time.Second)
+	node := [6]byte{0x02, 0xee, 0, 0, 0, 1}
+	d, ports := setup(t, 3, dataplane.Options{MACAging: 10 * time.Second, Clock: clk.now, NodeMAC: &node})
+	send := func(in int, src [6]byte) {
+		t.Helper()
+		f := eth(bcast, src, 0x0806)
+		ports[in].Inject(f)
+		for _, o := range []int{0, 1, 2} {
+			if o != in {
+				if _, err := ports[o].Wait(1, 2*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	send(1, hostB)
+	send(0, hostC)
+	send(0, hostA)
+	clk.add(4 * time.Second)
+	send(2, hostC) // moves hostC to port 2, age 0
+
+	local := func(i int) dataplane.MACEntry {
+		return dataplane.MACEntry{MAC: porttest.MAC(byte(0x10 + i)), Port: i, PortName: fmt.Sprintf("p%d", i), Local: true}
+	}
+	want := []dataplane.MACEntry{
+		local(0),
+		{MAC: hostA, Port: 0, PortName: "p0", Age: 4 * time.Second},
+		local(1),
+		{MAC: hostB, Port: 1, PortName: "p1", Age: 4 * time.Second},
+		local(2),
+		{MAC: hostC, Port: 2, PortName: "p2"},
+		{MAC: node, Port: -1, Local: true},
+	}
+	check := func(want []dataplane.MACEntry) {
+		t.Helper()
+		got := d.MACTable()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("MACTable:\n got %+v\nwant %+v", got, want)
+		}
+	}
+	check(want)
+
+	// hostA and hostB were last seen 11s ago: older than the 10s aging.
+	clk.add(7 * time.Second)
+	check([]dataplane.MACEntry{local(0), local(1), local(2), {MAC: hostC, Port: 2, PortName: "p2", Age: 7 * time.Second}, want[6]})
+	if n := d.Stats().MACEntries; n != 1 {
+		t.Fatalf("Stats().MACEntries = %d, listing has 1 learned entry", n)
+	}
+}
