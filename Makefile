@@ -48,6 +48,7 @@ soak: deps build
 
 bench: deps bench-deps build
 	PRISMD_BIN=$(BIN) scripts/bench.sh
+	PRISMD_BIN=$(BIN) scripts/bench-bitmap.sh
 
 demo: deps build
 	$(BIN)/prismctl demo

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -28,17 +29,21 @@ import (
 )
 
 func init() {
-	register("mcast", "reliable multicast of a file with in-network ACK aggregation (send|recv)", runMcast)
+	register("mcast", "reliable multicast of a file with in-network ACK aggregation (send|recv|blast)", runMcast)
 }
 
 func runMcast(args []string) int {
-	if len(args) == 0 || (args[0] != "send" && args[0] != "recv") {
+	if len(args) == 0 || (args[0] != "send" && args[0] != "recv" && args[0] != "blast") {
 		fmt.Fprintln(os.Stderr, "usage: prismctl mcast send --file F --receivers h2,h3,... --topology T --node H [--iface eth0]")
 		fmt.Fprintln(os.Stderr, "       prismctl mcast recv --out F --topology T --node H [--iface eth0]")
+		fmt.Fprintln(os.Stderr, "       prismctl mcast blast --receivers h2,h3,... --topology T --node H [--size 1500 --duration 5s] (replication load)")
 		return 2
 	}
-	if args[0] == "send" {
+	switch args[0] {
+	case "send":
 		return mcastSend(args[1:])
+	case "blast":
+		return mcastBlast(args[1:])
 	}
 	return mcastRecv(args[1:])
 }
@@ -53,6 +58,7 @@ type mcastFlags struct {
 	job                   uint64
 	tenant                uint
 	timeout               time.Duration
+	cpuprofile            string
 }
 
 func (f *mcastFlags) register(fs *flag.FlagSet) {
@@ -62,6 +68,24 @@ func (f *mcastFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&f.job, "job", 100, "job ID shared by sender and receivers")
 	fs.UintVar(&f.tenant, "tenant", 0, "tenant ID (0 = none)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "give up after this long")
+	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+}
+
+// profile starts the --cpuprofile profile, if asked for, and returns its
+// stop.
+func (f *mcastFlags) profile() (func(), error) {
+	if f.cpuprofile == "" {
+		return func() {}, nil
+	}
+	w, err := os.Create(f.cpuprofile)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); w.Close() }, nil
 }
 
 func (f *mcastFlags) load() (*deploy.Topology, error) {
@@ -104,7 +128,8 @@ func mcastSend(args []string) int {
 	receivers := fs.String("receivers", "", "comma-separated receiver hosts, e.g. h2,h3,h4")
 	noAgg := fs.Bool("no-aggregation", false, "register no A-BM and send repairs without INSTALL: every receiver's ACK reaches the source (the comparison)")
 	window := fs.Int("window", 16, "packets per window (one ACK per window)")
-	outstanding := fs.Int("outstanding", 8, "windows in flight")
+	outstanding := fs.Int("outstanding", 8, "windows in flight at the start (the sender adapts it, AIMD)")
+	maxOutstanding := fs.Int("max-outstanding", 16, "most windows in flight the sender grows to (<= --outstanding: fixed)")
 	timeoutMS := fs.Uint("switch-timeout-ms", 200, "context timeout of the switches: PARTIAL ACK deadline")
 	mtu := fs.Int("mtu", 1500, "PRISM MTU: 576, 1500 or 9000")
 	register := fs.Bool("register", true, "register the job (STAGE/COMMIT) from this host before sending and release it after")
@@ -177,7 +202,12 @@ func mcastSend(args []string) int {
 		return 1
 	}
 	defer port.Close()
-	opts := &bitmap.McastOptions{WindowPackets: *window, Outstanding: *outstanding}
+	opts := &bitmap.McastOptions{WindowPackets: *window, Outstanding: *outstanding, MaxOutstanding: *maxOutstanding}
+	stop, err := mf.profile()
+	if err != nil {
+		return flagErr(fs, err)
+	}
+	defer stop()
 	tty := isTTY(os.Stderr)
 	if tty {
 		opts.Progress = func(acked, total int64) {
@@ -209,8 +239,8 @@ func mcastSend(args []string) int {
 	}
 	fmt.Printf("sent %s (%d bytes) to %d receivers in %v (%.1f MB/s), %s\n", *file, fi.Size(), len(eps), took.Round(time.Millisecond),
 		float64(fi.Size())/took.Seconds()/1e6, mode)
-	fmt.Printf("windows %d (+manifest), data frames %d, repairs %d (%d frames), PARTIAL ACKs %d\n",
-		st.Windows, st.DataFrames, st.Repairs, st.RepairFrames, st.Partials)
+	fmt.Printf("windows %d (+manifest), data frames %d, repairs %d (%d frames, %d inferred from send order), PARTIAL ACKs %d, at most %d windows in flight\n",
+		st.Windows, st.DataFrames, st.Repairs, st.RepairFrames, st.Inferred, st.Partials, st.MaxInFlight)
 	cmn, cmx, cn := st.CleanAcks()
 	fmt.Printf("ACK frames at the source: %d total, per window min %d max %d mean %.2f; per window without repair (%d of %d): min %d max %d\n",
 		st.AckFrames, mn, mx, float64(st.AckFrames)/float64(max(1, len(st.AcksPerWindow))), cn, len(st.AcksPerWindow), cmn, cmx)
@@ -254,6 +284,11 @@ func mcastRecv(args []string) int {
 		return 1
 	}
 	defer port.Close()
+	stop, err := mf.profile()
+	if err != nil {
+		return flagErr(fs, err)
+	}
+	defer stop()
 	m, st, err := bitmap.ReceiveFile(ctx, port, bitmap.ReceiverConfig{Job: mf.job, Endpoint: ep, Tenant: uint32(mf.tenant)}, *out,
 		&bitmap.McastOptions{Linger: *linger})
 	if err != nil {

@@ -117,8 +117,9 @@ func moeRun(args []string) int {
 	spec := fs.String("spec", "", "the spec 'moe register' wrote")
 	tokens := fs.Int("tokens", 64, "tokens this host dispatches")
 	seed := fs.Uint64("seed", 1, "token seed (mixed with the host name)")
-	linger := fs.Duration("linger", 3*time.Second, "keep serving experts this long after this host's combine finished")
-	unicast := fs.Bool("unicast", false, "send one copy per expert instead of one multicast per token (the reference)")
+	linger := fs.Duration("linger", 3*time.Second, "after this host's combine, keep serving experts until no frame of the job came for this long (peers re-dispatch every switch timeout chain while they miss an expert here)")
+	unicast := fs.Bool("unicast", false, "send one copy per expert and sum at the source, nothing merged in the network (the host-side alternative)")
+	window := fs.Int("window", 0, "tokens in flight per dispatch (0 = the library default, -1 = all at once)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -147,7 +148,7 @@ func moeRun(args []string) int {
 		return 1
 	}
 	defer port.Close()
-	opts := &bitmap.MoEOptions{Unicast: *unicast}
+	opts := &bitmap.MoEOptions{Unicast: *unicast, Window: *window}
 	m, err := bitmap.NewMoE(port, plan, mf.node, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl moe run: %v\n", err)
@@ -212,9 +213,15 @@ func moeRun(args []string) int {
 		}
 	}
 	st := h.Stats()
-	fmt.Printf("%s: %d tokens combined in %v; dispatch frames %d, re-dispatch %d, return frames at the source %d (%d PARTIAL)\n",
-		mf.node, *tokens, took.Round(time.Millisecond), st.Frames, st.Redispatches, st.Returns, st.Partials)
-	time.Sleep(*linger)
+	mode := "bitmap"
+	if *unicast {
+		mode = "unicast"
+	}
+	fmt.Printf("%s: %d tokens combined in %v (%.0f tokens/s, %s); dispatch frames %d, re-dispatch %d, return frames at the source %d (%d PARTIAL)\n",
+		mf.node, *tokens, took.Round(time.Millisecond), float64(*tokens)/took.Seconds(), mode, st.Frames, st.Redispatches, st.Returns, st.Partials)
+	for t0 := time.Now(); (time.Since(t0) < *linger || m.Idle() < *linger) && ctx.Err() == nil; {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if bad > 0 {
 		fmt.Fprintf(os.Stderr, "prismctl moe run: %d values differ from the unicast reference\n", bad)
 		return 1

@@ -326,3 +326,114 @@ func missSet(all, got []uint32) []uint32 {
 }
 
 var _ = strings.Repeat
+
+// TestFig2MoERedispatchPerToken reproduces, at the switches, why a MoE
+// source has to re-dispatch every Token (one per chunk of a token) to that
+// Token's own miss set (docs/protocol.md 8.9: D-BM AND NOT P-BM), never to
+// the union of its chunks' misses. Two chunk Tokens go to experts e1, e2
+// (below branch s1) and e5; e2's return of chunk 0 and e1's return of chunk
+// 1 are lost, so the source holds PARTIALs {e1,e5} for chunk 0 and {e2,e5}
+// for chunk 1.
+//
+//   - per Token: chunk 0 goes again to {e2} only, chunk 1 to {e1}; each
+//     return reaches the source alone, disjoint from its PARTIAL, and the
+//     two tile each chunk's dispatch set;
+//   - union (what host/bitmap did): both chunks go to {e1,e2}; s1 is a
+//     branch for them again, merges the cached returns of both experts and
+//     sends {e1,e2} for each chunk, which overlaps what the source already
+//     holds: the source can use neither, misses the same experts, and the
+//     same re-dispatch produced the same overlap every round until it gave
+//     up (the MoE lab test that failed on real switches).
+func TestFig2MoERedispatchPerToken(t *testing.T) {
+	for _, union := range []bool{false, true} {
+		t.Run(fmt.Sprint("union=", union), func(t *testing.T) {
+			f := fig2(t, 50)
+			experts := []uint32{0, 1, 4}
+			out := map[uint32][]float32{0: {1.5}, 1: {-2.25}, 4: {0.125}}
+			lost := map[uint64]uint32{100: 1, 101: 0} // chunk Token -> expert whose return is lost once
+			f.tap = func(to end, fr []byte) bool {
+				x := decodeFrame(t, fr)
+				if to.name == "s1" && x.d.Class == parser.ClassData && len(x.eps) == 1 {
+					if e, ok := lost[x.d.Ext.Token]; ok && e == x.eps[0] {
+						delete(lost, x.d.Ext.Token)
+						return false
+					}
+				}
+				return true
+			}
+			answer := func() {
+				for _, e := range experts {
+					h := f.hosts[fmt.Sprintf("e%d", e+1)]
+					for _, fr := range h.got {
+						x := decodeFrame(t, fr)
+						f.inject(h.name, f.hostFrame(h.name, parser.ClassData, x.d.Ext.Token, 0, flat(e), parser.EncFlat, 0, out[e]))
+					}
+					h.got = nil
+				}
+				f.run()
+			}
+			for _, tk := range []uint64{100, 101} {
+				f.inject("src", f.hostFrame("src", parser.ClassResult, tk, parser.XFlagInstall, flat(experts...), parser.EncFlat, 0, []float32{1}))
+			}
+			f.run()
+			answer()
+			f.tick(60 * msT) // s1: PARTIALs
+			f.tick(60 * msT) // sb: PARTIALs
+			held := map[uint64][][]uint32{}
+			for _, fr := range f.hosts["src"].got {
+				x := decodeFrame(t, fr)
+				held[x.d.Ext.Token] = append(held[x.d.Ext.Token], x.eps)
+			}
+			f.hosts["src"].got = nil
+			if fmt.Sprint(held[100]) != "[[0 4]]" || fmt.Sprint(held[101]) != "[[1 4]]" {
+				t.Fatalf("before the re-dispatch the source holds %v, want chunk 0 [[0 4]], chunk 1 [[1 4]]", held)
+			}
+			f.tick(10 * msT) // the source's re-dispatch comes later than the late guard
+			redo := map[uint64][]uint32{100: {1}, 101: {0}}
+			if union {
+				redo = map[uint64][]uint32{100: {0, 1}, 101: {0, 1}}
+			}
+			for _, tk := range []uint64{100, 101} {
+				f.inject("src", f.hostFrame("src", parser.ClassResult, tk, parser.XFlagInstall, flat(redo[tk]...), parser.EncFlat, 0, []float32{1}))
+			}
+			f.run()
+			answer()
+			for _, fr := range f.hosts["src"].got {
+				x := decodeFrame(t, fr)
+				held[x.d.Ext.Token] = append(held[x.d.Ext.Token], x.eps)
+			}
+			for _, tk := range []uint64{100, 101} {
+				tiled := tiles(held[tk], experts)
+				if union && tiled {
+					t.Errorf("chunk %d: the union re-dispatch left a tiling %v: the case no longer shows the overlap", tk-100, held[tk])
+				}
+				if !union && !tiled {
+					t.Errorf("chunk %d: the source holds %v: no disjoint contributions cover %v", tk-100, held[tk], experts)
+				}
+			}
+		})
+	}
+}
+
+// tiles reports whether some of the P-BMs in held are pairwise disjoint and
+// together equal want (brute force over subsets: the oracle).
+func tiles(held [][]uint32, want []uint32) bool {
+	for m := 1; m < 1<<len(held); m++ {
+		seen := map[uint32]int{}
+		for i, s := range held {
+			if m&(1<<i) != 0 {
+				for _, e := range s {
+					seen[e]++
+				}
+			}
+		}
+		ok := len(seen) == len(want)
+		for _, e := range want {
+			ok = ok && seen[e] == 1
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}

@@ -102,9 +102,26 @@ func (a *tokenAgg) add(r *rx, now time.Time) bool {
 	return true
 }
 
-// chosen returns fully received parts with pairwise disjoint P-BMs, larger
-// sets first (a PARTIAL {a} and a later merged {a,b} cannot both count).
+// chosen returns fully received parts with pairwise disjoint P-BMs (a
+// PARTIAL {a} and a later merged {a,b} cannot both count): larger sets
+// first, and when that greedy pick leaves the target uncovered, an exact
+// cover if the parts hold one (below).
 func (a *tokenAgg) chosen() ([]*part, *bitmapfwd.Set) {
+	r, got := a.greedy()
+	if got.Equal(a.target) {
+		return r, got
+	}
+	if c := a.exactCover(); c != nil {
+		got = bitmapfwd.NewSet(a.target.Cap())
+		for _, p := range c {
+			got.Or(got, p.set)
+		}
+		return c, got
+	}
+	return r, got
+}
+
+func (a *tokenAgg) greedy() ([]*part, *bitmapfwd.Set) {
 	got := bitmapfwd.NewSet(a.target.Cap())
 	var r []*part
 	done := make([]bool, len(a.parts))
@@ -125,6 +142,63 @@ func (a *tokenAgg) chosen() ([]*part, *bitmapfwd.Set) {
 		r = append(r, a.parts[best])
 		got.Or(got, a.parts[best].set)
 	}
+}
+
+// coverSteps bounds the exact-cover search. Parts per token are few (the
+// merge points of one tree, a PARTIAL or two, repairs), so the search
+// normally ends in a handful of steps; the bound only keeps a pathological
+// pile of overlapping late frames from costing more than a retransmission.
+const coverSteps = 4096
+
+// exactCover looks for fully received parts, pairwise disjoint, whose union
+// is the target: the greedy pick misses one when a large overlapping part
+// (a merged frame that arrived after a PARTIAL of the same bits) blocks the
+// two smaller parts that tile it. It returns nil when there is none (or the
+// search ran out of steps): the token then still misses endpoints.
+func (a *tokenAgg) exactCover() []*part {
+	var cand []*part
+	for _, p := range a.parts {
+		if p.left == 0 && !p.set.IsEmpty() {
+			cand = append(cand, p)
+		}
+	}
+	steps := 0
+	got := bitmapfwd.NewSet(a.target.Cap())
+	var pick []*part
+	var dfs func() bool
+	dfs = func() bool {
+		// The lowest target endpoint not covered yet: some part must hold it.
+		first := -1
+		for e := a.target.Next(0); e >= 0; e = a.target.Next(e + 1) {
+			if !got.Contains(e) {
+				first = e
+				break
+			}
+		}
+		if first < 0 {
+			return true
+		}
+		for _, p := range cand {
+			if steps++; steps > coverSteps {
+				return false
+			}
+			if !p.set.Contains(first) || p.set.Intersects(got) {
+				continue
+			}
+			got.Or(got, p.set)
+			pick = append(pick, p)
+			if dfs() {
+				return true
+			}
+			pick = pick[:len(pick)-1]
+			got.AndNot(got, p.set)
+		}
+		return false
+	}
+	if dfs() {
+		return pick
+	}
+	return nil
 }
 
 // received is the union of the fully received, disjoint contributions.

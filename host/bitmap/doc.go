@@ -15,12 +15,22 @@
 //     with D-BM = its top-K experts and its gating weights, experts
 //     pre-multiply, switches merge the returns against the self-installed
 //     C-BMs, the source gets one combined vector per token; ReferenceMoE is
-//     the unicast implementation used as the oracle;
+//     the unicast implementation used as the oracle. A source keeps a window
+//     of tokens in flight, and re-dispatches each chunk (each its own
+//     Token) only to the experts that chunk misses: re-dispatching every
+//     chunk to the union let the switches merge contributions the source
+//     already held with ones it lacked, which it could never use;
 //   - reliable multicast of files (SendFile/ReceiveFile): windows of RESULT +
 //     EXT (D-BM = receivers, Token = window), zero-group ACKs aggregated in
 //     the network (one per window at the source), PARTIAL ACKs repaired by a
 //     multicast to the miss set that self-installs its own ACK tree, a
+//     window that a later-sent window overtook repaired at once (FIFO paths
+//     make that proof of a loss), an AIMD window of windows in flight, a
 //     SHA-256-verified manifest window first.
+//
+// Hosts open their socket with SocketBuffer-sized buffers (conn.go): with
+// the kernel's default receive buffer, a MoE dispatch burst overflowed the
+// experts' sockets.
 //
 // It owns host-side protocol state only: tokens, windows, retransmission,
 // duplicate suppression, exact accumulation of what arrives at a root

@@ -36,13 +36,17 @@ type fabric struct {
 	q       chan delivery
 	hosts   map[string]*fakeConn
 	sw      map[string]*fakeSwitch
+	eng     map[string]*engSwitch // engine_test.go: real engine/bitmap shards instead
 	owner   map[[6]byte]string
 	timeout time.Duration
 
 	mu        sync.Mutex
 	rng       *rand.Rand
 	loss, dup float64
-	dropped   int
+	// drop, when set (under mu), sees every frame put on a link by node
+	// and drops it by returning true: targeted losses.
+	drop    func(node string, frame []byte) bool
+	dropped int
 	// toRoot counts DATA frames delivered to each host (ACKs at a source).
 	delivered map[string]int
 	stop      chan struct{}
@@ -51,6 +55,12 @@ type fabric struct {
 }
 
 func newFabric(t testing.TB, topo *deploy.Topology, plan *bitmapam.Plan, loss, dup float64, seed uint64) *fabric {
+	return newFabricWith(t, topo, plan, loss, dup, seed, false)
+}
+
+// newFabricWith is newFabric; with engine the switches are engine/bitmap
+// Shards staged from the plan (engine_test.go), not the fake.
+func newFabricWith(t testing.TB, topo *deploy.Topology, plan *bitmapam.Plan, loss, dup float64, seed uint64, engine bool) *fabric {
 	f := &fabric{t: t, topo: topo, plan: plan, q: make(chan delivery, 1<<16), hosts: map[string]*fakeConn{},
 		sw: map[string]*fakeSwitch{}, owner: map[[6]byte]string{}, rng: rand.New(rand.NewPCG(seed, 1)),
 		loss: loss, dup: dup, delivered: map[string]int{}, stop: make(chan struct{})}
@@ -73,6 +83,9 @@ func newFabric(t testing.TB, topo *deploy.Topology, plan *bitmapam.Plan, loss, d
 			}
 		}
 		f.sw[n] = s
+	}
+	if engine {
+		f.eng = newEngSwitches(t, f)
 	}
 	f.wg.Add(1)
 	go f.run()
@@ -114,7 +127,7 @@ func (f *fabric) put(node, iface string, frame []byte, inLoop bool) {
 		return
 	}
 	f.mu.Lock()
-	drop := f.rng.Float64() < f.loss
+	drop := f.rng.Float64() < f.loss || f.drop != nil && f.drop(node, frame)
 	dup := f.rng.Float64() < f.dup
 	if drop {
 		f.dropped++
@@ -156,9 +169,7 @@ func (f *fabric) run() {
 				return
 			case d = <-f.q:
 			case now := <-tick.C:
-				for _, n := range f.topo.NodesOf(deploy.KindPrismd) {
-					f.sw[n].expire(now)
-				}
+				f.expire(now)
 				continue
 			}
 		}
@@ -166,15 +177,28 @@ func (f *fabric) run() {
 		// Timers fire even under load.
 		select {
 		case now := <-tick.C:
-			for _, n := range f.topo.NodesOf(deploy.KindPrismd) {
-				f.sw[n].expire(now)
-			}
+			f.expire(now)
 		default:
 		}
 	}
 }
 
+// expire runs every switch's timers.
+func (f *fabric) expire(now time.Time) {
+	for _, n := range f.topo.NodesOf(deploy.KindPrismd) {
+		if e := f.eng[n]; e != nil {
+			e.tick(now)
+			continue
+		}
+		f.sw[n].expire(now)
+	}
+}
+
 func (f *fabric) deliver(d delivery) {
+	if e := f.eng[d.node]; e != nil {
+		e.receive(d.iface, d.frame)
+		return
+	}
 	if s := f.sw[d.node]; s != nil {
 		s.receive(d.iface, d.frame)
 		return

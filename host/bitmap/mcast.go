@@ -56,8 +56,20 @@ type McastOptions struct {
 	// WindowPackets is the packets per window: one ACK per window and
 	// receiver (0 = 16).
 	WindowPackets int
-	// Outstanding is how many windows may await their ACK (0 = 8).
+	// Outstanding is how many windows may await their ACK at the start
+	// (0 = 8). The sender then adapts it (AIMD, like TCP's congestion
+	// window): one more window per round trip while windows complete
+	// without repair, half on evidence of a loss, never below 2 nor above
+	// MaxOutstanding. Losses here are queues that overflowed (a switch
+	// worker's ring, a receiver's socket): sending faster than the slowest
+	// of them only buys repairs.
 	Outstanding int
+	// MaxOutstanding caps the adapted window (0 = 16; at or below
+	// Outstanding: a fixed window of Outstanding). 16 windows of 16
+	// packets is what a prismd worker's input ring holds (256 frames):
+	// beyond that a switch descheduled for a moment drops, and in the
+	// jumbo lab growing to 30 windows cost repairs and time, not speed.
+	MaxOutstanding int
 	// Timeout: how long the source waits for a window's ACK before it
 	// repairs (0 = as AllReduce's default).
 	Timeout time.Duration
@@ -85,6 +97,10 @@ func (o *McastOptions) norm(plan *bitmapam.Plan) McastOptions {
 	if r.Outstanding == 0 {
 		r.Outstanding = 8
 	}
+	if r.MaxOutstanding == 0 {
+		r.MaxOutstanding = 16
+	}
+	r.MaxOutstanding = max(r.MaxOutstanding, r.Outstanding)
 	if r.Timeout == 0 && plan != nil {
 		r.Timeout = defaultTimeout(plan)
 	}
@@ -107,6 +123,8 @@ type McastStats struct {
 	Partials      uint64 // of them PARTIAL
 	AcksPerWindow []int  // ACK frames per token (index 0 = manifest)
 	Repaired      []bool // whether the token needed a repair (its ACK count then includes the rounds')
+	Inferred      int    // repairs started because a window sent later completed first (no timeout waited)
+	MaxInFlight   int    // most windows awaiting their ACK at once (the adapted window's peak)
 }
 
 // CleanAcks returns the min and max ACK frames per window over the windows
@@ -127,7 +145,8 @@ func (s *McastStats) CleanAcks() (mn, mx, n int) {
 }
 
 type mwin struct {
-	first, n int // packets [first, first+n) of the file (manifest: n = 1)
+	first, n int    // packets [first, first+n) of the file (manifest: n = 1)
+	seq      uint64 // send order of its latest (re)transmission
 	acked    *bitmapfwd.Set
 	sent     time.Time
 	repaired time.Time
@@ -190,6 +209,7 @@ func SendFile(ctx context.Context, port *Port, plan *bitmapam.Plan, r io.ReaderA
 		install = 0
 	}
 	buf := make([]byte, chunk)
+	var sendSeq uint64 // windows sent so far, repairs included: the send order
 	sendWin := func(tok int, to *bitmapfwd.Set, xf uint8, repair bool) error {
 		win := wins[tok]
 		for p := 0; p < win.n; p++ {
@@ -216,18 +236,34 @@ func SendFile(ctx context.Context, port *Port, plan *bitmapam.Plan, r io.ReaderA
 			}
 		}
 		win.sent = time.Now()
+		sendSeq++
+		win.seq = sendSeq
 		return nil
 	}
-	repair := func(tok int, now time.Time) error {
+	// The congestion window, in data windows (see McastOptions.Outstanding).
+	cwnd := float64(o.Outstanding)
+	var cutSeq uint64 // losses of windows sent before this were answered by the last cut
+	loss := func(win *mwin) {
+		if win.seq > cutSeq {
+			cwnd = max(cwnd/2, 2)
+			cutSeq = sendSeq
+		}
+	}
+	// repair re-multicasts a window to the receivers that did not
+	// acknowledge it. ordered: a window sent after this one's latest
+	// transmission completed first, which on FIFO paths proves the
+	// transmission (or its ACK) lost, so no timer guard applies.
+	repair := func(tok int, now time.Time, ordered bool) error {
 		win := wins[tok]
 		miss := bitmapfwd.NewSet(w.bits)
 		miss.AndNot(target, win.acked)
 		if miss.IsEmpty() {
 			return nil
 		}
-		if win.lastMiss != nil && miss.SubsetOf(win.lastMiss) && now.Sub(win.repaired) < o.Timeout/2 {
+		if !ordered && win.lastMiss != nil && miss.SubsetOf(win.lastMiss) && now.Sub(win.repaired) < o.Timeout/2 {
 			return nil
 		}
+		loss(win)
 		if win.rounds >= o.Rounds {
 			ids := members(miss)
 			return &MissingError{Op: "multicast", Token: uint64(tok), Endpoints: ids, Hosts: hostsOf(ids, hostMap(plan)), Rounds: win.rounds}
@@ -236,7 +272,17 @@ func SendFile(ctx context.Context, port *Port, plan *bitmapam.Plan, r io.ReaderA
 		st.Repaired[tok] = true
 		win.repaired, win.lastMiss = now, miss
 		st.Repairs++
-		return sendWin(tok, miss, install, true)
+		xf := install
+		if ordered {
+			// The switches' aggregation of this window is most likely
+			// still open, holding the ACKs that did arrive: without
+			// INSTALL the missing ACK completes it there. A self-installed
+			// C-BM would take precedence and wait for re-ACKs that the
+			// receivers which already acknowledged suppress (they answer a
+			// repeat once per burst), until its timeout.
+			xf = 0
+		}
+		return sendWin(tok, miss, xf, true)
 	}
 	sub := port.subscribe(op.Op.Job)
 	defer port.unsubscribe(sub)
@@ -246,11 +292,12 @@ func SendFile(ctx context.Context, port *Port, plan *bitmapam.Plan, r io.ReaderA
 	defer tick.Stop()
 	for base <= m.Windows {
 		// The manifest alone first; then up to Outstanding data windows.
-		for next <= m.Windows && next-base < o.Outstanding && (next == 0 || wins[0].done) {
+		for next <= m.Windows && next-base < int(cwnd) && (next == 0 || wins[0].done) {
 			if err := sendWin(next, target, 0, false); err != nil {
 				return st, err
 			}
 			next++
+			st.MaxInFlight = max(st.MaxInFlight, next-base)
 		}
 		select {
 		case <-ctx.Done():
@@ -272,6 +319,20 @@ func SendFile(ctx context.Context, port *Port, plan *bitmapam.Plan, r io.ReaderA
 			win.acked.Or(win.acked, got)
 			if !win.done && win.acked.Equal(target) {
 				win.done = true
+				if !st.Repaired[tok] {
+					cwnd = min(cwnd+1/cwnd, float64(o.MaxOutstanding)) // one window more per round trip
+				}
+				// Windows sent before this one and still unacknowledged
+				// lost a frame or an ACK: repair them now rather than
+				// after the switches' PARTIAL or the timeout.
+				for k := base; k < next; k++ {
+					if wk := wins[k]; k != tok && !wk.done && wk.seq < win.seq {
+						st.Inferred++
+						if err := repair(k, time.Now(), true); err != nil {
+							return st, err
+						}
+					}
+				}
 				if tok > 0 {
 					for p := 0; p < win.n; p++ {
 						ackedBytes += min(int64(chunk), size-int64(win.first+p)*int64(chunk))
@@ -284,7 +345,7 @@ func SendFile(ctx context.Context, port *Port, plan *bitmapam.Plan, r io.ReaderA
 			if a.d.Ext.XFlags&parser.XFlagPartial != 0 {
 				st.Partials++
 				if !win.done {
-					if err := repair(tok, time.Now()); err != nil {
+					if err := repair(tok, time.Now(), false); err != nil {
 						return st, err
 					}
 				}
@@ -292,7 +353,7 @@ func SendFile(ctx context.Context, port *Port, plan *bitmapam.Plan, r io.ReaderA
 		case now := <-tick.C:
 			for tok := base; tok < next; tok++ {
 				if win := wins[tok]; !win.done && now.Sub(win.sent) >= o.Timeout {
-					if err := repair(tok, now); err != nil {
+					if err := repair(tok, now, false); err != nil {
 						return st, err
 					}
 				}

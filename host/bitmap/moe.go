@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prismd/prismd/bitmapfwd"
@@ -45,7 +46,23 @@ type MoEOptions struct {
 	// Cache bounds how many returned (token, expert) outputs an expert keeps
 	// to answer a re-dispatch whose return was lost (0 = 65536).
 	Cache int
+	// Window bounds the tokens one Dispatch keeps in flight (sent to remote
+	// experts, not yet combined); the next goes out when one combines or
+	// times out into a re-dispatch, which then no longer counts
+	// (0 = DefaultMoEWindow, negative = no bound: every token at once).
+	Window int
 }
+
+// DefaultMoEWindow is the default MoEOptions.Window. Every host of a job is
+// a source at once, so the switches see hosts x window x chunks dispatch
+// frames at a time, replicated toward the experts, plus the returns. With
+// 64 tokens at once from each of 8 hosts a switch worker's rings overflowed
+// whenever it was descheduled on a loaded 2-core VM, and every overflow
+// cost a re-dispatch timeout (1.6 s in spine-leaf) during which the token
+// held its place. In the spine-leaf lab 8 tokens in flight per source gave
+// the most tokens/s (32 lost more to re-dispatch than it gained); it still
+// covers a round trip: tokens/s is about window / RTT.
+const DefaultMoEWindow = 8
 
 // ExpertToken is one (token, expert) pair an expert host must compute.
 type ExpertToken struct {
@@ -84,6 +101,8 @@ type MoE struct {
 	closed   bool
 	done     chan struct{}
 	err      error
+
+	lastFrame atomic.Int64 // unix ns of the last frame of this job (Idle)
 }
 
 type asmKey struct {
@@ -139,6 +158,9 @@ func NewMoE(port *Port, plan *bitmapam.Plan, host string, opts *MoEOptions) (*Mo
 	if m.opts.Cache == 0 {
 		m.opts.Cache = 65536
 	}
+	if m.opts.Window == 0 {
+		m.opts.Window = DefaultMoEWindow
+	}
 	in := false
 	for i, o := range plan.Ops {
 		w := newWire(port, plan, o.Op)
@@ -171,6 +193,17 @@ func NewMoE(port *Port, plan *bitmapam.Plan, host string, opts *MoEOptions) (*Mo
 	m.sub = port.subscribe(plan.Spec.Op.Job)
 	go m.loop()
 	return m, nil
+}
+
+// Idle is how long no frame of the job reached this endpoint: an expert
+// host whose own tokens are combined can leave once its peers stopped
+// re-dispatching to it (they retry every Timeout while a token misses it).
+func (m *MoE) Idle() time.Duration {
+	t := m.lastFrame.Load()
+	if t == 0 {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Since(time.Unix(0, t))
 }
 
 // Close stops the endpoint; pending Receive and Combine calls fail.
@@ -236,6 +269,12 @@ type Handle struct {
 	err    error
 	stats  MoEStats
 	frames []int // frames sent per token (first transmission)
+
+	// The send window (m.mu): tokens not sent yet, in order, and how many
+	// sent ones are not combined; freed wakes watch when one combines.
+	pending  []*moeToken
+	inflight int
+	freed    chan struct{}
 }
 
 // MoEStats count one Dispatch.
@@ -245,6 +284,7 @@ type MoEStats struct {
 	Redispatches uint64 // re-dispatch frames after a timeout or PARTIAL
 	Returns      uint64 // return frames that reached the source
 	Partials     uint64 // of them PARTIAL
+	MaxInFlight  int    // most tokens in flight at once, re-dispatched ones not counted (bounded by Window)
 }
 
 type moeToken struct {
@@ -257,6 +297,8 @@ type moeToken struct {
 	aggs    []*tokenAgg     // per chunk (nil when no remote experts)
 	rounds  int
 	last    time.Time
+	sent    bool // first dispatch sent (window accounting)
+	counted bool // holds a place in the window
 	done    bool
 }
 
@@ -289,9 +331,14 @@ func (m *MoE) Dispatch(ctx context.Context, tokens [][]float32, topk [][]int, we
 	m.mu.Lock()
 	m.seq++
 	seq := m.seq
-	h := &Handle{m: m, seq: seq, out: make([][]float32, len(tokens)), done: make(chan struct{}), left: len(tokens)}
+	h := &Handle{m: m, seq: seq, out: make([][]float32, len(tokens)), done: make(chan struct{}), left: len(tokens),
+		freed: make(chan struct{}, 1)}
 	h.stats.Tokens = len(tokens)
-	m.handles[seq] = h
+	if len(tokens) == 0 {
+		close(h.done) // nothing to combine
+	} else {
+		m.handles[seq] = h
+	}
 	m.mu.Unlock()
 	w := m.wires[m.srcIdx]
 	op := m.plan.Ops[m.srcIdx]
@@ -331,33 +378,58 @@ func (m *MoE) Dispatch(ctx context.Context, tokens [][]float32, topk [][]int, we
 	m.inbox = append(m.inbox, local...)
 	m.mu.Unlock()
 	m.signal()
+	m.mu.Lock()
 	for _, mt := range h.toks {
 		if mt.remote.IsEmpty() {
-			m.mu.Lock()
 			h.maybeDone(mt)
-			m.mu.Unlock()
 			continue
 		}
-		if err := m.sendToken(w, op, h, mt, tokens[mt.idx], mt.remote, false); err != nil {
-			return nil, err
-		}
+		h.pending = append(h.pending, mt)
+	}
+	m.mu.Unlock()
+	if err := m.fill(w, op, h, tokens); err != nil {
+		m.mu.Lock()
+		h.fail(err)
+		m.mu.Unlock()
+		return nil, err
 	}
 	go m.watch(h, tokens)
 	return h, nil
 }
 
-// sendToken dispatches one token's chunks to d (a subset of its remote
-// experts); with Unicast one copy per expert.
-func (m *MoE) sendToken(w *wire, op *bitmapam.OpPlan, h *Handle, mt *moeToken, x []float32, d *bitmapfwd.Set, again bool) error {
+// fill sends pending tokens (every chunk to all its remote experts) while
+// the window has room.
+func (m *MoE) fill(w *wire, op *bitmapam.OpPlan, h *Handle, tokens [][]float32) error {
+	for {
+		m.mu.Lock()
+		if len(h.pending) == 0 || (m.opts.Window > 0 && h.inflight >= m.opts.Window) {
+			m.mu.Unlock()
+			return nil
+		}
+		mt := h.pending[0]
+		h.pending = h.pending[1:]
+		h.inflight++
+		h.stats.MaxInFlight = max(h.stats.MaxInFlight, h.inflight)
+		mt.sent, mt.counted, mt.last = true, true, time.Now()
+		m.mu.Unlock()
+		all := make([]*bitmapfwd.Set, m.chunks)
+		for j := range all {
+			all[j] = mt.remote
+		}
+		if err := m.sendToken(w, op, h, mt, tokens[mt.idx], all, false); err != nil {
+			return err
+		}
+	}
+}
+
+// sendToken dispatches one token's chunks: chunk j to ds[j] (a subset of
+// the token's remote experts; nil or empty: chunk j is not sent); with
+// Unicast one copy per expert.
+func (m *MoE) sendToken(w *wire, op *bitmapam.OpPlan, h *Handle, mt *moeToken, x []float32, ds []*bitmapfwd.Set, again bool) error {
 	root := op.Hosts[m.host]
-	targets := []*bitmapfwd.Set{d}
 	xf := uint8(parser.XFlagInstall)
 	if m.opts.Unicast {
 		xf = 0
-		targets = targets[:0]
-		for _, e := range members(d) {
-			targets = append(targets, setOf(m.plan.Bits, e))
-		}
 	}
 	// The pairs name every routed remote expert: a copy split at a branch
 	// still finds its own weight.
@@ -365,10 +437,21 @@ func (m *MoE) sendToken(w *wire, op *bitmapam.OpPlan, h *Handle, mt *moeToken, x
 	for _, e := range members(mt.remote) {
 		pairs = append(pairs, float32(e), mt.weights[e])
 	}
-	for _, to := range targets {
-		for j := 0; j < m.chunks; j++ {
-			f, n := m.chunkRange(j)
-			hv := values{parser.FormatFP32, n, fp32Bytes(x[f : f+n])}
+	for j := 0; j < m.chunks; j++ {
+		d := ds[j]
+		if d == nil || d.IsEmpty() {
+			continue
+		}
+		targets := []*bitmapfwd.Set{d}
+		if m.opts.Unicast {
+			targets = targets[:0]
+			for _, e := range members(d) {
+				targets = append(targets, setOf(m.plan.Bits, e))
+			}
+		}
+		f, n := m.chunkRange(j)
+		hv := values{parser.FormatFP32, n, fp32Bytes(x[f : f+n])}
+		for _, to := range targets {
 			var err error
 			if j == 0 {
 				err = w.send(parser.ClassResult, root.RootOut, to, xf, wireToken(h.seq, mt.idx, j), 0, 0,
@@ -406,26 +489,46 @@ func (m *MoE) watch(h *Handle, tokens [][]float32) {
 			h.fail(ErrClosed)
 			m.mu.Unlock()
 			return
+		case <-h.freed:
+			if err := m.fill(w, op, h, tokens); err != nil {
+				m.mu.Lock()
+				h.fail(err)
+				m.mu.Unlock()
+				return
+			}
 		case now := <-tick.C:
 			type redo struct {
 				mt   *moeToken
-				miss *bitmapfwd.Set
+				miss []*bitmapfwd.Set // per chunk
 			}
 			var todo []redo
 			m.mu.Lock()
 			for _, mt := range h.toks {
-				if mt.done || mt.aggs == nil || now.Sub(mt.last) < m.opts.Timeout {
+				if mt.done || !mt.sent || mt.aggs == nil || now.Sub(mt.last) < m.opts.Timeout {
 					continue
 				}
-				miss := bitmapfwd.NewSet(m.plan.Bits)
-				for _, a := range mt.aggs {
-					miss.Or(miss, a.missing())
+				// Each chunk is its own Token and goes again only to what
+				// that Token misses (docs/protocol.md 8.9: D-BM AND NOT
+				// P-BM). Sending every chunk to the union of the chunks'
+				// misses let a branch switch merge an expert the source
+				// still needs for chunk j with one it already holds for
+				// chunk j: that merged contribution overlaps what the
+				// source has, can never be used, and the same re-dispatch
+				// produced it again every round. An expert missing for some
+				// chunks only has computed the token and answers them from
+				// its cache; one that never got the token misses in every
+				// chunk and so receives all of them.
+				miss := make([]*bitmapfwd.Set, len(mt.aggs))
+				union := bitmapfwd.NewSet(m.plan.Bits)
+				for j, a := range mt.aggs {
+					miss[j] = a.missing()
+					union.Or(union, miss[j])
 				}
-				if miss.IsEmpty() {
+				if union.IsEmpty() {
 					continue
 				}
 				if mt.rounds >= m.opts.Rounds {
-					ids := members(miss)
+					ids := members(union)
 					h.fail(&MissingError{Op: "moe", Token: uint64(mt.idx), Endpoints: ids, Hosts: hostsOf(ids, m.hostMap), Rounds: mt.rounds})
 					m.mu.Unlock()
 					return
@@ -433,6 +536,10 @@ func (m *MoE) watch(h *Handle, tokens [][]float32) {
 				mt.rounds++
 				mt.last = now
 				todo = append(todo, redo{mt, miss})
+				// A token that needs a re-dispatch no longer holds a place
+				// in the window (as TCP's lost segments leave the pipe): its
+				// repair waits a whole Timeout, the next tokens need not.
+				h.release(mt)
 			}
 			m.mu.Unlock()
 			for _, r := range todo {
@@ -444,6 +551,19 @@ func (m *MoE) watch(h *Handle, tokens [][]float32) {
 				}
 			}
 		}
+	}
+}
+
+// release gives mt's place in the window back (m.mu held).
+func (h *Handle) release(mt *moeToken) {
+	if !mt.counted {
+		return
+	}
+	mt.counted = false
+	h.inflight--
+	select {
+	case h.freed <- struct{}{}:
+	default:
 	}
 }
 
@@ -504,6 +624,7 @@ func (h *Handle) maybeDone(mt *moeToken) {
 	}
 	mt.done, mt.aggs = true, nil
 	h.out[mt.idx] = out
+	h.release(mt)
 	h.left--
 	if h.left == 0 {
 		delete(h.m.handles, h.seq)
@@ -596,23 +717,23 @@ func (m *MoE) Return(ctx context.Context, tok ExpertToken, weighted []float32) e
 		return fmt.Errorf("%w: %s has no return link toward %s", ErrNotInPlan, m.host, tok.Source)
 	}
 	w := m.wires[tok.op]
-	var frames [][]byte
+	bodies, enc, err := w.setBodies(setOf(m.plan.Bits, tok.Expert))
+	if err != nil {
+		return err
+	}
+	frames := make([][]byte, 0, m.chunks)
 	for j := 0; j < m.chunks; j++ {
 		f, n := m.chunkRange(j)
-		bodies, enc, err := w.setBodies(setOf(m.plan.Bits, tok.Expert))
-		if err != nil {
-			return err
-		}
 		fr, err := w.frame(parser.ClassData, hp.Up, enc, bodies[0], 0, tok.Token<<8|uint64(j), uint32(f), 0, 0,
 			values{parser.FormatFP32, n, fp32Bytes(weighted[f : f+n])})
 		if err != nil {
 			return err
 		}
-		if err := m.port.write(fr); err != nil {
-			return err
-		}
 		frames = append(frames, fr)
 	}
+	// Cached before they are sent: the token was handed to Receive once
+	// and never is again, so a re-dispatch can only be answered from here.
+	// A frame the socket refused is then a loss like any other.
 	m.mu.Lock()
 	k := retKey{tok.op, tok.Token, tok.Expert}
 	if _, ok := m.cache[k]; !ok {
@@ -624,7 +745,13 @@ func (m *MoE) Return(ctx context.Context, tok ExpertToken, weighted []float32) e
 		m.cacheQ = m.cacheQ[1:]
 	}
 	m.mu.Unlock()
-	return nil
+	var first error
+	for _, fr := range frames {
+		if err := m.port.write(fr); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 func (m *MoE) loop() {
@@ -651,6 +778,7 @@ func (m *MoE) frame(f []byte) {
 	if !ok {
 		return
 	}
+	m.lastFrame.Store(time.Now().UnixNano())
 	for i, o := range m.plan.Ops {
 		if o.Op != key {
 			continue

@@ -251,3 +251,45 @@ func TestMoEMatchesReference(t *testing.T) {
 		})
 	}
 }
+
+// TestMoEWindow: a Dispatch keeps at most Window tokens in flight, and
+// without a bound sends them all at once; the result is the reference
+// either way.
+func TestMoEWindow(t *testing.T) {
+	for _, tc := range []struct{ window, want int }{{3, 3}, {-1, 24}} {
+		t.Run(fmt.Sprint("window=", tc.window), func(t *testing.T) {
+			topo := loadTopo(t, "spine-leaf")
+			p := moePlan(t, topo, 1, 40, 2)
+			f := newFabric(t, topo, p, 0, 0, 5)
+			hosts := topo.Hosts()
+			batches := map[string]moeBatch{}
+			for i, h := range hosts {
+				b := randomBatch(uint64(i+1), 24, 40, 2, len(p.Spec.Endpoints))
+				for tk := range b.topk {
+					// Remote experts only, so every token enters the window.
+					for j, e := range b.topk[tk] {
+						if e == i {
+							b.topk[tk][j] = (i + 1 + j) % len(hosts)
+						}
+					}
+					if b.topk[tk][0] == b.topk[tk][1] {
+						b.topk[tk] = b.topk[tk][:1]
+						b.weights[tk] = b.weights[tk][:1]
+					}
+				}
+				batches[h] = b
+			}
+			opts := &MoEOptions{Window: tc.window}
+			outs, res := runMoE(t, f, p, hosts, batches, opts)
+			if t.Failed() {
+				return
+			}
+			checkMoE(t, hosts, batches, outs, res, opts)
+			for _, h := range hosts {
+				if got := res.stats[h].MaxInFlight; got != tc.want {
+					t.Errorf("%s: at most %d tokens in flight, want %d", h, got, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prismd/prismd/bitmapfwd"
@@ -33,6 +35,8 @@ type Port struct {
 	pids   map[pidKey]uint32
 	closed bool
 	done   chan struct{}
+
+	txDrops atomic.Uint64
 }
 
 type pidKey struct {
@@ -48,13 +52,26 @@ type sub struct {
 	ch  chan []byte
 }
 
-// Open opens the AF_PACKET socket on iface (needs CAP_NET_RAW).
+// Open opens the AF_PACKET socket on iface (needs CAP_NET_RAW) with
+// SocketBuffer-sized buffers (conn.go).
 func Open(iface string) (*Port, error) {
-	c, err := am.OpenConn(iface)
+	c, err := openConn(iface)
 	if err != nil {
 		return nil, fmt.Errorf("bitmap: %w", err)
 	}
 	return NewPort(c), nil
+}
+
+// KernelDrops is how many frames the kernel dropped on this Port's socket
+// because its receive buffer was full, since the last call (0 for a Conn
+// that cannot tell). Every such drop is a loss the protocols repair by
+// timeout; a nonzero value means the host cannot keep up.
+func (p *Port) KernelDrops() uint64 {
+	if d, ok := p.conn.(interface{ drops() (uint64, error) }); ok {
+		n, _ := d.drops()
+		return n
+	}
+	return 0
 }
 
 // NewPort starts a Port over conn; the Port owns conn.
@@ -172,10 +189,21 @@ func (p *Port) nextPID(op parser.OpKey, stream uint16, c parser.Class) uint32 {
 
 func (p *Port) write(f []byte) error {
 	if err := p.conn.WriteFrame(f); err != nil {
+		if errors.Is(err, syscall.ENOBUFS) {
+			// The device queue was full (a veth whose peer's backlog
+			// overflowed answers so): the frame is lost like one dropped
+			// on the wire, and every protocol here repairs that by timeout.
+			p.txDrops.Add(1)
+			return nil
+		}
 		return fmt.Errorf("bitmap: send: %w", err)
 	}
 	return nil
 }
+
+// TxDrops is how many frames the interface refused for a full device queue
+// (ENOBUFS) since the Port opened: sent nowhere, repaired like losses.
+func (p *Port) TxDrops() uint64 { return p.txDrops.Load() }
 
 // wire is one operation's framing context on this host.
 type wire struct {
