@@ -7,5 +7,15 @@
 // Handler, i.e. package engine, knows operations), parse configuration files
 // (cmd/prismd does) or touch Prometheus (package metrics reads the counters
 // this package exposes through Stats). Raw syscalls and unsafe live only in
-// dataplane/internal/afpacket.
+// dataplane/internal/afpacket and dataplane/internal/xdp.
+//
+// Ports have two backends behind the same Port interface. OpenAFPacket
+// (afpacket.go) uses AF_PACKET sockets with a TPACKET_V3 receive ring.
+// OpenAFXDP (afxdp.go) attaches a small XDP program (built in Go with
+// cilium/ebpf/asm, generic mode by default, native by option) through a BPF
+// link and reads and writes through one copy-mode AF_XDP socket per receive
+// queue: frames are copied between the UMEM and the caller's buffers, one
+// producer update and one sendto per transmitted batch, ppoll when idle. It
+// forwards faster (see scripts/bench-forward.sh) but the host stack on an
+// AF_XDP port only sees unicast non-PRISM frames for the port's own MAC.
 package dataplane

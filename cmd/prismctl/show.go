@@ -1,6 +1,6 @@
 // This file owns 'prismctl show': a running prismd's operations, ports and
 // MAC table, read over its control_listen unix-socket HTTP server (GET
-// /v1/ops from package control, GET /v1/status from the daemon).
+// /v1/ops from package control, GET /v1/status and /v1/macs from the daemon).
 
 package main
 
@@ -74,10 +74,7 @@ func runShow(args []string) int {
 	if path == "" {
 		path = defaultSocket
 	}
-	endpoint := "/v1/ops"
-	if subject != "ops" {
-		endpoint = "/v1/status"
-	}
+	endpoint := map[string]string{"ops": "/v1/ops", "ports": "/v1/status", "macs": "/v1/macs"}[subject]
 	body, err := getUnix(path, endpoint)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl show: %v\n", err)
@@ -134,7 +131,7 @@ func getUnix(sock, path string) ([]byte, error) {
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusNotFound {
-		return nil, fmt.Errorf("%s: %s not served by this prismd (built without the engine?)", sock, path)
+		return nil, fmt.Errorf("%s: %s not served by this prismd (built without the engine, or older than this prismctl?)", sock, path)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s %s: %s: %s", sock, path, resp.Status, strings.TrimSpace(string(body)))
@@ -238,16 +235,56 @@ func printPorts(w io.Writer, body []byte) error {
 	return tw.Flush()
 }
 
+// macs mirrors the daemon's GET /v1/macs body (cmd/prismd MACsResponse).
+type macs struct {
+	AgingSeconds int `json:"aging_seconds"`
+	Learned      int `json:"learned"`
+	Local        int `json:"local"`
+	Entries      []struct {
+		MAC        string `json:"mac"`
+		Port       string `json:"port"`
+		PortIndex  int    `json:"port_index"`
+		AgeSeconds int    `json:"age_seconds"`
+		Local      bool   `json:"local"`
+	} `json:"entries"`
+}
+
+// printMACs prints the MAC table sorted by port (the node MAC last), local
+// MACs first within a port, then by MAC, and the entry counts.
 func printMACs(w io.Writer, body []byte) error {
-	var s status
-	if err := json.Unmarshal(body, &s); err != nil {
+	var m macs
+	if err := json.Unmarshal(body, &m); err != nil {
 		return err
 	}
-	if s.Ports == nil && s.Frames == nil {
-		return errors.New("unexpected /v1/status body")
+	if m.Entries == nil {
+		return errors.New("unexpected /v1/macs body: no entries list")
 	}
-	// The dataplane exports only the number of live entries; it has no
-	// table dump yet.
-	fmt.Fprintf(w, "%d live MAC table entries (per-entry listing not exported by the dataplane)\n", s.MACEntries)
+	e := m.Entries
+	sort.SliceStable(e, func(i, j int) bool {
+		// uint: the node MAC's index -1 sorts after every port.
+		if pi, pj := uint(e[i].PortIndex), uint(e[j].PortIndex); pi != pj {
+			return pi < pj
+		}
+		if e[i].Local != e[j].Local {
+			return e[i].Local
+		}
+		return e[i].MAC < e[j].MAC // lower-case hex of equal length: text order is byte order
+	})
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MAC\tPORT\tAGE\tTYPE\t")
+	for _, x := range e {
+		port, age, typ := x.Port, fmt.Sprintf("%ds", x.AgeSeconds), "learned"
+		if x.PortIndex < 0 {
+			port = "(node)"
+		}
+		if x.Local {
+			age, typ = "-", "local"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", x.MAC, port, age, typ)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%d learned, %d local MAC table entries (aging %ds)\n", m.Learned, m.Local, m.AgingSeconds)
 	return nil
 }

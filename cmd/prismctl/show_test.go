@@ -31,6 +31,16 @@ func TestShowOverUnixSocket(t *testing.T) {
 	mux.HandleFunc("/v1/status", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(`{"version":"x","ports":[{"index":0,"name":"p0","mac":"02:00:00:00:00:01","mtu":1500,"rx_frames":5,"tx_frames":6,"drops":{"short_frame":1}}],"frames":{},"mac_table_entries":3}`))
 	})
+	mux.HandleFunc("/v1/macs", func(w http.ResponseWriter, r *http.Request) {
+		// Deliberately out of order: prismctl sorts.
+		w.Write([]byte(`{"aging_seconds":300,"learned":3,"local":3,"entries":[
+			{"mac":"0a:00:00:00:00:0b","port":"p10","port_index":2,"age_seconds":1,"local":false},
+			{"mac":"02:ee:00:00:00:01","port":"","port_index":-1,"age_seconds":0,"local":true},
+			{"mac":"0a:00:00:00:00:0c","port":"p0","port_index":0,"age_seconds":7,"local":false},
+			{"mac":"0a:00:00:00:00:0a","port":"p0","port_index":0,"age_seconds":12,"local":false},
+			{"mac":"02:00:00:00:00:10","port":"p0","port_index":0,"age_seconds":0,"local":true},
+			{"mac":"02:00:00:00:00:12","port":"p10","port_index":2,"age_seconds":0,"local":true}]}`))
+	})
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	defer srv.Close()
@@ -56,9 +66,36 @@ func TestShowOverUnixSocket(t *testing.T) {
 	if err := printPorts(&out, body); err != nil || !strings.Contains(out.String(), "short_frame=1") {
 		t.Fatalf("ports: %v\n%s", err, out.String())
 	}
+	body, err = getUnix(sock, "/v1/macs")
+	if err != nil {
+		t.Fatal(err)
+	}
 	out.Reset()
-	if err := printMACs(&out, body); err != nil || !strings.Contains(out.String(), "3 live") {
-		t.Fatalf("macs: %v\n%s", err, out.String())
+	if err := printMACs(&out, body); err != nil {
+		t.Fatal(err)
+	}
+	// Port index order (p10 is index 2, after p0), local first, then MAC;
+	// the node MAC last.
+	want := [][]string{
+		{"MAC", "PORT", "AGE", "TYPE"},
+		{"02:00:00:00:00:10", "p0", "-", "local"},
+		{"0a:00:00:00:00:0a", "p0", "12s", "learned"},
+		{"0a:00:00:00:00:0c", "p0", "7s", "learned"},
+		{"02:00:00:00:00:12", "p10", "-", "local"},
+		{"0a:00:00:00:00:0b", "p10", "1s", "learned"},
+		{"02:ee:00:00:00:01", "(node)", "-", "local"},
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(want)+1 {
+		t.Fatalf("macs: %d lines, want %d:\n%s", len(lines), len(want)+1, out.String())
+	}
+	for i, w := range want {
+		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(w, " ") {
+			t.Errorf("macs line %d: %q, want %q", i, lines[i], w)
+		}
+	}
+	if last := lines[len(lines)-1]; last != "3 learned, 3 local MAC table entries (aging 300s)" {
+		t.Errorf("macs count line %q", last)
 	}
 	if code := runShow([]string{"bogus"}); code != 2 {
 		t.Fatalf("bogus subject: exit %d", code)

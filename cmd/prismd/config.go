@@ -29,10 +29,16 @@ import (
 //	    rx_ring: true               # optional; TPACKET_V3 receive ring (false: recvmmsg)
 //	    rx_ring_timeout: 1ms        # optional; max wait of a frame in a partly filled block
 //	    qdisc_bypass: true          # optional; false keeps egress visible to tcpdump
+//	    backend: afpacket           # optional; afpacket (default) or afxdp (XDP program + AF_XDP sockets)
+//	    xdp_mode: generic           # optional, afxdp only; generic (default, any driver) or native (driver XDP)
 //	    fault:                      # optional, tests/labs only (egress of this port)
 //	      reorder_percent: 0        # 0..100
 //	      reorder_depth: 3
 //	      delay_us: 0
+//	      ingress:                  # optional; received frames, before classification
+//	        drop_percent: 0.5       # 0..100, fractions allowed; also duplicate_percent,
+//	        reorder_percent: 0      #   reorder_depth, delay_us and seed (reproducible)
+//	      # egress: {reorder_percent, reorder_depth, delay_us, seed} instead of the keys above
 //	workers: 1                      # engine workers (default 1)
 //	mac_aging: 300s                 # default 300s
 //	metrics_listen: "127.0.0.1:9100"   # empty or absent disables
@@ -68,6 +74,27 @@ type PortConfig struct {
 	// QdiscBypass sends past the qdisc layer (default true); false keeps
 	// egress visible to tcpdump and subject to any qdisc on the port.
 	QdiscBypass *bool `yaml:"qdisc_bypass"`
+	// Backend is how the port reaches the wire: "afpacket" (default) or
+	// "afxdp" (an XDP program steering frames to AF_XDP sockets; faster,
+	// but the host stack on the port sees only unicast frames for the
+	// port's own MAC). rx_ring, rx_ring_timeout and qdisc_bypass apply to
+	// afpacket only.
+	Backend string `yaml:"backend"`
+	// XDPMode is where the afxdp backend attaches its XDP program:
+	// "generic" (default; works on every interface) or "native" (in the
+	// driver; faster on NICs with XDP support, refused by the others).
+	XDPMode string `yaml:"xdp_mode"`
+}
+
+// Port backends (PortConfig.Backend).
+const (
+	BackendAFPacket = "afpacket"
+	BackendAFXDP    = "afxdp"
+)
+
+// XDPOptions maps the port entry to the AF_XDP backend's options.
+func (p PortConfig) XDPOptions() dataplane.XDPOptions {
+	return dataplane.XDPOptions{MTU: p.MTU, Native: p.XDPMode == "native"}
 }
 
 // Options maps the port entry to the dataplane's socket options.
@@ -81,18 +108,24 @@ func (p PortConfig) Options() dataplane.PortOptions {
 }
 
 // FaultConfig impairs frames transmitted on the port (tests and labs only).
+// Ingress and Egress are in config_fault.go; the keys directly under fault
+// are the original egress form.
 type FaultConfig struct {
-	ReorderPercent int `yaml:"reorder_percent"`
-	ReorderDepth   int `yaml:"reorder_depth"`
-	DelayUS        int `yaml:"delay_us"`
+	ReorderPercent int                 `yaml:"reorder_percent"`
+	ReorderDepth   int                 `yaml:"reorder_depth"`
+	DelayUS        int                 `yaml:"delay_us"`
+	Ingress        *IngressFaultConfig `yaml:"ingress"`
+	Egress         *EgressFaultConfig  `yaml:"egress"`
 }
 
 func (p PortConfig) fault() dataplane.Fault {
 	if p.Fault == nil {
 		return dataplane.Fault{}
 	}
-	return dataplane.Fault{ReorderPercent: p.Fault.ReorderPercent, ReorderDepth: p.Fault.ReorderDepth,
+	f := dataplane.Fault{ReorderPercent: p.Fault.ReorderPercent, ReorderDepth: p.Fault.ReorderDepth,
 		Delay: time.Duration(p.Fault.DelayUS) * time.Microsecond}
+	p.Fault.faultSections(&f)
+	return f
 }
 
 // ConfigError is a configuration problem: what is wrong and how to fix it.
@@ -136,8 +169,10 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
 		msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
 		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, mac_aging, metrics_listen, control_listen, am_sources)")
-		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, fault)")
-		msg = strings.ReplaceAll(msg, "in type main.FaultConfig", "in fault (valid keys: reorder_percent, reorder_depth, delay_us)")
+		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, rx_ring, rx_ring_timeout, qdisc_bypass, backend, xdp_mode, fault)")
+		msg = strings.ReplaceAll(msg, "in type main.FaultConfig", "in fault (valid keys: reorder_percent, reorder_depth, delay_us, ingress, egress)")
+		msg = strings.ReplaceAll(msg, "in type main.IngressFaultConfig", "in fault.ingress (valid keys: drop_percent, duplicate_percent, reorder_percent, reorder_depth, delay_us, seed)")
+		msg = strings.ReplaceAll(msg, "in type main.EgressFaultConfig", "in fault.egress (valid keys: reorder_percent, reorder_depth, delay_us, seed)")
 		return nil, &ConfigError{File: file, Msg: msg}
 	}
 	var extra yaml.Node
@@ -197,6 +232,21 @@ func (c *Config) Validate(file string) error {
 		if p.RxRingTimeout < 0 || p.RxRingTimeout > 100*time.Millisecond {
 			return bad(f+".rx_ring_timeout", "%v is out of range; use 0..100ms (default 1ms)", p.RxRingTimeout)
 		}
+		switch p.Backend {
+		case "", BackendAFPacket:
+		case BackendAFXDP:
+			if p.RxRing != nil || p.RxRingTimeout != 0 || p.QdiscBypass != nil {
+				return bad(f+".backend", "afxdp has no rx_ring, rx_ring_timeout or qdisc_bypass (AF_PACKET socket options); remove them or use backend: afpacket")
+			}
+		default:
+			return bad(f+".backend", "%q is not a port backend; use afpacket (default) or afxdp", p.Backend)
+		}
+		switch {
+		case p.XDPMode != "" && p.Backend != BackendAFXDP:
+			return bad(f+".xdp_mode", "applies to backend: afxdp only; add that or remove xdp_mode")
+		case p.XDPMode != "" && p.XDPMode != "generic" && p.XDPMode != "native":
+			return bad(f+".xdp_mode", "%q is not an XDP attach mode; use generic (default) or native", p.XDPMode)
+		}
 		if p.Fault != nil {
 			if p.Fault.ReorderPercent < 0 || p.Fault.ReorderPercent > 100 {
 				return bad(f+".fault.reorder_percent", "%d is not a percentage; use 0..100", p.Fault.ReorderPercent)
@@ -209,6 +259,9 @@ func (c *Config) Validate(file string) error {
 			}
 			if p.Fault.DelayUS < 0 || p.Fault.DelayUS > 1_000_000 {
 				return bad(f+".fault.delay_us", "%d is out of range; use 0..1000000 microseconds", p.Fault.DelayUS)
+			}
+			if err := p.Fault.validateSections(f+".fault", bad); err != nil {
+				return err
 			}
 		}
 	}

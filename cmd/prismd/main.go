@@ -161,12 +161,12 @@ func (d *daemon) applyPorts(cfg *Config) error {
 			next[pc.Name] = old
 			continue
 		}
-		p, err := dataplane.OpenAFPacket(pc.Name, pc.Options())
+		p, err := openBackend(pc)
 		if err != nil {
 			for _, o := range opened {
 				o.Close()
 			}
-			return fmt.Errorf("port %q: %w (check the interface exists in this network namespace and prismd has CAP_NET_RAW)", pc.Name, err)
+			return err
 		}
 		p = dataplane.WithFault(p, pc.fault())
 		opened = append(opened, p)
@@ -187,6 +187,26 @@ func (d *daemon) applyPorts(cfg *Config) error {
 	}
 	d.ports = next
 	return nil
+}
+
+// openBackend opens pc with its backend (afpacket or afxdp).
+func openBackend(pc PortConfig) (dataplane.Port, error) {
+	if pc.Backend == BackendAFXDP {
+		p, err := dataplane.OpenAFXDP(pc.Name, pc.XDPOptions())
+		if err != nil {
+			alt := "set backend: afpacket for this port to use AF_PACKET instead"
+			if pc.XDPMode == "native" {
+				alt = "try xdp_mode: generic (works on every driver), or " + alt
+			}
+			return nil, fmt.Errorf("port %q: backend afxdp: %w (the kernel refused XDP/AF_XDP on interface %q; prismd needs root or CAP_NET_ADMIN+CAP_NET_RAW+CAP_BPF; %s)", pc.Name, err, pc.Name, alt)
+		}
+		return p, nil
+	}
+	p, err := dataplane.OpenAFPacket(pc.Name, pc.Options())
+	if err != nil {
+		return nil, fmt.Errorf("port %q: %w (check the interface exists in this network namespace and prismd has CAP_NET_RAW)", pc.Name, err)
+	}
+	return p, nil
 }
 
 func macSlice(m [6]byte) []byte { return m[:] }
@@ -220,6 +240,7 @@ func (d *daemon) startServers(cfg *Config) error {
 		_ = os.Chmod(cfg.ControlListen, 0o660)
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /v1/status", d.status)
+		mux.HandleFunc("GET /v1/macs", d.macs)
 		if controlRoutes != nil {
 			controlRoutes(mux)
 		}

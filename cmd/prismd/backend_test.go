@@ -1,0 +1,36 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestPortBackend: the backend key picks afpacket (default) or afxdp, and
+// anything else, or AF_PACKET-only keys on an afxdp port, is an error that
+// names the key and says what to write instead.
+func TestPortBackend(t *testing.T) {
+	c, err := ParseConfig("b.yaml", []byte("ports:\n  - name: a\n  - name: b\n    backend: afxdp\n    mtu: 9000\n  - name: c\n    backend: afpacket\n  - name: d\n    backend: afxdp\n    xdp_mode: native\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{c.Ports[0].Backend, c.Ports[1].Backend, c.Ports[2].Backend}; got[0] != "" || got[1] != BackendAFXDP || got[2] != BackendAFPacket {
+		t.Fatalf("backends = %q", got)
+	}
+	if o := c.Ports[1].XDPOptions(); o.MTU != 9000 || o.Native {
+		t.Errorf("XDPOptions() = %+v, want MTU 9000, generic", o)
+	}
+	if o := c.Ports[3].XDPOptions(); !o.Native {
+		t.Errorf("xdp_mode: native: XDPOptions() = %+v, want Native", o)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{"ports:\n  - name: a\n    backend: xdp\n", `ports[0].backend: "xdp" is not a port backend; use afpacket (default) or afxdp`},
+		{"ports:\n  - name: a\n    backend: afxdp\n    rx_ring: false\n", "ports[0].backend: afxdp has no rx_ring"},
+		{"ports:\n  - name: a\n    backend: afxdp\n    qdisc_bypass: true\n", "use backend: afpacket"},
+		{"ports:\n  - name: a\n    xdp_mode: native\n", "ports[0].xdp_mode: applies to backend: afxdp only"},
+		{"ports:\n  - name: a\n    backend: afxdp\n    xdp_mode: drv\n", `"drv" is not an XDP attach mode; use generic (default) or native`},
+	} {
+		if _, err := ParseConfig("b.yaml", []byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want one containing %q", tc.src, err, tc.want)
+		}
+	}
+}
