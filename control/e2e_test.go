@@ -532,6 +532,8 @@ func TestE2EThreeLevels(t *testing.T) {
 		if st, a := s.ack(t, key, parser.CmdComplete, nil); st != parser.StatusOK || a.State != parser.StateComplete || a.Completed != vlen {
 			t.Fatalf("switch %d COMPLETE: %v %+v", s.id, st, a)
 		}
+	}
+	for _, s := range f.sws {
 		if st, _ := s.ack(t, key, parser.CmdRelease, nil); st != parser.StatusOK {
 			t.Fatalf("switch %d RELEASE: %v", s.id, st)
 		}

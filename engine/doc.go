@@ -12,8 +12,10 @@
 //     PROGRESS generation and hop-by-hop retransmission;
 //   - the ring of accumulators covering the active element window, joined by
 //     global element position, the completion frontier (minimum committed
-//     watermark over contributors), partial emission to the parent, the single
-//     final rounding at the root and RESULT replication;
+//     watermark over contributors), partial emission to the parent (KULISCH
+//     and AUTO partials under KULISCH_FIXED as compact KULISCH_SCALED groups
+//     where smaller, unless Config.PlainKulischPartials), the single final
+//     rounding at the root and RESULT replication;
 //   - inactivity timeouts, ACCUMULATION_INEXACT, counters (metrics.go) and
 //     introspection snapshots (snapshot.go).
 //

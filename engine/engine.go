@@ -53,6 +53,13 @@ type Config struct {
 	// instead of one per frame, as docs/protocol.md 7 allows. Refusals
 	// (DUPLICATE, INVALID, NO_CREDIT) are still answered at once.
 	CoalesceProgress bool
+	// PlainKulischPartials never sends KULISCH_SCALED groups
+	// (docs/protocol.md section 6): KULISCH partials go out as plain
+	// KULISCH groups, AUTO partials as AUTO alone plans them. Receiving
+	// scaled groups is unaffected: every receiver of KULISCH partials must
+	// take them. For comparisons and measurements; the default (false)
+	// sends the compact scaled groups wherever they are smaller.
+	PlainKulischPartials bool
 }
 
 // maxOwed bounds the streams with a deferred PROGRESS per batch; beyond it

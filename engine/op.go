@@ -58,6 +58,10 @@ type op struct {
 
 	frontier uint32 // every contributor committed below it
 	emitted  uint32 // elements encoded into every outgoing window
+	// maxIn is the most elements one inbound DATA frame can carry (the
+	// largest contributor MinRoom): emission may only hold back a short
+	// frame while a contributor's next frame still fits the element window.
+	maxIn uint32
 
 	emitOut   []*outbound // where completed ranges go (parent, or every RESULT_OUT)
 	emitClass parser.Class
@@ -70,8 +74,23 @@ type op struct {
 	relayPending  bool
 	relayOut      []*outbound
 
-	sets   []kulisch.FormatSet // AUTO scratch
+	// sets caches the AUTO sets of completed elements [setAt, setAt+setN).
+	sets   []kulisch.FormatSet
+	setAt  uint32
+	setN   int
 	groups []kulisch.Group
+
+	// scaled: KULISCH and AUTO partials under KULISCH_FIXED go out as
+	// KULISCH_SCALED groups where that is smaller. spans caches the extents of completed elements
+	// [spanAt, spanAt+spanN): they are final below the frontier, so each
+	// element's extent is computed once however many plans look at it.
+	scaled  bool
+	spans   []kulisch.Span
+	spanAt  uint32
+	spanN   int
+	sgroups []kulisch.ScaledGroup
+	planner kulisch.ScaledPlanner
+	planAt  uint32 // o.emitted when the planner last planned (Extend resumes it)
 }
 
 func newOp(e *Engine, s *Spec) (*op, error) {
@@ -101,6 +120,7 @@ func newOp(e *Engine, s *Spec) (*op, error) {
 			})}
 			if b.Kind == parser.KindContributor {
 				o.in = append(o.in, ib)
+				o.maxIn = max(o.maxIn, minRoom)
 			} else {
 				o.result = &ib
 			}
@@ -138,6 +158,15 @@ func newOp(e *Engine, s *Spec) (*op, error) {
 		o.sets = make([]kulisch.FormatSet, parser.MaxPacketElements(s.MTU))
 		o.groups = make([]kulisch.Group, 0, parser.MaxGroups)
 	}
+	if o.emitClass == parser.ClassData && (o.emitFmt == kulisch.KULISCH || o.emitFmt == kulisch.AUTO) && o.kv != nil &&
+		!e.cfg.PlainKulischPartials {
+		o.scaled = true
+		// A plan consumes at most one frame's worth and looks a window
+		// further, so this many extents never limit it.
+		o.spans = make([]kulisch.Span, kulisch.MaxScaledCount(kulisch.BodyBudget(s.MTU, 0))+kulisch.ScaledLookahead)
+		o.sgroups = make([]kulisch.ScaledGroup, 0, parser.MaxGroups)
+		o.planner.Reserve(len(o.spans))
+	}
 	return o, nil
 }
 
@@ -155,16 +184,29 @@ func frameElements(s *Spec, b *Binding) uint32 {
 	if f == kulisch.AUTO {
 		return uint32(parser.MaxPacketElements(s.MTU))
 	}
-	return uint32(max(1, kulisch.MaxCount(f, s.KulischWidth, kulisch.BodyBudget(s.MTU, 0))))
+	n := kulisch.MaxCount(f, s.KulischWidth, kulisch.BodyBudget(s.MTU, 0))
+	if f == kulisch.KULISCH && b.Kind == parser.KindContributor {
+		// A child switch may send its KULISCH partials as KULISCH_SCALED
+		// groups, which carry up to one value per two bytes.
+		n = max(n, kulisch.MaxScaledCount(kulisch.BodyBudget(s.MTU, 0)))
+	}
+	return uint32(max(1, n))
 }
 
 // allowed reports whether an inbound group format is legal on binding b:
 // ranks send the input format; child switches send the partial policy's
-// formats (any concrete format the policy can produce under AUTO).
+// formats (any concrete format the policy can produce under AUTO), and
+// KULISCH_SCALED wherever KULISCH partials are legal (a rule of this
+// protocol version: docs/protocol.md section 6).
 func (o *op) allowed(b *Binding, f parser.Format) bool {
 	kf := kulischFormat(f)
 	if b.Kind == parser.KindContributor && b.Rank {
 		return kf == o.spec.Tuple.Input
+	}
+	if kf == kulisch.KULISCH_SCALED {
+		p := o.spec.Tuple.Partial
+		return b.Kind == parser.KindContributor && o.spec.Tuple.Acc == kulisch.KulischFixed &&
+			(p == kulisch.KULISCH || p == kulisch.AUTO)
 	}
 	p := o.spec.Tuple.Partial
 	if b.Kind == parser.KindResultIn {
@@ -253,7 +295,8 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 			o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusInvalid, tx)
 			return
 		}
-		if g.Format == parser.FormatKulisch && (o.kv == nil || o.kv.CheckKulisch(g.Values) != nil) {
+		if g.Format == parser.FormatKulisch && (o.kv == nil || o.kv.CheckKulisch(g.Values) != nil) ||
+			g.Format == parser.FormatKulischScaled && (o.kv == nil || o.kv.CheckScaled(int(g.Shift), int(g.KBytes), g.Values) != nil) {
 			m.drop(DropArithmetic)
 			o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusInvalid, tx)
 			return
@@ -314,6 +357,10 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 func (o *op) apply(d *parser.Data) {
 	var it parser.GroupIter
 	for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
+		if g.Format == parser.FormatKulischScaled {
+			o.applyScaled(&g)
+			continue
+		}
 		f := kulischFormat(g.Format)
 		w := f.Width(o.w)
 		idx := g.First % o.ring
@@ -329,6 +376,25 @@ func (o *op) apply(d *parser.Data) {
 		if o.bank.Add(int(idx), f, vals) != nil {
 			o.e.m.drop(DropArithmetic)
 		}
+	}
+}
+
+// applyScaled merges one KULISCH_SCALED group (handleData checked it).
+func (o *op) applyScaled(g *parser.Group) {
+	w := 1 + int(g.KBytes)
+	sh, b := int(g.Shift), int(g.KBytes)
+	idx := g.First % o.ring
+	cnt := uint32(g.Count)
+	vals := g.Values
+	if idx+cnt > o.ring { // wraps around the ring
+		k := o.ring - idx
+		if o.kv.MergeScaled(int(idx), sh, b, vals[:int(k)*w]) != nil {
+			o.e.m.drop(DropArithmetic)
+		}
+		vals, idx = vals[int(k)*w:], 0
+	}
+	if o.kv.MergeScaled(int(idx), sh, b, vals) != nil {
+		o.e.m.drop(DropArithmetic)
 	}
 }
 
@@ -386,8 +452,14 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 	budget := kulisch.BodyBudget(o.spec.MTU, 0)
 	for o.emitted < o.frontier {
 		avail := o.frontier - o.emitted
+		// Holding back a short frame is only safe while more input can
+		// arrive: the contributor at the frontier must fit its next frame
+		// into the element window, which is measured from o.emitted.
+		canWait := o.frontier < o.spec.VectorLen &&
+			uint64(o.frontier)+uint64(o.maxIn) <= uint64(o.emitted)+uint64(o.spec.WindowElements)
 		var count uint32
 		var groups []kulisch.Group
+		scaled := false // o.sgroups is the plan
 		if o.emitFmt == kulisch.AUTO {
 			n := min(avail, uint32(len(o.sets)))
 			if err := o.autoSets(o.emitted, n); err != nil {
@@ -405,14 +477,37 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 				return
 			}
 			groups, count = gs, uint32(used)
+			// Where AUTO needs KULISCH groups (exact sums no narrower
+			// format holds), scaled groups usually carry far more: send
+			// whichever plan carries more values, or as many in fewer bytes.
+			if o.scaled && autoHasKulisch(gs) {
+				sc, err := o.planScaled(avail, budget)
+				if err != nil {
+					o.encodeFailed(now, err, tx)
+					return
+				}
+				if sc > count || sc == count && scaledBytes(o.sgroups, o.w) < autoBytes(gs, o.w) {
+					groups, count, scaled = nil, sc, true
+				}
+			}
+		} else if o.scaled {
+			sc, err := o.planScaled(avail, budget)
+			if err != nil {
+				o.encodeFailed(now, err, tx)
+				return
+			}
+			count, scaled = sc, true
+			if count == avail && canWait && avail < uint32(len(o.spans)) {
+				break // the plan used everything: a later plan may pack more
+			}
 		} else {
 			cap := uint32(kulisch.MaxCount(o.emitFmt, o.w, budget))
 			count = min(avail, cap)
-			if count < cap && o.frontier < o.spec.VectorLen {
+			if count < cap && canWait {
 				break // wait for a full frame while more is coming
 			}
 		}
-		if o.emitFmt == kulisch.AUTO && count == avail && o.frontier < o.spec.VectorLen && avail < uint32(len(o.sets)) {
+		if o.emitFmt == kulisch.AUTO && count == avail && canWait && avail < uint32(len(o.sets)) {
 			break // the plan used everything: a later plan may pack more
 		}
 		end := o.emitted + count
@@ -423,7 +518,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		}
 		// Encode (and round) once; every further output gets a copy with
 		// its own header fields.
-		fr, err := o.encode(now, o.emitOut[0], o.emitted, count, groups, tx)
+		fr, err := o.encode(now, o.emitOut[0], o.emitted, count, groups, scaled, tx)
 		if err != nil {
 			o.encodeFailed(now, err, tx)
 			return
@@ -467,16 +562,26 @@ func (o *op) release(now int64, tx dataplane.Sender) {
 	}
 }
 
+// autoSets makes o.sets[:n] the AUTO sets of positions [first, first+n),
+// keeping those already computed: like extents, a completed element's set
+// is final, and a plan that consumes a fraction of them must not pay for
+// recomputing the rest on the next frame.
 func (o *op) autoSets(first, n uint32) error {
-	idx := first % o.ring
-	if idx+n <= o.ring {
-		return kulisch.AutoSets(o.bank, int(idx), o.sets[:n])
+	if k := first - o.setAt; first >= o.setAt && int(k) <= o.setN {
+		o.setN = copy(o.sets, o.sets[k:o.setN])
+	} else {
+		o.setN = 0
 	}
-	k := o.ring - idx
-	if err := kulisch.AutoSets(o.bank, int(idx), o.sets[:k]); err != nil {
-		return err
+	o.setAt = first
+	for uint32(o.setN) < n {
+		idx := (first + uint32(o.setN)) % o.ring
+		c := min(n-uint32(o.setN), o.ring-idx) // up to the ring's end
+		if err := kulisch.AutoSets(o.bank, int(idx), o.sets[o.setN:o.setN+int(c)]); err != nil {
+			return err
+		}
+		o.setN += int(c)
 	}
-	return kulisch.AutoSets(o.bank, 0, o.sets[k:n])
+	return nil
 }
 
 func (o *op) resetRing(first, n uint32) {
@@ -505,8 +610,9 @@ func (o *op) putValues(dst []byte, first, n uint32, f kulisch.Format) error {
 }
 
 // encode builds one frame of [first, first+count) into ob's replay buffer,
-// sends it and returns it.
-func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulisch.Group, tx dataplane.Sender) ([]byte, error) {
+// sends it and returns it: the groups of o.sgroups (scaled), of an AUTO
+// plan (groups), or one group of o.emitFmt.
+func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulisch.Group, scaled bool, tx dataplane.Sender) ([]byte, error) {
 	buf, pid, ok := ob.sw.Reserve(now, first, count, ob.sw.FrameSize())
 	if !ok {
 		return nil, errNoCredit
@@ -524,7 +630,15 @@ func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulis
 	if err := b.Reset(buf, &h, nil, o.spec.MTU); err != nil {
 		return nil, err
 	}
-	if groups == nil {
+	if scaled {
+		at := first
+		for _, g := range o.sgroups {
+			if err := o.addScaledGroup(b, g, at); err != nil {
+				return nil, err
+			}
+			at += uint32(g.Count)
+		}
+	} else if groups == nil {
 		if err := o.addGroup(b, o.emitFmt, first, count); err != nil {
 			return nil, err
 		}
@@ -553,6 +667,99 @@ func (o *op) addGroup(b *parser.DataBuilder, f kulisch.Format, first, count uint
 		return err
 	}
 	return o.putValues(slot, first, count, f)
+}
+
+// addScaledGroup encodes one planned group: KULISCH_SCALED, or plain
+// KULISCH where the planner found that no larger (Bytes 0).
+func (o *op) addScaledGroup(b *parser.DataBuilder, g kulisch.ScaledGroup, first uint32) error {
+	if g.Bytes == 0 {
+		return o.addGroup(b, kulisch.KULISCH, first, uint32(g.Count))
+	}
+	slot, err := b.AddScaledGroup(g.Bytes, g.Shift, g.Count)
+	if err != nil {
+		return err
+	}
+	idx, n := first%o.ring, uint32(g.Count)
+	if idx+n > o.ring {
+		k := o.ring - idx
+		if err := o.kv.PutScaled(slot, int(idx), int(k), g.Shift, g.Bytes); err != nil {
+			return err
+		}
+		slot, idx, n = slot[int(k)*(1+g.Bytes):], 0, n-k
+	}
+	return o.kv.PutScaled(slot, int(idx), int(n), g.Shift, g.Bytes)
+}
+
+// planScaled plans the next frame of scaled groups into o.sgroups and
+// returns how many of the avail completed elements it carries.
+func (o *op) planScaled(avail uint32, budget int) (uint32, error) {
+	n := min(avail, uint32(len(o.spans)))
+	if err := o.fillSpans(o.emitted, n); err != nil {
+		return 0, err
+	}
+	// A short frame held back waits for more values: the same run, grown.
+	plan := o.planner.Plan
+	if o.planAt == o.emitted {
+		plan = o.planner.Extend
+	}
+	o.planAt = o.emitted
+	gs, used, err := plan(o.sgroups[:0], o.spans[:n], o.w, budget)
+	if err == nil && used == 0 {
+		err = errNoProgress
+	}
+	o.sgroups = gs
+	return uint32(used), err
+}
+
+func autoHasKulisch(gs []kulisch.Group) bool {
+	for _, g := range gs {
+		if g.Format == kulisch.KULISCH {
+			return true
+		}
+	}
+	return false
+}
+
+func autoBytes(gs []kulisch.Group, w int) int {
+	n := 0
+	for _, g := range gs {
+		n += kulisch.GroupBytes(g.Format, g.Count, w)
+	}
+	return n
+}
+
+func scaledBytes(gs []kulisch.ScaledGroup, w int) int {
+	n := 0
+	for _, g := range gs {
+		if g.Bytes == 0 {
+			n += kulisch.GroupBytes(kulisch.KULISCH, g.Count, w)
+		} else {
+			n += kulisch.ScaledGroupBytes(g.Count, g.Bytes)
+		}
+	}
+	return n
+}
+
+// fillSpans makes o.spans[:n] the extents of positions [first, first+n),
+// keeping those already computed (first never moves backwards: it is the
+// emission point).
+func (o *op) fillSpans(first, n uint32) error {
+	if k := first - o.spanAt; first >= o.spanAt && int(k) <= o.spanN {
+		o.spanN = copy(o.spans, o.spans[k:o.spanN])
+	} else {
+		o.spanN = 0
+	}
+	o.spanAt = first
+	for uint32(o.spanN) < n {
+		at := first + uint32(o.spanN)
+		idx := at % o.ring
+		c := min(n-uint32(o.spanN), o.ring-idx) // up to the ring's end
+		if err := o.kv.Spans(int(idx), o.spans[o.spanN:o.spanN+int(c)]); err != nil {
+			return err
+		}
+		o.spanN += int(c)
+	}
+	return nil
 }
 
 // encodeFailed handles an error from rounding or encoding a completed
@@ -822,6 +1029,10 @@ func (o *op) timeoutErr(now int64, ib *inbound) error {
 // errInexact is the Status.Err of an operation whose sum was not
 // representable.
 var errInexact = errors.New("engine: accumulation inexact")
+
+// errNoProgress: a plan carried no value although values were complete
+// (cannot happen: every value fits an empty frame).
+var errNoProgress = errors.New("engine: encoding plan carries no value")
 
 // errNoCredit cannot escape emit: it checks credits before encoding.
 var errNoCredit = errors.New("engine: no send credit")

@@ -14,7 +14,8 @@
 //
 // Format codes are those of docs/protocol.md section 6: INT8=1 (two's
 // complement), FP16=2 (IEEE binary16), BF16=3, FP32=4 (IEEE binary32),
-// KULISCH=5, AUTO=6 (a policy, never in a descriptor). All value bytes are
+// KULISCH=5, AUTO=6 (a policy, never in a descriptor), KULISCH_SCALED=7 (a
+// descriptor format of partials only, never a policy). All value bytes are
 // little endian.
 //
 // A Kulisch value of width W bits (a multiple of 8, 64..4096) is one state
@@ -23,6 +24,18 @@
 // the FP32 subnormal quantum. Every INT8, FP16, BF16 and FP32 value is an
 // integer multiple of 2^-149, so each converts into the accumulator exactly;
 // the integer is zero for states 1..5 and nonzero for FINITE.
+//
+// A KULISCH_SCALED value is the same state byte followed by a B-byte signed
+// integer; the group's Shift (in the Scale Word the parser writes) scales
+// it: value = integer x 2^Shift units. Shift + 8B <= W keeps every value in
+// the W-bit range, so merging one can never wrap. Spans gives each value's
+// extent (lowest set bit, signed width), ScaledPlanner cuts a run into
+// groups (ScaleFor picks Shift and B; a dynamic program over exact bytes
+// decides where groups end; plain KULISCH where that is no larger),
+// PutScaled encodes and
+// MergeScaled adds exactly, straight into the carry-save digits. A partial
+// of exact sums of a few FP32 values spans a few dozen bits, so it costs
+// about 5-6 bytes per value instead of 1 + W/8.
 //
 // # Width rule
 //
@@ -83,7 +96,9 @@
 // *Vector (KULISCH_FIXED) or an *ArrivalVector (FP32_ARRIVAL). Add takes one
 // NumberGroup's packed values (an input, or a child's partial in KULISCH or
 // an AUTO-chosen format), PutValues writes a run in one concrete format, and
-// AutoSet plus PlanAuto choose AUTO groups. Accumulator wraps one exact
+// AutoSet plus PlanAuto choose AUTO groups; a *Vector also encodes and
+// merges KULISCH_SCALED groups (Spans, ScaledPlanner, PutScaled, MergeScaled),
+// which need the group's Shift and so are not Bank.Add. Accumulator wraps one exact
 // accumulator for simple uses. Nothing here is safe for concurrent use: the
 // engine owns each bank from one goroutine.
 //
@@ -95,5 +110,6 @@
 // resolved only when a value is read, and in bulk before any word could
 // overflow (every 2^29 batches). The per-value loops live in add_unsafe.go,
 // the package's one unsafe concern: bounds are checked once per batch. Adds,
-// merges, rounding, wire encoding and AUTO planning do not allocate.
+// merges, rounding, wire encoding, AUTO and KULISCH_SCALED planning do not
+// allocate.
 package kulisch

@@ -55,6 +55,13 @@ const (
 	// W in 64..4096 bits.
 	MinKulischBytes = 8
 	MaxKulischBytes = 512
+	// ScaleWordLen is the KULISCH_SCALED Scale Word: Shift (2), reserved
+	// (2), so that the values start 4-byte aligned like every group's.
+	ScaleWordLen = 4
+	// MinScaledBytes and MaxScaledBytes bound B, the KULISCH_SCALED
+	// integer byte count: one byte up to the widest Kulisch integer.
+	MinScaledBytes = 1
+	MaxScaledBytes = MaxKulischBytes
 
 	// Context record, binding, ACK body, CAPS page and record sizes (section 5).
 	ContextRecordLen = 40
@@ -112,9 +119,15 @@ const (
 	// FormatAuto is a policy only (partial / output); it never appears in a
 	// descriptor.
 	FormatAuto Format = 6
+	// FormatKulischScaled (KULISCH_SCALED) is the compact exact encoding of
+	// Kulisch partials: a Scale Word (Shift) and Count values of a state
+	// byte plus a B-byte integer, value = integer x 2^Shift units. It is a
+	// descriptor format only (never a policy) and legal only in DATA
+	// without EXT: a switch's partial to its parent.
+	FormatKulischScaled Format = 7
 )
 
-var formatNames = [...]string{"", "INT8", "FP16", "BF16", "FP32", "KULISCH", "AUTO"}
+var formatNames = [...]string{"", "INT8", "FP16", "BF16", "FP32", "KULISCH", "AUTO", "KULISCH_SCALED"}
 
 func (f Format) String() string {
 	if f >= 1 && int(f) < len(formatNames) {
@@ -124,8 +137,8 @@ func (f Format) String() string {
 }
 
 // Width is the byte width of one value of format f; kulischBytes is the
-// Kulisch integer byte count W/8 (the state byte is added here). It returns 0
-// for AUTO and unknown codes.
+// Kulisch integer byte count (W/8 for KULISCH, B for KULISCH_SCALED; the
+// state byte is added here). It returns 0 for AUTO and unknown codes.
 func (f Format) Width(kulischBytes int) int {
 	switch f {
 	case FormatINT8:
@@ -134,10 +147,26 @@ func (f Format) Width(kulischBytes int) int {
 		return 2
 	case FormatFP32:
 		return 4
-	case FormatKulisch:
+	case FormatKulisch, FormatKulischScaled:
 		return 1 + kulischBytes
 	}
 	return 0
+}
+
+// ScaleLen is the bytes that precede a group's values after its descriptor:
+// the Scale Word for KULISCH_SCALED, nothing for every other format.
+func (f Format) ScaleLen() int {
+	if f == FormatKulischScaled {
+		return ScaleWordLen
+	}
+	return 0
+}
+
+// GroupLen is the body bytes of a NumberGroup of count values of format f:
+// descriptor, Scale Word (KULISCH_SCALED), values and zero padding to 4.
+// kbytes is W/8 for KULISCH and B for KULISCH_SCALED.
+func GroupLen(f Format, kbytes, count int) int {
+	return GroupDescLen + pad4(f.ScaleLen()+count*f.Width(kbytes))
 }
 
 // Kulisch value state byte.

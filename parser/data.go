@@ -8,7 +8,7 @@ package parser
 // values, so every rule of docs/protocol.md is applied on the hot path.
 type Limits struct {
 	VectorLen    uint32 // First+Count <= VectorLen; LAST iff First+Count == VectorLen
-	KulischBytes int    // every KULISCH group must use exactly this W/8
+	KulischBytes int    // every KULISCH group must use exactly this W/8; KULISCH_SCALED Shift + 8B <= 8 x this
 	MTU          int    // bytes after the Ethernet header, padding included
 	ListCap      int    // maximum Count of a LIST endpoint set
 }
@@ -33,13 +33,15 @@ type Data struct {
 }
 
 // Group is one NumberGroup. Values aliases the frame: Count values of
-// Format.Width(KBytes) bytes each, little-endian, without the padding.
+// Format.Width(KBytes) bytes each, little-endian, without the Scale Word
+// and the padding.
 type Group struct {
 	Format Format
-	KBytes uint16 // Kulisch integer bytes W/8; 0 for other formats
+	KBytes uint16 // Kulisch integer bytes: W/8 (KULISCH), B (KULISCH_SCALED); 0 for other formats
 	Count  uint16
 	First  uint32 // global position of the first value
 	Values []byte
+	Shift  uint16 // KULISCH_SCALED: value = integer x 2^Shift units; 0 for other formats
 }
 
 // GroupIter is the state of Data.NextGroup; the zero value starts at the
@@ -155,7 +157,7 @@ func (d *Data) decode1(p []byte, lim *Limits) error {
 			return e.set(c, "group.count", bodyBase+o, ErrCount)
 		}
 		f, kb := gd.Format(), int(gd.KulischBytes())
-		var w int
+		var w, sl int
 		switch f {
 		case FormatINT8, FormatFP16, FormatBF16, FormatFP32:
 			if kb != 0 {
@@ -167,29 +169,56 @@ func (d *Data) decode1(p []byte, lim *Limits) error {
 				return e.set(c, "group.kulisch_bytes", bodyBase+o+2, ErrFormat)
 			}
 			w = 1 + kb
+		case FormatKulischScaled:
+			// Only a switch's partial to its parent: never in RESULT (so a
+			// rank never meets one) nor in bitmap (EXT) frames.
+			if c != ClassData || flags&FlagExt != 0 {
+				return e.set(c, "group.format", bodyBase+o+2, ErrFormat)
+			}
+			if kb < MinScaledBytes || kb > MaxScaledBytes {
+				return e.set(c, "group.scaled_bytes", bodyBase+o+2, ErrFormat)
+			}
+			w, sl = 1+kb, ScaleWordLen
 		default:
 			return e.set(c, "group.format", bodyBase+o+2, ErrFormat)
 		}
 		vb := n * w
-		end := o + GroupDescLen + pad4(vb)
+		vo := o + GroupDescLen + sl // first value
+		end := o + GroupDescLen + pad4(sl+vb)
 		if end > bodyLen {
 			return e.set(c, "body_length", bodyBase+o, ErrLength)
 		}
-		vals := body[o+GroupDescLen : o+GroupDescLen+vb]
-		for i := o + GroupDescLen + vb; i < end; i++ {
+		vals := body[vo : vo+vb]
+		for i := vo + vb; i < end; i++ {
 			if body[i] != 0 {
 				return e.set(c, "group.padding", bodyBase+i, ErrReserved)
 			}
 		}
-		if f == FormatKulisch {
+		if sl != 0 {
+			sw := o + GroupDescLen
+			if body[sw+2] != 0 || body[sw+3] != 0 {
+				return e.set(c, "group.scale_reserved", bodyBase+sw+2, ErrReserved)
+			}
+			// Every value must lie in the operation's signed W-bit range, so
+			// the receiver's accumulator can never wrap: |integer| <
+			// 2^(8B-1) and Shift + 8B <= W bound it by 2^(W-1).
+			maxW := 8 * MaxKulischBytes
+			if lim.KulischBytes != 0 {
+				maxW = 8 * lim.KulischBytes
+			}
+			if int(be.Uint16(body[sw:]))+8*kb > maxW {
+				return e.set(c, "group.scale_shift", bodyBase+sw, ErrRange)
+			}
+		}
+		if f >= FormatKulisch {
 			for i := 0; i < vb; i += w {
 				st := vals[i]
 				if st > KulischNaN {
-					return e.set(c, "group.kulisch_state", bodyBase+o+GroupDescLen+i, ErrRange)
+					return e.set(c, "group.kulisch_state", bodyBase+vo+i, ErrRange)
 				}
 				// FINITE carries a nonzero integer; every special state a zero one.
 				if allZero(vals[i+1:i+w]) == (st == KulischFinite) {
-					return e.set(c, "group.kulisch_value", bodyBase+o+GroupDescLen+i, ErrRange)
+					return e.set(c, "group.kulisch_value", bodyBase+vo+i, ErrRange)
 				}
 			}
 		}
@@ -234,8 +263,12 @@ func (d *Data) NextGroup(it *GroupIter) (Group, bool) {
 	g := Group{Format: gd.Format(), KBytes: gd.KulischBytes(), Count: gd.Count(), First: it.pos}
 	vb := int(g.Count) * g.Format.Width(int(g.KBytes))
 	s := it.off + GroupDescLen
-	g.Values = d.Body[s : s+vb : s+vb]
-	it.off = s + pad4(vb)
+	sl := g.Format.ScaleLen()
+	if sl != 0 {
+		g.Shift = be.Uint16(d.Body[s:])
+	}
+	g.Values = d.Body[s+sl : s+sl+vb : s+sl+vb]
+	it.off = s + pad4(sl+vb)
 	it.pos += uint32(g.Count)
 	it.n++
 	return g, true
@@ -318,6 +351,7 @@ type DataBuilder struct {
 	off    int // end of the last group
 	count  int
 	groups int
+	scaled bool       // KULISCH_SCALED groups are legal (DATA without EXT)
 	err    FieldError // what Reset and AddGroup return; valid until the next call
 }
 
@@ -361,17 +395,20 @@ func (b *DataBuilder) Reset(buf []byte, h *DataFields, ext *Ext, mtu int) error 
 		off += ext.put(buf[off:])
 	}
 	b.buf, b.limit, b.body, b.off = buf, limit, off, off
+	b.scaled = h.Class == ClassData && ext == nil
 	return nil
 }
 
 // Room reports how many more values of format f (Kulisch integer bytes
-// kbytes) fit in one more group of this frame.
+// kbytes: W/8 for KULISCH, B for KULISCH_SCALED) fit in one more group of
+// this frame.
 func (b *DataBuilder) Room(f Format, kbytes int) int {
 	w := f.Width(kbytes)
 	if w == 0 || b.groups >= MaxGroups || b.buf == nil {
 		return 0
 	}
-	rem := (b.limit - b.off - GroupDescLen) &^ 3
+	sl := f.ScaleLen()
+	rem := (b.limit-b.off-GroupDescLen)&^3 - sl
 	if rem < w {
 		return 0
 	}
@@ -379,8 +416,8 @@ func (b *DataBuilder) Room(f Format, kbytes int) int {
 	if n > 0xFFFF-b.count {
 		n = 0xFFFF - b.count
 	}
-	if b.body-b.off+0xFFFF < GroupDescLen+pad4(n*w) { // Body Length is 16 bits
-		n = ((0xFFFF - (b.off - b.body) - GroupDescLen) &^ 3) / w
+	if b.body-b.off+0xFFFF < GroupDescLen+pad4(sl+n*w) { // Body Length is 16 bits
+		n = ((0xFFFF-(b.off-b.body)-GroupDescLen)&^3 - sl) / w
 	}
 	if n < 0 {
 		n = 0
@@ -390,13 +427,37 @@ func (b *DataBuilder) Room(f Format, kbytes int) int {
 
 // AddGroup appends a NumberGroup descriptor and its zero padding and returns
 // the slot for count values, which the caller fills (little-endian).
+// KULISCH_SCALED groups need their Shift: use AddScaledGroup.
 func (b *DataBuilder) AddGroup(f Format, kbytes int, count int) ([]byte, error) {
+	if f == FormatKulischScaled {
+		return nil, b.err.set(0, "group.format", b.off+2, ErrFormat)
+	}
+	return b.addGroup(f, kbytes, 0, count)
+}
+
+// AddScaledGroup appends a KULISCH_SCALED group of count values of B = bytes
+// integer bytes with Shift shift: descriptor, Scale Word and zero padding,
+// and returns the slot for the values (state byte and integer each), which
+// the caller fills. Only DATA frames without EXT may carry one. The builder
+// checks Shift + 8B <= 4096; the operation's tighter Shift + 8B <= W is the
+// caller's (package kulisch plans it).
+func (b *DataBuilder) AddScaledGroup(bytes, shift, count int) ([]byte, error) {
+	return b.addGroup(FormatKulischScaled, bytes, shift, count)
+}
+
+func (b *DataBuilder) addGroup(f Format, kbytes, shift, count int) ([]byte, error) {
 	switch {
-	case f < FormatINT8 || f > FormatKulisch:
+	case f < FormatINT8 || f > FormatKulischScaled || f == FormatAuto:
 		return nil, b.err.set(0, "group.format", b.off+2, ErrFormat)
 	case f == FormatKulisch && (kbytes < MinKulischBytes || kbytes > MaxKulischBytes):
 		return nil, b.err.set(0, "group.kulisch_bytes", b.off+2, ErrFormat)
-	case f != FormatKulisch:
+	case f == FormatKulischScaled && !b.scaled:
+		return nil, b.err.set(0, "group.format", b.off+2, ErrFormat)
+	case f == FormatKulischScaled && (kbytes < MinScaledBytes || kbytes > MaxScaledBytes):
+		return nil, b.err.set(0, "group.scaled_bytes", b.off+2, ErrFormat)
+	case f == FormatKulischScaled && (shift < 0 || shift+8*kbytes > 8*MaxKulischBytes):
+		return nil, b.err.set(0, "group.scale_shift", b.off+GroupDescLen, ErrRange)
+	case f < FormatKulisch:
 		kbytes = 0
 	}
 	if count < 1 {
@@ -410,8 +471,13 @@ func (b *DataBuilder) AddGroup(f Format, kbytes int, count int) ([]byte, error) 
 	gd.SetCount(uint16(count))
 	gd.SetFormat(f, uint16(kbytes))
 	s := b.off + GroupDescLen
+	if f == FormatKulischScaled {
+		be.PutUint16(b.buf[s:], uint16(shift))
+		be.PutUint16(b.buf[s+2:], 0)
+		s += ScaleWordLen
+	}
 	vb := count * w
-	end := s + pad4(vb)
+	end := b.off + GroupLen(f, kbytes, count)
 	clear(b.buf[s+vb : end])
 	b.off = end
 	b.count += count
@@ -443,7 +509,7 @@ func AppendData(dst []byte, h *DataFields, ext *Ext, groups ...Group) ([]byte, e
 		n += ext.Len()
 	}
 	for _, g := range groups {
-		n += GroupDescLen + pad4(int(g.Count)*g.Format.Width(int(g.KBytes)))
+		n += GroupLen(g.Format, int(g.KBytes), int(g.Count))
 	}
 	start := len(dst)
 	dst = append(dst, make([]byte, n)...)
@@ -452,7 +518,7 @@ func AppendData(dst []byte, h *DataFields, ext *Ext, groups ...Group) ([]byte, e
 		return dst[:start], b.err.clone()
 	}
 	for _, g := range groups {
-		slot, err := b.AddGroup(g.Format, int(g.KBytes), int(g.Count))
+		slot, err := b.addGroup(g.Format, int(g.KBytes), int(g.Shift), int(g.Count))
 		if err != nil {
 			return dst[:start], b.err.clone()
 		}

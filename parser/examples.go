@@ -146,6 +146,19 @@ func Examples() []Example {
 			Group{Format: FormatKulisch, KBytes: 35, Count: 1, Values: kulisch280One()},
 			Group{Format: FormatFP32, Count: 2, Values: fp32s(8, -2)}), exLim)
 
+	h = DataFields{Eth: exEth, Class: ClassData, Op: exOp, SrcEP: 0x0200, DstEP: 0x0020, PacketID: 11, First: 20, Stream: 3}
+	add("data-scaled", "DATA with a KULISCH_SCALED group (B = 4, Shift = 126)",
+		"A switch partial for elements 20..24: exact 1.0, -0.75, +0, 2^-23, -inf as integers x 2^126 units (2^-23 each): "+
+			"2^23, -3 x 2^21, 0 (state +0), 1, 0 (state -inf); the Scale Word 00 7e 00 00 is Shift 126 big-endian and two reserved "+
+			"bytes; 25 value bytes and 3 bytes of padding. As plain KULISCH-280 the same values take 184 body bytes.",
+		mustData(&h, nil, Group{Format: FormatKulischScaled, KBytes: 4, Shift: 126, Count: 5, Values: []byte{
+			KulischFinite, 0x00, 0x00, 0x80, 0x00, // 2^23 x 2^126 = 2^149 units = 1.0
+			KulischFinite, 0x00, 0x00, 0xA0, 0xFF, // -3 x 2^21 x 2^126 = -3 x 2^147 units = -0.75
+			KulischPosZero, 0, 0, 0, 0,
+			KulischFinite, 0x01, 0x00, 0x00, 0x00, // 2^126 units = 2^-23
+			KulischNegInf, 0, 0, 0, 0,
+		}}), exLim)
+
 	h = DataFields{Eth: exEth, Class: ClassData, Op: exOp, SrcEP: 0x0200, DstEP: 0x0020, PacketID: 10, First: 0,
 		Flags: FlagLast | FlagInexact, Stream: 3}
 	add("data-inexact", "DATA ACCUMULATION_INEXACT", "Terminal frame: LAST and ACCUMULATION_INEXACT, no groups, no body.",

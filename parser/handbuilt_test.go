@@ -6,6 +6,8 @@ package parser
 
 import (
 	"bytes"
+	"errors"
+	"slices"
 	"testing"
 )
 
@@ -149,12 +151,37 @@ func TestHandBuiltData(t *testing.T) {
 		t.Fatalf("%+v", d)
 	}
 	it = GroupIter{}
-	wantG := []Group{{FormatINT8, 0, 3, 1019, []byte{1, 0xFF, 0x7F}}, {FormatKulisch, 35, 1, 1022, k}, {FormatFP16, 0, 1, 1023, []byte{0, 0x3C}}}
+	wantG := []Group{{Format: FormatINT8, Count: 3, First: 1019, Values: []byte{1, 0xFF, 0x7F}},
+		{Format: FormatKulisch, KBytes: 35, Count: 1, First: 1022, Values: k},
+		{Format: FormatFP16, Count: 1, First: 1023, Values: []byte{0, 0x3C}}}
 	for i, w := range wantG {
 		g, ok := d.NextGroup(&it)
 		if !ok || g.Format != w.Format || g.KBytes != w.KBytes || g.Count != w.Count || g.First != w.First || !bytes.Equal(g.Values, w.Values) {
 			t.Fatalf("group %d: %+v want %+v", i, g, w)
 		}
+	}
+
+	// KULISCH_SCALED x3, B = 4, Shift 126 (big-endian 00 7E, reserved 00 00):
+	// 1.0 = 2^23 x 2^126 units, -0, -3 x 2^126; 4 + 4 + 15 + 1 pad = 24 bytes.
+	scaledVals := []byte{KulischFinite, 0, 0, 0x80, 0, KulischNegZero, 0, 0, 0, 0, KulischFinite, 0xFD, 0xFF, 0xFF, 0xFF}
+	scaled := cat(hdr(2, 11, 500, 3, 1, 0, 24), []byte{0, 3, 0x70, 4}, []byte{0, 0x7E, 0, 0}, scaledVals, []byte{0})
+	if err := d.Decode(scaled, lim); err != nil {
+		t.Fatal(err)
+	}
+	it = GroupIter{}
+	if g, ok := d.NextGroup(&it); !ok || g.Format != FormatKulischScaled || g.KBytes != 4 || g.Shift != 126 || g.Count != 3 ||
+		g.First != 500 || !bytes.Equal(g.Values, scaledVals) {
+		t.Fatalf("scaled group %+v", g)
+	}
+	// The same group in a RESULT is never legal: ranks never see code 7.
+	res := slices.Clone(scaled)
+	res[CWOff+1] = byte(ClassResult)
+	if err := d.Decode(res, lim); !errors.Is(err, ErrFormat) || err.(*FieldError).Field != "group.format" {
+		t.Fatalf("scaled group in RESULT: %v", err)
+	}
+	// Shift + 8B = 126 + 32 <= 280, but not <= 152 (an operation of W = 152).
+	if err := d.Decode(scaled, Limits{KulischBytes: 19}); !errors.Is(err, ErrRange) || err.(*FieldError).Field != "group.scale_shift" {
+		t.Fatalf("Shift + 8B > W: %v", err)
 	}
 
 	inexact := hdr(2, 9, 0, 0, 0, FlagLast|FlagInexact, 0)

@@ -335,6 +335,96 @@ func TestZeroAllocs(t *testing.T) {
 	if n != 0 {
 		t.Errorf("builder: %v allocs", n)
 	}
+	hd := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
+	n = testing.AllocsPerRun(200, func() {
+		b.Reset(buf, &hd, nil, 1500)
+		slot, _ := b.AddScaledGroup(4, 126, 10)
+		slot[0] = KulischPosZero
+		b.AddGroup(FormatKulisch, 35, 3)
+		b.AddScaledGroup(9, 0, 1)
+		b.Finish()
+	})
+	if n != 0 {
+		t.Errorf("builder with scaled groups: %v allocs", n)
+	}
+}
+
+// TestBuilderScaled: Room and AddScaledGroup account for the Scale Word and
+// padding (worked numbers: at MTU 1500 one group of B = 1 holds 724 values,
+// B = 4 holds 289), the Scale Word is written big-endian, and the decoder
+// returns the same groups; RESULT and EXT frames refuse the format.
+func TestBuilderScaled(t *testing.T) {
+	buf := make([]byte, 2000)
+	var b DataBuilder
+	h := DataFields{Eth: exEth, Class: ClassData, Op: exOp, First: 7}
+	for _, c := range []struct{ bytes, want int }{{1, 724}, {4, 289}, {35, 40}, {512, 2}} {
+		if err := b.Reset(buf, &h, nil, 1500); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.Room(FormatKulischScaled, c.bytes); got != c.want {
+			t.Errorf("B=%d: room %d, want %d", c.bytes, got, c.want)
+		}
+		if _, err := b.AddScaledGroup(c.bytes, 0, c.want); err != nil {
+			t.Fatalf("B=%d: %v", c.bytes, err)
+		}
+		if b.Room(FormatKulischScaled, c.bytes) != 0 || len(b.Finish())-EthLen > 1500 {
+			t.Errorf("B=%d: room left %d, frame %d", c.bytes, b.Room(FormatKulischScaled, c.bytes), len(b.Finish())-EthLen)
+		}
+	}
+	b.Reset(buf, &h, nil, 1500)
+	s1, err := b.AddScaledGroup(3, 0x0102, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(s1, []byte{KulischFinite, 1, 2, 3, KulischNaN, 0, 0, 0})
+	k, _ := b.AddGroup(FormatKulisch, 35, 1)
+	k[0] = KulischPosInf
+	s2, _ := b.AddScaledGroup(1, 4088, 1)
+	copy(s2, []byte{KulischFinite, 0x80})
+	f := b.Finish()
+	if !bytes.Equal(f[DataBodyOff:DataBodyOff+8], []byte{0, 2, 0x70, 3, 0x01, 0x02, 0, 0}) {
+		t.Fatalf("descriptor and Scale Word % x", f[DataBodyOff:DataBodyOff+8])
+	}
+	var d Data
+	if err := d.Decode(f, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []Group{
+		{Format: FormatKulischScaled, KBytes: 3, Count: 2, First: 7, Shift: 0x0102, Values: s1},
+		{Format: FormatKulisch, KBytes: 35, Count: 1, First: 9, Values: k},
+		{Format: FormatKulischScaled, KBytes: 1, Count: 1, First: 10, Shift: 4088, Values: s2},
+	}
+	var it GroupIter
+	for i, w := range want {
+		g, ok := d.NextGroup(&it)
+		if !ok || !reflect.DeepEqual(g, w) {
+			t.Fatalf("group %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if int(d.BodyLen) != GroupLen(FormatKulischScaled, 3, 2)+GroupLen(FormatKulisch, 35, 1)+GroupLen(FormatKulischScaled, 1, 1) {
+		t.Fatalf("body %d", d.BodyLen)
+	}
+	// Limits of an operation with W = 280: Shift 4088 + 8 > 280.
+	if err := d.Decode(f, Limits{KulischBytes: 35}); !errors.Is(err, ErrRange) {
+		t.Fatalf("shift past W: %v", err)
+	}
+	if _, err := b.AddGroup(FormatKulischScaled, 4, 1); !errors.Is(err, ErrFormat) {
+		t.Fatalf("AddGroup of KULISCH_SCALED: %v", err)
+	}
+	for _, c := range []struct{ bytes, shift int }{{0, 0}, {513, 0}, {1, -1}, {1, 4089}, {512, 1}} {
+		if _, err := b.AddScaledGroup(c.bytes, c.shift, 1); err == nil {
+			t.Errorf("B=%d Shift=%d accepted", c.bytes, c.shift)
+		}
+	}
+	hr := DataFields{Eth: exEth, Class: ClassResult, Op: exOp}
+	b.Reset(buf, &hr, nil, 1500)
+	if _, err := b.AddScaledGroup(4, 0, 1); !errors.Is(err, ErrFormat) {
+		t.Fatalf("scaled group in RESULT: %v", err)
+	}
+	b.Reset(buf, &h, &Ext{Encoding: EncList, Set: AppendListSet(nil, 1)}, 1500)
+	if _, err := b.AddScaledGroup(4, 0, 1); !errors.Is(err, ErrFormat) {
+		t.Fatalf("scaled group with EXT: %v", err)
+	}
 }
 
 // fullFP32 is a full 1500-MTU DATA frame: one FP32 group of 363 values,

@@ -62,12 +62,13 @@ func layout(e Example) string {
 			if !ok {
 				break
 			}
-			vb := len(g.Values)
+			vb, sl := len(g.Values), g.Format.ScaleLen()
 			rng(fmt.Sprintf("group %d descriptor", i), off, GroupDescLen)
+			rng(fmt.Sprintf("group %d Scale Word", i), off+GroupDescLen, sl)
 			name := fmt.Sprintf("group %d values (%d x %s)", i, g.Count, g.Format)
-			rng(name, off+GroupDescLen, vb)
-			rng(fmt.Sprintf("group %d padding", i), off+GroupDescLen+vb, pad4(vb)-vb)
-			off += GroupDescLen + pad4(vb)
+			rng(name, off+GroupDescLen+sl, vb)
+			rng(fmt.Sprintf("group %d padding", i), off+GroupDescLen+sl+vb, pad4(sl+vb)-sl-vb)
+			off += GroupDescLen + pad4(sl+vb)
 		}
 	case ClassProgress:
 		var g Progress

@@ -44,7 +44,18 @@ var rejectGolden = map[string]rejectWant{
 	"group count zero":                    {2, "group.count", 56, "bad_count"},
 	"group format 0":                      {2, "group.format", 58, "bad_format"},
 	"group format AUTO":                   {2, "group.format", 58, "bad_format"},
-	"group format 7":                      {2, "group.format", 58, "bad_format"},
+	"group format 8":                      {2, "group.format", 58, "bad_format"},
+	"scaled in RESULT":                    {3, "group.format", 58, "bad_format"},
+	"scaled B 0":                          {2, "group.scaled_bytes", 58, "bad_format"},
+	"scaled B 513":                        {2, "group.scaled_bytes", 58, "bad_format"},
+	"scaled group past body":              {2, "body_length", 56, "bad_length"},
+	"scaled reserved":                     {2, "group.scale_reserved", 62, "reserved_nonzero"},
+	"scaled shift + 8B > W":               {2, "group.scale_shift", 60, "out_of_range"},
+	"scaled shift past 4096":              {2, "group.scale_shift", 60, "out_of_range"},
+	"scaled state 6":                      {2, "group.kulisch_state", 64, "out_of_range"},
+	"scaled finite zero":                  {2, "group.kulisch_value", 64, "out_of_range"},
+	"scaled +0 nonzero":                   {2, "group.kulisch_value", 74, "out_of_range"},
+	"scaled padding nonzero":              {2, "group.padding", 91, "reserved_nonzero"},
 	"group fp32 with kulisch bytes":       {2, "group.format", 58, "bad_format"},
 	"kulisch bytes vs operation":          {2, "group.kulisch_bytes", 70, "bad_format"},
 	"kulisch bytes below 8":               {2, "group.kulisch_bytes", 70, "bad_format"},
@@ -199,13 +210,17 @@ func TestRejectOffsetsByHand(t *testing.T) {
 		"major version 2":         CWOff,
 		"class 5":                 CWOff + 1,
 		"data flags reserved":     dOff + dataFlags,
-		"kulisch state 6":         DataBodyOff + 12 + 4, // state byte of the first Kulisch value
-		"group padding nonzero":   DataBodyOff + 4 + 3,  // the pad byte after 3 INT8 values
-		"list not ascending":      sOff + 8,             // the second LIST entry
-		"hier empty lower":        sOff + 12,            // first lower bitmap, after one upper word
-		"ack reserved":            cBody + 10,           // ACK body byte 10
-		"caps partial":            cBody + 14,           // partial policy of the first record
-		"stage mtu 1400":          stageCtx + ctxMTU,    // = ACK Detail ctxMTU
+		"kulisch state 6":         DataBodyOff + 12 + 4,  // state byte of the first Kulisch value
+		"group padding nonzero":   DataBodyOff + 4 + 3,   // the pad byte after 3 INT8 values
+		"scaled reserved":         DataBodyOff + 4 + 2,   // Scale Word bytes 2-3
+		"scaled shift + 8B > W":   DataBodyOff + 4,       // Scale Word Shift
+		"scaled state 6":          DataBodyOff + 4 + 4,   // state byte of the first scaled value
+		"scaled +0 nonzero":       DataBodyOff + 8 + 2*5, // the third value (1 + B = 5 bytes each)
+		"list not ascending":      sOff + 8,              // the second LIST entry
+		"hier empty lower":        sOff + 12,             // first lower bitmap, after one upper word
+		"ack reserved":            cBody + 10,            // ACK body byte 10
+		"caps partial":            cBody + 14,            // partial policy of the first record
+		"stage mtu 1400":          stageCtx + ctxMTU,     // = ACK Detail ctxMTU
 		"stage binding kind 5":    cBody + ContextRecordLen + BindingLen,
 		"stage binding flags":     cBody + ContextRecordLen + bndFlags,
 		"hole below committed":    ProgressHoleOff,           // the first hole

@@ -451,6 +451,45 @@ func validCases(t *testing.T) []tcase {
 			eqS(t, p, "prismd.ng.kulisch_int", wantK...)
 		}})
 
+	// DATA with KULISCH_SCALED partials: B = 3 at Shift 0, a plain KULISCH
+	// group, B = 9 at Shift 4000 (Shift + 8B = 4072 <= 4096).
+	sv1 := []*big.Int{big.NewInt(1), big.NewInt(-8388608), big.NewInt(0), big.NewInt(0x123456)}
+	st1 := []uint8{parser.KulischFinite, parser.KulischFinite, parser.KulischNegZero, parser.KulischFinite}
+	sv3 := []*big.Int{new(big.Int).Lsh(big.NewInt(-1), 71), big.NewInt(0)}
+	st3 := []uint8{parser.KulischFinite, parser.KulischNaN}
+	var s1, s3 []byte
+	for i, v := range sv1 {
+		s1 = append(s1, kulischValue(st1[i], v, 3)...)
+	}
+	for i, v := range sv3 {
+		s3 = append(s3, kulischValue(st3[i], v, 9)...)
+	}
+	kOne := kulischValue(parser.KulischFinite, new(big.Int).Lsh(big.NewInt(3), 150), kb)
+	scaledGroups := []parser.Group{
+		{Format: parser.FormatKulischScaled, KBytes: 3, Shift: 0, Count: uint16(len(sv1)), Values: s1},
+		{Format: parser.FormatKulisch, KBytes: kb, Count: 1, Values: kOne},
+		{Format: parser.FormatKulischScaled, KBytes: 9, Shift: 4000, Count: uint16(len(sv3)), Values: s3},
+	}
+	cs = append(cs, tcase{name: "DATA-scaled", valid: true,
+		frame: encData(t, parser.DataFields{Class: parser.ClassData, SrcEP: 3, DstEP: 4, PacketID: 17, First: 500, Stream: 6}, nil, scaledGroups...),
+		check: func(t *testing.T, p *packet) {
+			eqU(t, p, "prismd.data.count", uint64(len(sv1)+1+len(sv3)))
+			// descriptor + Scale Word + values + padding, per group
+			eqU(t, p, "prismd.data.body_len", uint64((4+4+4*4)+(4+(1+kb+3)/4*4)+(4+4+(2*10+3)/4*4)))
+			eqL(t, p, "prismd.ng.format", "KULISCH_SCALED", "KULISCH", "KULISCH_SCALED")
+			eqU(t, p, "prismd.ng.kulisch_bytes", 3, kb, 9)
+			eqU(t, p, "prismd.ng.position", 500, 504, 505)
+			eqU(t, p, "prismd.ng.scale_shift", 0, 4000)
+			eqU(t, p, "prismd.ng.scale_reserved", 0, 0)
+			eqL(t, p, "prismd.ng.kulisch_state", "FINITE", "FINITE", "-0", "FINITE", "FINITE", "FINITE", "NaN")
+			var want []string
+			for _, v := range append(slices.Clone(sv1), sv3...) {
+				want = append(want, fmt.Sprintf("%#x", v))
+			}
+			eqS(t, p, "prismd.ng.scaled_int", want...)
+			eqS(t, p, "prismd.ng.kulisch_int", fmt.Sprintf("%#x", new(big.Int).Lsh(big.NewInt(3), 150)))
+		}})
+
 	// RESULT with a FLAT endpoint-set extension (INSTALL, AUTH, signed tag).
 	extFlat := &parser.Ext{Encoding: parser.EncFlat, XFlags: parser.XFlagInstall | parser.XFlagAuth, Tenant: 99, Token: 0x1122334455667788,
 		Set: parser.AppendFlatSet(nil, 3, 2, 3*128, 3*128+64, 3*128+127)}
@@ -653,6 +692,16 @@ func malformedCases(t *testing.T, valid []tcase) []tcase {
 	}), "prismd.expert.malformed")
 	add("ACK-acks-ACK", mut("ACK", func(b []byte) []byte { b[parser.ControlBodyOff] = uint8(parser.CmdAck); return b }), "prismd.expert.rule")
 	add("KULISCH-finite-zero", append(handDataHdr(2, 0, 1, 1, 0, 16, 1), group(1, 5, 8, make([]byte, 9))...), "prismd.expert.rule")
+	addMsg("SCALED-in-RESULT", "legal only in DATA without EXT", mut("DATA-scaled", func(b []byte) []byte { b[parser.CWOff+1] = 3; return b }), "prismd.expert.rule")
+	add("SCALED-reserved", mut("DATA-scaled", func(b []byte) []byte { b[parser.DataBodyOff+4+3] = 1; return b }), "prismd.expert.reserved")
+	addMsg("SCALED-shift-past-4096", "exceeds the largest Kulisch width", mut("DATA-scaled", func(b []byte) []byte {
+		off := parser.DataBodyOff + 24 + 4 + (1+36+3)/4*4 + 4 // third group's Scale Word (Kulisch-288 in between)
+		be.PutUint16(b[off:], 4025)
+		return b
+	}), "prismd.expert.rule")
+	add("SCALED-B-zero", append(handDataHdr(2, 0, 1, 1, 0, 12, 1), group(1, 7, 0, []byte{0, 0, 0, 0, 1})...), "prismd.expert.malformed")
+	add("SCALED-finite-zero", append(handDataHdr(2, 0, 1, 1, 0, 12, 1), group(1, 7, 1, []byte{0, 0, 0, 0, 0, 0})...), "prismd.expert.rule")
+	add("SCALED-scale-word-cut", append(handDataHdr(2, 0, 1, 1, 0, 6, 1), group(1, 7, 1, nil)[:4:4]...), "prismd.expert.length")
 	add("padding-nonzero", mut("RESULT-ext-LIST", func(b []byte) []byte { b[len(b)-1] = 1; return b }), "prismd.expert.reserved")
 	add("bad-version", mut("COMMIT", func(b []byte) []byte { b[parser.CWOff] = 0x21; return b }), "prismd.expert.version")
 	add("unknown-class", mut("COMMIT", func(b []byte) []byte { b[parser.CWOff+1] = 9; return b }), "prismd.expert.unknown")

@@ -53,9 +53,18 @@ local vs_role = { [1] = "SINGLE", [2] = "LEAF", [3] = "INTERNAL", [4] = "ROOT" }
 local vs_collective = { [1] = "REDUCE", [2] = "ALLREDUCE", [3] = "BITMAP" }
 
 local FMT_INT8, FMT_FP16, FMT_BF16, FMT_FP32, FMT_KULISCH, FMT_AUTO = 1, 2, 3, 4, 5, 6
+local FMT_KULISCH_SCALED = 7
+-- Formats and policies (STAGE, capability records): 1..6.
 local vs_format = {
     [1] = "INT8", [2] = "FP16", [3] = "BF16", [4] = "FP32", [5] = "KULISCH", [6] = "AUTO",
 }
+-- Format codes of a NumberGroup descriptor: AUTO never appears there, and 7
+-- (KULISCH_SCALED) only there, in a switch's partials (DATA without EXT).
+local vs_group_format = {
+    [1] = "INT8", [2] = "FP16", [3] = "BF16", [4] = "FP32", [5] = "KULISCH", [6] = "AUTO", [7] = "KULISCH_SCALED",
+}
+local SCALE_WORD_LEN = 4
+local MAX_SCALED_BITS = 4096 -- Shift + 8B <= W <= 4096
 local vs_acc_policy = { [1] = "FP32_ARRIVAL", [3] = "KULISCH_FIXED" }
 
 local vs_op_state = {
@@ -265,8 +274,11 @@ f.x_auth_tag    = ProtoField.bytes("prismd.ext.auth_tag", "Auth tag")
 f.ng               = ProtoField.none("prismd.ng", "NumberGroup")
 f.ng_count         = uint16("prismd.ng.count", "Count")
 f.ng_format_word   = hex16("prismd.ng.format_word", "Format Word")
-f.ng_format        = uint16("prismd.ng.format", "Format", vs_format, 0xF000)
-f.ng_kulisch_bytes = uint16("prismd.ng.kulisch_bytes", "Kulisch integer bytes", nil, 0x0FFF)
+f.ng_format        = uint16("prismd.ng.format", "Format", vs_group_format, 0xF000)
+f.ng_kulisch_bytes = uint16("prismd.ng.kulisch_bytes", "Kulisch integer bytes (W/8; B for KULISCH_SCALED)", nil, 0x0FFF)
+f.ng_scale_word    = ProtoField.none("prismd.ng.scale_word", "Scale Word")
+f.ng_scale_shift   = uint16("prismd.ng.scale_shift", "Shift (value = integer x 2^Shift units of 2^-149)")
+f.ng_scale_res     = hex16("prismd.ng.scale_reserved", "Reserved")
 f.ng_position      = uint32("prismd.ng.position", "First element position")
 f.ng_value_int8    = ProtoField.int8("prismd.ng.value_int8", "INT8 value", base.DEC)
 f.ng_value_fp16    = ProtoField.double("prismd.ng.value_fp16", "FP16 value")
@@ -275,6 +287,7 @@ f.ng_value_fp32    = ProtoField.double("prismd.ng.value_fp32", "FP32 value")
 f.ng_kulisch       = ProtoField.none("prismd.ng.kulisch", "Kulisch value")
 f.ng_kulisch_state = uint8("prismd.ng.kulisch_state", "State", vs_kulisch_state)
 f.ng_kulisch_int   = ProtoField.string("prismd.ng.kulisch_int", "Integer (units of 2^-149)")
+f.ng_scaled_int    = ProtoField.string("prismd.ng.scaled_int", "Integer (units of 2^(Shift-149))")
 f.ng_pad           = ProtoField.bytes("prismd.ng.pad", "Value padding")
 
 -- PROGRESS.
@@ -936,11 +949,11 @@ local function format_width(fmt, kbytes)
     if fmt == FMT_INT8 then return 1 end
     if fmt == FMT_FP16 or fmt == FMT_BF16 then return 2 end
     if fmt == FMT_FP32 then return 4 end
-    if fmt == FMT_KULISCH then return 1 + kbytes end
+    if fmt == FMT_KULISCH or fmt == FMT_KULISCH_SCALED then return 1 + kbytes end
     return nil
 end
 
-local function add_values(c, gt, fmt, width, pos, count, position)
+local function add_values(c, gt, fmt, width, pos, count, position, shift)
     for i = 0, count - 1 do
         local vo = pos + i * width
         local it
@@ -952,13 +965,18 @@ local function add_values(c, gt, fmt, width, pos, count, position)
             it = gt:add(f.ng_value_bf16, c.tvb(vo, 2), bf16_to_number(c.tvb(vo, 2):le_uint()))
         elseif fmt == FMT_FP32 then
             it = gt:add(f.ng_value_fp32, c.tvb(vo, 4), c.tvb(vo, 4):le_float())
-        else -- KULISCH
+        else -- KULISCH, KULISCH_SCALED
             local state = u8(c, vo)
             local hex, zero = le_signed_hex(c, vo + 1, width - 1)
             it = gt:add(f.ng_kulisch, c.tvb(vo, width))
-            it:set_text(string.format("Kulisch value: %s %s", vs_name(vs_kulisch_state, state), hex))
             local sti = it:add(f.ng_kulisch_state, c.tvb(vo, 1))
-            it:add(f.ng_kulisch_int, c.tvb(vo + 1, width - 1), hex)
+            if fmt == FMT_KULISCH_SCALED then
+                it:set_text(string.format("Kulisch value: %s %s x 2^%d", vs_name(vs_kulisch_state, state), hex, shift))
+                it:add(f.ng_scaled_int, c.tvb(vo + 1, width - 1), hex)
+            else
+                it:set_text(string.format("Kulisch value: %s %s", vs_name(vs_kulisch_state, state), hex))
+                it:add(f.ng_kulisch_int, c.tvb(vo + 1, width - 1), hex)
+            end
             if vs_kulisch_state[state] == nil then
                 malformed(c, sti, e.unknown, string.format("unassigned Kulisch state %d", state))
             elseif state == 0 and zero then
@@ -971,7 +989,8 @@ local function add_values(c, gt, fmt, width, pos, count, position)
     end
 end
 
-local function dissect_numbergroups(c, tree, off, blen, ngroups, nelems, first)
+-- class and ext say whether KULISCH_SCALED groups are legal (DATA without EXT).
+local function dissect_numbergroups(c, tree, off, blen, ngroups, nelems, first, class, ext)
     local stop = off + blen
     local pos = off
     local sum = 0
@@ -985,10 +1004,11 @@ local function dissect_numbergroups(c, tree, off, blen, ngroups, nelems, first)
         local fmt, kbytes = math.floor(fw / 0x1000), fw % 0x1000
         local width = format_width(fmt, kbytes)
         local position = first + sum
+        local sl = (fmt == FMT_KULISCH_SCALED) and SCALE_WORD_LEN or 0
         local vlen = width and count * width or 0
-        local glen = 4 + pad4(vlen)
+        local glen = 4 + pad4(sl + vlen)
         local gt = tree:add(f.ng, c.tvb(pos, math.min(glen, stop - pos)))
-        gt:set_text(string.format("NumberGroup %d: %d x %s at element %d", g, count, vs_name(vs_format, fmt), position))
+        gt:set_text(string.format("NumberGroup %d: %d x %s at element %d", g, count, vs_name(vs_group_format, fmt), position))
         local ci = gt:add(f.ng_count, c.tvb(pos, 2))
         local fwi = gt:add(f.ng_format_word, c.tvb(pos + 2, 2))
         fwi:add(f.ng_format, c.tvb(pos + 2, 2))
@@ -1006,12 +1026,40 @@ local function dissect_numbergroups(c, tree, off, blen, ngroups, nelems, first)
                 malformed(c, ki, e.malformed, string.format("Kulisch integer byte count %d is outside 8..512", kbytes))
                 if kbytes == 0 then break end
             end
+        elseif fmt == FMT_KULISCH_SCALED then
+            if class ~= CLASS_DATA or ext then
+                malformed(c, fwi, e.rule, "KULISCH_SCALED groups are legal only in DATA without EXT (a switch's partials)")
+            end
+            if kbytes < 1 or kbytes > 512 then
+                malformed(c, ki, e.malformed, string.format("KULISCH_SCALED integer byte count B = %d is outside 1..512", kbytes))
+                if kbytes == 0 then break end
+            end
         elseif kbytes ~= 0 then
             malformed(c, ki, e.malformed, "bits 11..0 of the Format Word must be 0 for non-KULISCH formats")
         end
         pos = pos + 4
+        local shift = 0
+        if sl > 0 then
+            if pos + sl > stop then
+                malformed(c, gt, e.length, string.format("the Scale Word needs %d bytes, only %d left in the body", sl, stop - pos))
+                pos = stop
+                g = g + 1
+                break
+            end
+            local sw = gt:add(f.ng_scale_word, c.tvb(pos, sl))
+            shift = u16(c, pos)
+            local shi = sw:add(f.ng_scale_shift, c.tvb(pos, 2))
+            local sri = sw:add(f.ng_scale_res, c.tvb(pos + 2, 2))
+            sw:set_text(string.format("Scale Word: Shift %d", shift))
+            check_reserved(c, sri, u16(c, pos + 2), "Scale Word reserved field")
+            if shift + 8 * kbytes > MAX_SCALED_BITS then
+                malformed(c, shi, e.rule, string.format("Shift %d + 8 x B (%d) exceeds the largest Kulisch width %d",
+                    shift, 8 * kbytes, MAX_SCALED_BITS))
+            end
+            pos = pos + sl
+        end
         local fit = math.max(math.min(count, math.floor((stop - pos) / width)), 0)
-        add_values(c, gt, fmt, width, pos, fit, position)
+        add_values(c, gt, fmt, width, pos, fit, position, shift)
         sum = sum + count
         if pos + vlen > stop then
             malformed(c, gt, e.length, string.format("group needs %d value bytes, only %d left in the body: %d of %d values shown",
@@ -1020,7 +1068,7 @@ local function dissect_numbergroups(c, tree, off, blen, ngroups, nelems, first)
             g = g + 1
             break
         end
-        local padn = pad4(vlen) - vlen
+        local padn = pad4(sl + vlen) - sl - vlen
         if padn > 0 then
             if pos + vlen + padn > stop then
                 malformed(c, gt, e.length, "value padding runs past the body end")
@@ -1106,14 +1154,14 @@ local function dissect_data(c, tree, off, class)
         local avail = c.len - pos
         if avail > 0 then
             local bt = tree:add(prismd, c.tvb(pos, avail), "NumberGroups (truncated)")
-            dissect_numbergroups(c, bt, pos, avail, ngroups, nelems, first)
+            dissect_numbergroups(c, bt, pos, avail, ngroups, nelems, first, class, ext)
         end
         return info
     end
     c.declared_end = pos + blen
     if blen > 0 or ngroups > 0 then
         local bt = blen > 0 and tree:add(prismd, c.tvb(pos, blen), "NumberGroups") or tree
-        dissect_numbergroups(c, bt, pos, blen, ngroups, nelems, first)
+        dissect_numbergroups(c, bt, pos, blen, ngroups, nelems, first, class, ext)
     end
     return info
 end

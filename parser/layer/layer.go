@@ -164,12 +164,12 @@ func (p *PRISM) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeO
 func countGroups(body []byte) (count uint16, groups uint8) {
 	for o := 0; o+parser.GroupDescLen <= len(body) && groups < parser.MaxGroups; groups++ {
 		g := parser.GroupDescriptor(body[o:])
-		w := g.Format().Width(int(g.KulischBytes()))
-		if w == 0 {
+		f, kb := g.Format(), int(g.KulischBytes())
+		if f.Width(kb) == 0 {
 			break
 		}
 		count += g.Count()
-		o += parser.GroupDescLen + (int(g.Count())*w+3)&^3
+		o += parser.GroupLen(f, kb, int(g.Count()))
 	}
 	return
 }
