@@ -1,5 +1,5 @@
-// This file owns the communicator: its socket, the receive loop that hands
-// frames to the operation they belong to, and the collective calls.
+// This file owns the communicator: its socket, the event loop that moves
+// every frame of every running collective, and the collective calls.
 
 package host
 
@@ -9,13 +9,13 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/host/internal/rawio"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -50,26 +50,42 @@ type Stats struct {
 	Frames      uint64        // DATA frames sent (first transmissions)
 	Retransmits uint64        // DATA frames retransmitted
 	ResultDups  uint64        // duplicate RESULT frames received
+	// KernelDrops counts frames the kernel dropped on the rank's socket
+	// during the transfer because its receive buffer was full (all
+	// operations of the Comm; 0 when the Conn cannot tell).
+	KernelDrops uint64
 }
 
-// Conn is how a Comm moves frames: am.PacketConn on a real interface, a
-// pipe in tests.
+// Conn is how a Comm moves frames: NewComm's AF_PACKET socket pair on a
+// real interface, a pipe in tests. A Conn that also implements BatchConn is
+// used a batch at a time.
 type Conn = am.Conn
 
 // Comm is one rank's communicator. Its methods are safe for concurrent use;
 // collectives started concurrently are matched across ranks in call order.
+//
+// One goroutine, the event loop, owns the state of every running
+// collective: it reads a batch of frames, applies each where it landed in
+// the read buffer, then lets every operation send what its windows admit
+// and flushes all of it with one system call. A batch therefore costs one
+// wakeup and two system calls, and no frame is handed between goroutines
+// (on a virtual machine a thread switch costs more than a frame).
 type Comm struct {
 	cfg    Config
 	conn   Conn
+	bconn  BatchConn
 	client *am.Client
 	mac    [6]byte
 	seq    atomic.Uint64
 
+	// ops is the loop's snapshot of the registered operations, replaced
+	// (copy on write, under mu) when one starts or ends, so the loop reads
+	// it without a lock.
+	ops    atomic.Pointer[opTable]
 	mu     sync.Mutex
-	ops    map[parser.OpKey]*opRun
 	closed bool
-	done   chan struct{}
 	rxErr  error
+	done   chan struct{}
 }
 
 // NewComm opens the rank's interface and checks that the coordinator
@@ -84,9 +100,9 @@ func NewComm(ctx context.Context, cfg Config) (*Comm, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	conn, err := am.OpenConn(cfg.Iface)
+	conn, err := openPacketConn(cfg.Iface)
 	if err != nil {
-		if strings.Contains(err.Error(), "is down") {
+		if errors.Is(err, rawio.ErrDown) {
 			return nil, fmt.Errorf("%w: %v", ErrInterfaceDown, err)
 		}
 		return nil, fmt.Errorf("host: %w", err)
@@ -110,10 +126,23 @@ func NewCommConn(ctx context.Context, cfg Config, conn Conn) (*Comm, error) {
 	if _, err := cl.Ops(ctx); err != nil {
 		return nil, fmt.Errorf("host: rank %d: %w", cfg.Rank, err)
 	}
-	c := &Comm{cfg: cfg, conn: conn, client: cl, ops: map[parser.OpKey]*opRun{}, done: make(chan struct{})}
-	copy(c.mac[:], conn.MAC())
-	go c.readLoop()
+	c := newComm(cfg, conn, cl)
+	go c.loop()
 	return c, nil
+}
+
+func newComm(cfg Config, conn Conn, cl *am.Client) *Comm {
+	c := &Comm{cfg: cfg, conn: conn, bconn: asBatch(conn), client: cl, done: make(chan struct{})}
+	c.ops.Store(&opTable{})
+	copy(c.mac[:], conn.MAC())
+	return c
+}
+
+func (c *Comm) kernelDrops() uint64 {
+	if d, ok := c.conn.(dropCounter); ok {
+		return d.KernelDrops()
+	}
+	return 0
 }
 
 // Rank returns this rank.
@@ -136,53 +165,142 @@ func (c *Comm) Close() error {
 	return err
 }
 
-// frameBufSize holds the largest frame: Ethernet header + jumbo MTU.
-const frameBufSize = parser.EthLen + parser.MTUJumbo
-
-// framePool holds frame buffers handed from the reader to an operation;
-// the slice length is the frame length, the capacity frameBufSize.
-var framePool = sync.Pool{New: func() any { b := make([]byte, 0, frameBufSize); return &b }}
-
-func (c *Comm) readLoop() {
+// loop is the event loop (see Comm).
+func (c *Comm) loop() {
 	defer close(c.done)
-	buf := make([]byte, frameBufSize+64)
+	l := newLoop(c)
 	for {
-		n, err := c.conn.ReadFrame(buf)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				c.fail(ErrClosed)
-				return
-			}
-			if errors.Is(err, syscall.ENETDOWN) || errors.Is(err, syscall.ENXIO) || errors.Is(err, syscall.ENODEV) {
-				c.fail(fmt.Errorf("%w: %s: %v", ErrInterfaceDown, c.cfg.Iface, err))
-				return
-			}
-			time.Sleep(time.Millisecond)
+		err := l.iterate()
+		if err == nil {
 			continue
 		}
-		if n < parser.HdrOff+parser.OpIDLen || n > frameBufSize {
+		if errors.Is(err, net.ErrClosed) {
+			err = ErrClosed
+		}
+		c.fail(err)
+		return
+	}
+}
+
+// evLoop is the event loop's state: its read buffers, the batch views of
+// them and the transmit queue every operation shares.
+type evLoop struct {
+	c     *Comm
+	bufs  [rxBatch][frameBufSize]byte
+	views [rxBatch][]byte
+	sizes [rxBatch]int
+	tx    txQueue
+	// readErrs counts consecutive read errors that are neither a closed
+	// socket nor a dead interface (retried, bounded).
+	readErrs int
+}
+
+// maxReadErrs bounds consecutive unexplained read errors before the Comm
+// gives up (each is followed by a 1 ms pause).
+const maxReadErrs = 1000
+
+func newLoop(c *Comm) *evLoop {
+	l := &evLoop{c: c, tx: newTxQueue(c.bconn, c.cfg.Iface)}
+	for i := range l.bufs {
+		l.views[i] = l.bufs[i][:]
+	}
+	return l
+}
+
+// iterate is one turn of the loop: service every operation (cancel, send,
+// retransmit, complete, expire) and flush, then wait for a batch (or the
+// next tick while operations run) and apply it. It allocates nothing.
+func (l *evLoop) iterate() error {
+	c := l.c
+	// While collectives run the read wakes at least every tick for their
+	// timers. A collective registering (or being cancelled) kicks the
+	// loop by moving the deadline to the past. So that no kick is lost,
+	// the table is read again after the deadline is set: a change before
+	// that read is seen here (and the deadline set for it), one after it
+	// kicks the read below.
+	tab := c.ops.Load()
+	for {
+		if err := c.bconn.SetReadDeadline(wakeAt(*tab)); err != nil {
+			return err
+		}
+		t2 := c.ops.Load()
+		if t2 == tab {
+			break
+		}
+		tab = t2
+	}
+	ops := *tab
+	now := mono()
+	for _, op := range ops {
+		op.service(now, &l.tx)
+	}
+	if err := l.tx.flush(); err != nil {
+		return err
+	}
+	n, err := c.bconn.ReadBatch(l.views[:], l.sizes[:])
+	if err != nil {
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil
+		case errors.Is(err, net.ErrClosed):
+			return err
+		case errors.Is(err, syscall.ENETDOWN) || errors.Is(err, syscall.ENXIO) || errors.Is(err, syscall.ENODEV):
+			return fmt.Errorf("%w: %s: %v", ErrInterfaceDown, c.cfg.Iface, err)
+		}
+		if l.readErrs++; l.readErrs > maxReadErrs {
+			return fmt.Errorf("host: reading %s failed %d times in a row: %w", c.cfg.Iface, l.readErrs, err)
+		}
+		time.Sleep(time.Millisecond)
+		return nil
+	}
+	l.readErrs = 0
+	l.dispatch(ops, n, mono())
+	return nil
+}
+
+// wakeAt is when the loop must look at ops again without input: a tick
+// away while any runs (timers), at the end of the earliest linger when they
+// only linger (an idle rank does not tick), never when there are none.
+func wakeAt(ops opTable) time.Time {
+	if len(ops) == 0 {
+		return time.Time{}
+	}
+	now := mono()
+	next := now + int64(tick)
+	soonest := int64(-1)
+	for _, op := range ops {
+		w := next
+		if op.state == opLingering {
+			w = max(op.lingerUntil, now)
+		}
+		if soonest < 0 || w < soonest {
+			soonest = w
+		}
+	}
+	return time.Now().Add(time.Duration(soonest - now))
+}
+
+// dispatch applies the first n frames of the batch to their operations,
+// in place in the read buffers; answers go to the transmit queue, which is
+// flushed at the next turn's service, before anything could release a
+// queued DATA buffer.
+func (l *evLoop) dispatch(ops opTable, n int, now int64) {
+	for i := 0; i < n; i++ {
+		sz := l.sizes[i]
+		if sz < parser.HdrOff+parser.OpIDLen {
 			continue
 		}
-		key, ok := parser.PeekOpKey(buf[parser.EthLen:n])
+		f := l.views[i][:sz]
+		key, ok := parser.PeekOpKey(f[parser.EthLen:])
 		if !ok {
 			continue
 		}
-		c.mu.Lock()
-		op := c.ops[key]
-		c.mu.Unlock()
-		if op == nil {
-			continue
+		if op := ops.find(key); op != nil {
+			op.input(now, f, &l.tx)
 		}
-		bp := framePool.Get().(*[]byte)
-		*bp = (*bp)[:n]
-		copy(*bp, buf[:n])
-		select {
-		case op.in <- bp:
-		default:
-			// The operation is not keeping up: a drop, which the stream
-			// windows recover like any loss.
-			framePool.Put(bp)
-		}
+	}
+	for _, op := range ops {
+		op.flushAck(&l.tx)
 	}
 }
 
@@ -190,13 +308,11 @@ func (c *Comm) readLoop() {
 func (c *Comm) fail(err error) {
 	c.mu.Lock()
 	c.rxErr = err
-	ops := make([]*opRun, 0, len(c.ops))
-	for _, op := range c.ops {
-		ops = append(ops, op)
-	}
+	ops := *c.ops.Load()
+	c.ops.Store(&opTable{})
 	c.mu.Unlock()
 	for _, op := range ops {
-		op.abort(err)
+		op.finish(err)
 	}
 }
 
@@ -209,17 +325,30 @@ func (c *Comm) register(op *opRun) error {
 		}
 		return ErrClosed
 	}
-	c.ops[op.key] = op
+	old := *c.ops.Load()
+	t := make(opTable, 0, len(old)+1)
+	t = append(append(t, old...), op)
+	c.ops.Store(&t)
+	c.kick()
 	return nil
 }
 
 func (c *Comm) unregister(op *opRun) {
 	c.mu.Lock()
-	if c.ops[op.key] == op {
-		delete(c.ops, op.key)
+	defer c.mu.Unlock()
+	old := *c.ops.Load()
+	t := make(opTable, 0, len(old))
+	for _, o := range old {
+		if o != op {
+			t = append(t, o)
+		}
 	}
-	c.mu.Unlock()
+	c.ops.Store(&t)
 }
+
+// kick makes the loop's current or next read return at once, so it looks
+// at the operation table and the cancel flags again.
+func (c *Comm) kick() { _ = c.bconn.SetReadDeadline(time.Unix(1, 0)) }
 
 // Request is an asynchronous collective.
 type Request struct {

@@ -382,3 +382,76 @@ func TestInexactInt8(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelMidTransfer: cancelling the context of a running collective
+// (its peer went silent) ends it promptly with the context's error, and the
+// Comm's event loop keeps serving the next collective.
+func TestCancelMidTransfer(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	hosts := []string{"h1", "h2"}
+	comms := make([]*Comm, 2)
+	conns := make([]*memConn, 2)
+	for r, h := range hosts {
+		conns[r] = f.attach(h)
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 70, Coordinator: url, Node: h}, conns[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		comms[r] = c
+	}
+	// Rank 1 sends a few frames and dies: rank 0's RESULT never completes.
+	conns[1].killAfter = 3
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := &Options{Timeout: 20 * time.Second}
+	q0 := comms[0].AllReduceAsync(ctx, make([]float32, 200000), make([]float32, 200000), opts)
+	q1 := comms[1].AllReduceAsync(context.Background(), make([]float32, 200000), make([]float32, 200000), opts)
+	// Wait for the grant: the collective is registered with the loop.
+	for deadline := time.Now().Add(10 * time.Second); len(*comms[0].ops.Load()) == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(*comms[0].ops.Load()) == 0 {
+		t.Fatal("rank 0's collective never started")
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	select {
+	case <-q0.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("Wait did not return after cancel")
+	}
+	if err := q0.Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("rank 0: %v, want context.Canceled", err)
+	}
+	t.Logf("cancelled collective returned after %v", time.Since(start).Round(time.Millisecond))
+	if n := len(*comms[0].ops.Load()); n != 0 {
+		t.Fatalf("%d operations still registered after cancel", n)
+	}
+	_ = q1 // rank 1 fails on its own (its frames vanish); Close ends it
+	// The same Comm (same event loop) runs the next collective with a
+	// healthy rank 1 (a new Comm, numbered to match: this is invocation 1).
+	c1, err := NewCommConn(context.Background(), Config{Rank: 1, Size: 2, Iface: "mem0", Job: 70, Coordinator: url, Node: "h2"}, f.attach("h2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	c1.seq.Store(1)
+	s0, s1 := vecFor(72, 0, 3000), vecFor(72, 1, 3000)
+	d0, d1 := make([]float32, 3000), make([]float32, 3000)
+	qa := comms[0].AllReduceAsync(context.Background(), s0, d0, nil)
+	qb := c1.AllReduceAsync(context.Background(), s1, d1, nil)
+	if err := qa.Wait(); err != nil {
+		t.Fatalf("rank 0 after the cancel: %v", err)
+	}
+	if err := qb.Wait(); err != nil {
+		t.Fatalf("rank 1: %v", err)
+	}
+	for i := range d0 {
+		want := math.Float32bits(exactF32([][]float32{s0, s1}, i))
+		if math.Float32bits(d0[i]) != want || math.Float32bits(d1[i]) != want {
+			t.Fatalf("element %d wrong after the cancel", i)
+		}
+	}
+}

@@ -20,8 +20,25 @@
 // AUTO-encoded RESULT with package kulisch, or flags (cmd/prismctl parses
 // those; ConfigFromEnv and LoadConfig read the environment and files).
 //
-// Frames go through an AF_PACKET socket on the rank's interface (package
-// control/am's PacketConn, EtherType 0x88B5 only). Element values are sent
-// in host memory order, which is the wire's little-endian on every platform
-// prismd supports (amd64, arm64); NewComm refuses a big-endian host.
+// Frames go through an AF_PACKET socket pair on the rank's interface
+// (host/internal/rawio: EtherType 0x88B5 only, an 8 MiB receive buffer so a
+// burst of RESULT is not dropped while the process waits for a core,
+// recvmmsg and sendmmsg of up to 128 frames). One goroutine per Comm, the
+// event loop, owns every running collective: per turn it lets each
+// operation send what its windows admit (DATA encoded straight from the
+// caller's slice into the send window's replay buffer), flushes everything
+// with one sendmmsg, reads one batch and applies each frame where it landed
+// (RESULT values copied straight into the caller's slice), queueing the
+// answers. In-order RESULT frames of one batch are answered with one
+// PROGRESS naming the newest (protocol section 7 allows coalescing);
+// out-of-order, duplicate and refused ones are answered one by one. The
+// loop wakes for a batch or for the next retransmission tick, never per
+// frame, and nothing on this path allocates or takes a lock (proven by
+// TestLoopAllocs on an in-memory leaf and TestLoopAllocsAFPacket on a veth
+// pair). Any Conn works (NewCommConn); one that implements BatchConn is
+// used a batch at a time, others through an adapter.
+//
+// Element values are sent in host memory order, which is the wire's
+// little-endian on every platform prismd supports (amd64, arm64); NewComm
+// refuses a big-endian host.
 package host

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/prismd/prismd/control/am"
@@ -17,21 +18,24 @@ import (
 	"github.com/prismd/prismd/stream"
 )
 
-// tick is how often the sender loop looks at retransmission timers when no
-// frame arrives: a quarter of stream.DefaultRTO.
+// tick is how often the event loop looks at retransmission timers and
+// deadlines while collectives run and no frame arrives: a quarter of
+// stream.DefaultRTO.
 const tick = 5 * time.Millisecond
 
-// rankRTO is the first DATA retransmission timeout of a rank.
+// rankRTO is the least DATA retransmission timeout of a rank, twice the
+// stream default: a leaf shares its cores with other switches and ranks
+// and often answers a window's first frame only after tens of
+// milliseconds. A timeout resends one frame (a probe), so a spurious one
+// costs a duplicate, not a window.
 const rankRTO = int64(40 * time.Millisecond)
 
-// opRun is the state of one running collective; its loop goroutine owns the
-// windows.
+// opRun is one collective on the rank. Everything but the fields marked
+// otherwise belongs to the Comm's event loop.
 type opRun struct {
 	c     *Comm
 	g     *am.Grant
 	key   parser.OpKey
-	in    chan *[]byte
-	abrt  chan error
 	send  elems
 	recv  elems
 	width int
@@ -41,23 +45,107 @@ type opRun struct {
 	sw      *stream.SendWindow
 	rw      *stream.RecvWindow
 
-	next        uint32 // next element to send
-	lastResult  int64
-	frames      uint64
-	dups        uint64
-	progressBuf []byte
-	holes       [parser.MaxHoles]stream.Hole
-	// Decoding scratch, reused by every frame: as locals they would
-	// escape to the heap (one allocation per frame).
-	pin  parser.Progress
-	pout parser.Progress
-	din  parser.Data
+	state          opState
+	next           uint32 // next element to send
+	lastResult     int64
+	resultDeadline int64 // RESULT inactivity bound (ns)
+	lingerFor      int64 // how long to answer late RESULT after success
+	lingerUntil    int64
+	frames         uint64
+	dups           uint64
+	ackPID         uint32 // newest in-order RESULT not yet answered (0: none)
+	holes          [parser.MaxHoles]stream.Hole
+	// Encoding and decoding scratch, reused by every frame: as locals
+	// they would escape to the heap (one allocation per frame).
+	b      parser.DataBuilder
+	fields parser.DataFields
+	maxPer uint32
+	pin    parser.Progress
+	pout   parser.Progress
+	din    parser.Data
+
+	// cancel is set by the collective's goroutine (context cancelled);
+	// result carries the outcome to it, once.
+	cancel atomic.Pointer[error]
+	result chan opResult
 }
 
-func (op *opRun) abort(err error) {
-	select {
-	case op.abrt <- err:
-	default:
+type opState uint8
+
+const (
+	opRunning   opState = iota + 1
+	opLingering         // finished; answers late RESULT duplicates until lingerUntil
+	opGone              // finished and unregistered
+)
+
+// opResult is the outcome the loop hands to the collective's goroutine,
+// with the counters as they were at that moment (the loop keeps running
+// the operation while it lingers).
+type opResult struct {
+	err                       error
+	frames, retransmits, dups uint64
+}
+
+// finish reports the outcome once.
+func (op *opRun) finish(err error) {
+	if op.state == opLingering || op.state == opGone {
+		return
+	}
+	rt, _ := op.sw.Stats()
+	op.result <- opResult{err: err, frames: op.frames, retransmits: rt, dups: op.dups}
+	op.state = opGone
+}
+
+// service runs the operation's sending side once: cancellation, new DATA,
+// retransmissions, completion, deadlines; it ends a lingering operation
+// whose time is up.
+func (op *opRun) service(now int64, tx *txQueue) {
+	switch op.state {
+	case opLingering:
+		if now >= op.lingerUntil {
+			op.state = opGone
+			op.c.unregister(op)
+		}
+		return
+	case opGone:
+		return
+	}
+	if p := op.cancel.Load(); p != nil {
+		op.end(*p)
+		return
+	}
+	done, err := op.step(now, tx)
+	switch {
+	case err != nil:
+		op.end(err)
+	case done:
+		op.finish(nil)
+		// Keep answering late RESULT duplicates (our last PROGRESS may
+		// have been lost) while the AM completes the operation.
+		op.state, op.lingerUntil = opLingering, now+op.lingerFor
+		if op.rw == nil {
+			op.state = opGone
+			op.c.unregister(op)
+		}
+	}
+}
+
+// end fails the operation and forgets it.
+func (op *opRun) end(err error) {
+	op.finish(err)
+	op.state = opGone
+	op.c.unregister(op)
+}
+
+// input applies one received frame.
+func (op *opRun) input(now int64, f []byte, tx *txQueue) {
+	switch op.state {
+	case opRunning:
+		if err := op.handle(now, f, tx); err != nil {
+			op.end(err)
+		}
+	case opLingering:
+		_ = op.handle(now, f, tx)
 	}
 }
 
@@ -101,46 +189,35 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	}
 	st.Grant = g
 	st.Setup = time.Since(t0)
-	op := &opRun{c: c, g: g, in: make(chan *[]byte, 8192), abrt: make(chan error, 1), send: sv, recv: rv,
-		width: sv.format.Width(0), mtu: g.MTU,
-		key: parser.OpKey{Job: g.Op.Job, Group: g.Op.Group, GroupGen: g.Op.GroupGen, Op: g.Op.OpID, OpGen: g.Op.OpGen}}
-	mac, err := net.ParseMAC(g.LeafMAC)
-	if err != nil || len(mac) != 6 {
-		return st, oe("begin", fmt.Errorf("grant has a bad leaf MAC %q", g.LeafMAC))
+	op, err := newOp(c, g, sv, rv)
+	if err != nil {
+		return st, oe("begin", err)
 	}
-	copy(op.leafMAC[:], mac)
 	timeout := time.Duration(g.TimeoutMS) * time.Millisecond
-	op.sw = stream.NewSendWindow(stream.SendConfig{
-		Name:        fmt.Sprintf("op %s rank %d DATA stream %d to %s", g.ID, g.Rank, g.Data.StreamID, g.Leaf),
-		ReplayDepth: int(g.Window.ReplayDepth), FrameSize: parser.EthLen + g.MTU,
-		Intervals: int(g.Window.Intervals), Bytes: int(g.Window.Bytes), Elements: g.Window.Elements,
-		Deadline: int64(timeout),
-		// Twice the stream default: a rank shares its cores with the
-		// application, and a spurious timeout resends a whole window.
-		RTO: rankRTO, MaxRTO: 10 * rankRTO,
-	})
-	if g.Result != nil {
-		op.rw = stream.NewRecvWindow(stream.RecvConfig{
-			Name: fmt.Sprintf("op %s rank %d RESULT path %d", g.ID, g.Rank, g.Result.StreamID), VectorLen: g.VectorLen,
-			Intervals: int(g.Window.Intervals), Bytes: int(g.Window.Bytes), Elements: g.Window.Elements,
-			MaxFrame: parser.EthLen + g.MTU,
-		})
-	}
-	op.progressBuf = make([]byte, parser.EthLen+parser.CWLen+parser.ProgressHdrLen+parser.MaxHoles*parser.HoleLen)
+	drops0 := c.kernelDrops()
+	t1 := time.Now()
+	op.lastResult = mono()
 	if err := c.register(op); err != nil {
 		return st, oe("data", err)
 	}
-	t1 := time.Now()
-	runErr := op.loop(ctx, timeout)
+	var res opResult
+	select {
+	case res = <-op.result:
+	case <-ctx.Done():
+		err := fmt.Errorf("cancelled: %w", ctx.Err())
+		op.cancel.Store(&err)
+		c.kick()
+		res = <-op.result
+	}
+	runErr := res.err
 	st.Transfer = time.Since(t1)
-	st.Frames = op.frames
-	st.Retransmits, _ = op.sw.Stats()
-	st.ResultDups = op.dups
+	st.Frames = res.frames
+	st.Retransmits = res.retransmits
+	st.ResultDups = res.dups
+	st.KernelDrops = c.kernelDrops() - drops0
 	if runErr == nil {
 		// Report without waiting: the AM checks every node and RELEASEs
-		// in the background. Keep answering late RESULT duplicates (our
-		// last PROGRESS may have been lost) until the AM is done with it.
-		go op.linger(timeout)
+		// in the background (the loop answers late RESULT meanwhile).
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := c.client.Done(dctx, g.ID, am.DoneRequest{Rank: c.cfg.Rank, OK: true})
 		cancel()
@@ -149,7 +226,6 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 		}
 		return st, nil
 	}
-	c.unregister(op)
 	e := &OpError{Collective: coll, Rank: c.cfg.Rank, Op: g.ID, Stage: "data", Err: runErr}
 	var se *stream.SilentError
 	var re *resultError
@@ -171,6 +247,40 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	return st, e
 }
 
+// newOp builds a granted collective's state: its windows, timers and DATA
+// header. The operation starts when it is registered with the Comm.
+func newOp(c *Comm, g *am.Grant, sv, rv elems) (*opRun, error) {
+	op := &opRun{c: c, g: g, state: opRunning, result: make(chan opResult, 1), send: sv, recv: rv,
+		width: sv.format.Width(0), mtu: g.MTU,
+		key: parser.OpKey{Job: g.Op.Job, Group: g.Op.Group, GroupGen: g.Op.GroupGen, Op: g.Op.OpID, OpGen: g.Op.OpGen}}
+	mac, err := net.ParseMAC(g.LeafMAC)
+	if err != nil || len(mac) != 6 {
+		return nil, fmt.Errorf("grant has a bad leaf MAC %q", g.LeafMAC)
+	}
+	copy(op.leafMAC[:], mac)
+	timeout := time.Duration(g.TimeoutMS) * time.Millisecond
+	op.sw = stream.NewSendWindow(stream.SendConfig{
+		Name:        fmt.Sprintf("op %s rank %d DATA stream %d to %s", g.ID, g.Rank, g.Data.StreamID, g.Leaf),
+		ReplayDepth: int(g.Window.ReplayDepth), FrameSize: parser.EthLen + g.MTU,
+		Intervals: int(g.Window.Intervals), Bytes: int(g.Window.Bytes), Elements: g.Window.Elements,
+		Deadline: int64(timeout),
+		RTO:      rankRTO, MaxRTO: 10 * rankRTO,
+	})
+	if g.Result != nil {
+		op.rw = stream.NewRecvWindow(stream.RecvConfig{
+			Name: fmt.Sprintf("op %s rank %d RESULT path %d", g.ID, g.Rank, g.Result.StreamID), VectorLen: g.VectorLen,
+			Intervals: int(g.Window.Intervals), Bytes: int(g.Window.Bytes), Elements: g.Window.Elements,
+			MaxFrame: parser.EthLen + g.MTU,
+		})
+	}
+	// The RESULT inactivity bound: the switches' own contributor timeout
+	// plus a margin, so the AM's diagnosis already sees the failed node.
+	op.resultDeadline = int64(timeout) + int64(time.Second)
+	op.lingerFor = int64(timeout)
+	op.initData()
+	return op, nil
+}
+
 // resultError is a RESULT-side failure with the missing range.
 type resultError struct {
 	from, to uint32
@@ -180,121 +290,91 @@ type resultError struct {
 func (e *resultError) Error() string { return e.err.Error() }
 func (e *resultError) Unwrap() error { return e.err }
 
-// loop sends DATA and receives RESULT until this rank's part is complete.
-func (op *opRun) loop(ctx context.Context, timeout time.Duration) error {
+// initData prepares the DATA header every frame of the operation shares.
+func (op *opRun) initData() {
 	g := op.g
-	n := g.VectorLen
-	op.lastResult = mono()
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	var b parser.DataBuilder
-	maxPer := uint32(parser.MaxPacketElements(op.mtu) / op.width)
-	if maxPer > 0xFFFF {
-		maxPer = 0xFFFF
+	op.maxPer = uint32(parser.MaxPacketElements(op.mtu) / op.width)
+	if op.maxPer > 0xFFFF {
+		op.maxPer = 0xFFFF
 	}
-	fields := parser.DataFields{Eth: parser.Eth{Dst: op.leafMAC, Src: op.c.mac}, Class: parser.ClassData, Op: op.key,
+	op.fields = parser.DataFields{Eth: parser.Eth{Dst: op.leafMAC, Src: op.c.mac}, Class: parser.ClassData, Op: op.key,
 		SrcEP: g.Data.SrcEndpoint, DstEP: g.Data.DstEndpoint, Stream: g.Data.StreamID}
-	// The RESULT inactivity bound: the switches' own contributor timeout
-	// plus a margin, so the AM's diagnosis already sees the failed node.
-	resultDeadline := int64(timeout) + int64(time.Second)
-	for {
-		now := mono()
-		// New DATA while the window admits it.
-		for op.next < n {
-			cnt := min(maxPer, n-op.next)
-			size := parser.DataBodyOff + parser.GroupDescLen + pad4(int(cnt)*op.width)
-			buf, pid, ok := op.sw.Reserve(now, op.next, cnt, size)
-			if !ok {
-				break
-			}
-			fields.PacketID, fields.First, fields.Flags = pid, op.next, 0
-			if op.next+cnt == n {
-				fields.Flags = parser.FlagLast
-			}
-			if err := b.Reset(buf, &fields, nil, op.mtu); err != nil {
-				return err
-			}
-			slot, err := b.AddGroup(op.send.format, 0, int(cnt))
-			if err != nil {
-				return err
-			}
-			w := op.width
-			copy(slot, op.send.bytes[int(op.next)*w:int(op.next+cnt)*w])
-			fr := op.sw.Commit(now, len(b.Finish()))
-			if err := op.write(fr); err != nil {
-				return err
-			}
-			op.frames++
-			op.next += cnt
-		}
-		for {
-			f, ok := op.sw.NextRetransmit(now)
-			if !ok {
-				break
-			}
-			f[parser.HdrOff+33] |= parser.FlagRetransmit
-			if err := op.write(f); err != nil {
-				return err
-			}
-		}
-		dataDone := op.next == n && op.sw.Idle()
-		resDone := op.rw == nil || op.rw.Done()
-		if dataDone && resDone {
-			return nil
-		}
-		if err := op.sw.Check(now); err != nil {
-			return fmt.Errorf("%w: leaf %s did not acknowledge DATA: %v", ErrTimeout, g.Leaf, err)
-		}
-		if op.rw != nil && !resDone && now-op.lastResult > resultDeadline {
-			return &resultError{from: op.rw.Committed(), to: n,
-				err: fmt.Errorf("%w: no RESULT from leaf %s for %v (received [0, %d) of %d elements)",
-					ErrTimeout, g.Leaf, time.Duration(now-op.lastResult).Round(time.Millisecond), op.rw.Committed(), n)}
-		}
-		select {
-		case bp := <-op.in:
-			err := op.handle(*bp)
-			framePool.Put(bp)
-			// Drain what else arrived before sending more.
-			for err == nil {
-				select {
-				case bp := <-op.in:
-					err = op.handle(*bp)
-					framePool.Put(bp)
-					continue
-				default:
-				}
-				break
-			}
-			if err != nil {
-				return err
-			}
-		case <-t.C:
-		case err := <-op.abrt:
-			return err
-		case <-ctx.Done():
-			return fmt.Errorf("cancelled: %w", ctx.Err())
-		}
-	}
 }
 
-func pad4(n int) int { return (n + 3) &^ 3 }
-
-func (op *opRun) write(f []byte) error {
-	if err := op.c.conn.WriteFrame(f); err != nil {
-		if errors.Is(err, net.ErrClosed) {
-			return ErrClosed
+// step sends what the window admits (new DATA, then retransmissions),
+// then checks completion and the deadlines. It allocates nothing.
+func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
+	g := op.g
+	if err := op.sendData(now, tx); err != nil {
+		return false, err
+	}
+	for {
+		f, ok := op.sw.NextRetransmit(now)
+		if !ok {
+			break
 		}
-		return fmt.Errorf("%w: send on %s: %v", ErrInterfaceDown, op.c.cfg.Iface, err)
+		f[parser.HdrOff+33] |= parser.FlagRetransmit
+		if err := tx.add(f); err != nil {
+			return false, err
+		}
+	}
+	dataDone := op.next == g.VectorLen && op.sw.Idle()
+	resDone := op.rw == nil || op.rw.Done()
+	if dataDone && resDone {
+		return true, nil
+	}
+	if err := op.sw.Check(now); err != nil {
+		return false, fmt.Errorf("%w: leaf %s did not acknowledge DATA: %v", ErrTimeout, g.Leaf, err)
+	}
+	if op.rw != nil && !resDone && now-op.lastResult > op.resultDeadline {
+		return false, &resultError{from: op.rw.Committed(), to: g.VectorLen,
+			err: fmt.Errorf("%w: no RESULT from leaf %s for %v (received [0, %d) of %d elements)",
+				ErrTimeout, g.Leaf, time.Duration(now-op.lastResult).Round(time.Millisecond), op.rw.Committed(), g.VectorLen)}
+	}
+	return false, nil
+}
+
+// sendData encodes and queues new DATA while the window admits it, values
+// copied from the caller's slice straight into the replay buffer.
+func (op *opRun) sendData(now int64, tx *txQueue) error {
+	n := op.g.VectorLen
+	for op.next < n {
+		cnt := min(op.maxPer, n-op.next)
+		size := parser.DataBodyOff + parser.GroupDescLen + pad4(int(cnt)*op.width)
+		buf, pid, ok := op.sw.Reserve(now, op.next, cnt, size)
+		if !ok {
+			return nil
+		}
+		op.fields.PacketID, op.fields.First, op.fields.Flags = pid, op.next, 0
+		if op.next+cnt == n {
+			op.fields.Flags = parser.FlagLast
+		}
+		if err := op.b.Reset(buf, &op.fields, nil, op.mtu); err != nil {
+			return err
+		}
+		slot, err := op.b.AddGroup(op.send.format, 0, int(cnt))
+		if err != nil {
+			return err
+		}
+		w := op.width
+		copy(slot, op.send.bytes[int(op.next)*w:int(op.next+cnt)*w])
+		fr := op.sw.Commit(now, len(op.b.Finish()))
+		if err := tx.add(fr); err != nil {
+			return err
+		}
+		op.frames++
+		op.next += cnt
 	}
 	return nil
 }
 
+func pad4(n int) int { return (n + 3) &^ 3 }
+
 // handle applies one received frame.
-func (op *opRun) handle(f []byte) error {
+func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 	if len(f) < parser.HdrOff || parser.Class(f[parser.CWOff+1]) == parser.ClassControl {
 		return nil
 	}
-	now := mono()
 	g := op.g
 	switch parser.Class(f[parser.CWOff+1]) {
 	case parser.ClassProgress:
@@ -344,6 +424,16 @@ func (op *opRun) handle(f []byte) error {
 			}
 			op.rw.Release(op.rw.Committed())
 			op.lastResult = now
+			if op.rw.Pending() == 0 && !op.rw.Done() {
+				// In order: the watermark acknowledges it, so one
+				// PROGRESS per received batch, naming the newest frame,
+				// answers them all (protocol section 7 allows coalescing
+				// within 1 ms; a batch is applied in microseconds). An
+				// out-of-order frame is answered at once: its sender
+				// learns from that PROGRESS that it is held.
+				op.ackPID = d.PacketID
+				return nil
+			}
 		case stream.Duplicate:
 			status = parser.ProgressStatusDuplicate
 			op.dups++
@@ -352,7 +442,7 @@ func (op *opRun) handle(f []byte) error {
 		case stream.NoCredit:
 			status = parser.ProgressStatusNoCredit
 		}
-		return op.progress(d.PacketID, status)
+		return op.progress(d.PacketID, status, tx)
 	}
 	return nil
 }
@@ -406,8 +496,20 @@ func convert(dst []byte, to parser.Format, grp parser.Group, kw int) error {
 	return nil
 }
 
-// progress answers a RESULT frame.
-func (op *opRun) progress(pid uint32, status parser.ProgressStatus) error {
+// flushAck sends the PROGRESS owed to the in-order RESULT frames of the
+// batch just applied.
+func (op *opRun) flushAck(tx *txQueue) {
+	if op.ackPID == 0 {
+		return
+	}
+	if err := op.progress(op.ackPID, parser.ProgressStatusOK, tx); err != nil && op.state == opRunning {
+		op.end(err)
+	}
+}
+
+// progress answers a RESULT frame (and every in-order frame before it).
+func (op *opRun) progress(pid uint32, status parser.ProgressStatus, tx *txQueue) error {
+	op.ackPID = 0
 	g := op.g
 	ic, bc := op.rw.Credits()
 	p := &op.pout
@@ -422,30 +524,13 @@ func (op *opRun) progress(pid uint32, status parser.ProgressStatus) error {
 	for i := 0; i < p.NHoles; i++ {
 		p.Holes[i] = parser.Hole{Start: hs[i].Start, End: hs[i].End}
 	}
-	n, err := p.Encode(op.progressBuf, parser.Eth{Dst: op.leafMAC, Src: op.c.mac})
+	buf, err := tx.progressBuf()
 	if err != nil {
 		return err
 	}
-	return op.write(op.progressBuf[:n])
-}
-
-// linger answers late RESULT duplicates after success, then forgets the op.
-func (op *opRun) linger(d time.Duration) {
-	defer op.c.unregister(op)
-	if op.rw == nil {
-		return
+	n, err := p.Encode(buf, parser.Eth{Dst: op.leafMAC, Src: op.c.mac})
+	if err != nil {
+		return err
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case bp := <-op.in:
-			_ = op.handle(*bp)
-			framePool.Put(bp)
-		case <-t.C:
-			return
-		case <-op.abrt:
-			return
-		}
-	}
+	return tx.add(buf[:n])
 }

@@ -28,6 +28,9 @@
 #   BENCH_MPI_COUNTS="1048576 16777216"           part 5 sizes (FP32 elements)
 #   BENCH_MPI_REPS=5    timed repetitions (median) in part 5
 #   BENCH_RANK_TIMEOUT=300   seconds before a rank process is killed
+#   BENCH_LAB_PREFIX=b  first letter(s) of part 5's lab names (<prefix>b/j<hex>),
+#                       so concurrent runs can keep their namespaces apart
+#   BENCH_MPI_ACCS="fp32 kulisch"   prismd accumulators part 5 compares with MPI
 #   (part 2 also honours DURATION, SIZES, ROUNDS: see scripts/bench-forward.sh)
 set -uo pipefail
 [[ $EUID -eq 0 ]] || { echo "bench: needs root (namespaces, AF_PACKET)"; exit 1; }
@@ -294,14 +297,15 @@ part4() {
 part5() {
   hdr "5. MPI_Allreduce (OpenMPI, Linux bridge, MTU 1500) vs prismd ALLREDUCE (spine-leaf-jumbo, MTU 9000), 4 ranks"
   local c rows=()
-  declare -A mpi_ms prism_ms
+  declare -A mpi_ms prism_ms mpi_cpu
+  local hz; hz=$(getconf CLK_TCK)
   # --- OpenMPI on a bridge
   if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
     echo "OpenMPI not installed (make bench-deps installs openmpi-bin libopenmpi-dev)"
   elif ! mpicc -O2 -o "$TMP/mpi_allreduce" scripts/bench/mpi_allreduce.c 2>"$TMP/mpicc.err"; then
     echo "mpicc failed:"; tail -5 "$TMP/mpicc.err"
   else
-    local lab=bb$HEX f
+    local lab=${BENCH_LAB_PREFIX:-b}b$HEX f
     if lab_up scripts/bench/bridge-4.yaml "$lab"; then
       f=$LAB_FILE
       printf '10.0.0.%d slots=1\n' 1 2 3 4 >"$TMP/hostfile"
@@ -312,6 +316,7 @@ part5() {
           --mca mpi_yield_when_idle 1 --mca btl tcp,self --mca btl_tcp_if_include 10.0.0.0/24 \
           --mca oob_tcp_if_include 10.0.0.0/24 "$TMP/mpi_allreduce" "$c" "$MPI_REPS" >"$TMP/mpi.$c" 2>&1
         local ms; ms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' "$TMP/mpi.$c")
+        mpi_cpu[$c]=$(sed -n 's/.*cpu_ms=\([0-9.]*\).*/\1/p' "$TMP/mpi.$c")
         if [[ -n $ms ]]; then mpi_ms[$c]=$ms; echo "MPI  $c FP32: $(grep mpi_allreduce "$TMP/mpi.$c")"
         else echo "MPI $c FP32 failed:"; tail -8 "$TMP/mpi.$c"; fi
       done
@@ -319,15 +324,34 @@ part5() {
     fi
   fi
   # --- prismd on spine-leaf-jumbo
-  local lab=bj$HEX f job=60 acc
+  local lab=${BENCH_LAB_PREFIX:-b}j$HEX f job=60 acc
+  # p5_jiffies -> CPU jiffies (user + system) of the three prismd so far.
+  p5_jiffies() {
+    local s t=0 j
+    for s in s1 l1 l2; do
+      j=$(awk '{print $14+$15}' "/proc/$(cat "$STATE/$lab/$s.pid" 2>/dev/null)/stat" 2>/dev/null) || j=0
+      t=$((t + ${j:-0}))
+    done
+    echo $t
+  }
   f=
   if lab_up spine-leaf-jumbo "$lab" && f=$LAB_FILE && am_start "$lab"; then
-    for acc in fp32 kulisch; do
+    for acc in ${BENCH_MPI_ACCS:-fp32 kulisch}; do
       for c in $MPI_COUNTS; do
+        local j0 j1; j0=$(p5_jiffies)
         if ranks "$lab" 4 $((job++)) "$TMP/p5.$acc.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w 1 --mtu 9000 --acc $acc; then
-          local us; us=$(awk '!/^#/ && NF > 4 {print $4; exit}' "$TMP/p5.$acc.$c.0")
+          j1=$(p5_jiffies)
+          # The median of rank 0's timed runs (like MPI's), else bench's mean.
+          local us; us=$(grep -m1 '^# times(us):' "$TMP/p5.$acc.$c.0" | cut -d: -f2 | tr ' ' '\n' | grep . | sort -n |
+            awk '{a[NR] = $1} END{if (NR) print a[int((NR + 1) / 2)]}')
+          [[ -n $us ]] || us=$(awk '!/^#/ && NF > 4 {print $4; exit}' "$TMP/p5.$acc.$c.0")
           prism_ms[$acc.$c]=$(awk -v u="$us" 'BEGIN{printf "%.3f", u/1000}')
           echo "prismd $c FP32 ($acc): $(grep -v '^#' "$TMP/p5.$acc.$c.0" | head -1)"
+          # CPU per collective: the switches' over warm-up + timed runs
+          # (setup included), the ranks' own over the timed runs.
+          echo "  CPU per collective: switches $(awk -v j=$((j1 - j0)) -v hz="$hz" -v n=$((MPI_REPS + 1)) 'BEGIN{printf "%.1f", j * 1000 / hz / n}') ms (s1+l1+l2)," \
+            "ranks $(cat "$TMP/p5.$acc.$c".[0-9] | awk '/ms CPU per collective/ {s += $(NF-4)} END{printf "%.1f", s}') ms (4 ranks)," \
+            "OpenMPI ranks ${mpi_cpu[$c]:-n/a} ms"
         else echo "prismd $c ($acc) failed"; fi
       done
     done
@@ -342,7 +366,7 @@ part5() {
       "$([[ -n $m && -n $p ]] && ratio "$m" "$p" || echo n/a)" "$([[ -n $m && -n $k ]] && ratio "$m" "$k" || echo n/a)"
     [[ -n $m || -n $p || -n $k ]] && MEASURED=1
   done
-  echo "(median of $MPI_REPS after warm-up; ratio > 1 = prismd faster; reference MPI at MTU 1500 on this machine class: 10.7 ms 1M, 208 ms 16M)"
+  echo "(median of $MPI_REPS after warm-up, setup included for prismd; ratio > 1 = prismd faster; reference MPI at MTU 1500 on this machine class: 10.7 ms 1M, 208 ms 16M)"
 }
 
 for p in $PARTS; do

@@ -100,8 +100,15 @@
 // frame can carry, so a sender that respects credit never sends a frame the
 // element bound refuses; when that reaches zero the consumer sends a window
 // update once Release opens room again. A sender told NO_CREDIT calls
-// OnRejected(pid): the frame is resent as soon as credit returns, not after
-// its timeout.
+// OnRejected(pid): the frame is resent, not after its timeout but as soon as
+// a later PROGRESS shows more room than the refusing one (a higher
+// watermark, more interval credit, or a window update with Packet ID 0),
+// oldest refused frames first and no more of them than that PROGRESS's
+// credit left after the frames in flight; while refused frames wait, no new
+// frame is admitted (it would be refused for the same reason). Re-arming on
+// every PROGRESS that grants credit resent the whole refused set once per
+// refusal and per one-frame window update (measured: 11800 resends of a
+// rank's 2900 frames behind a slow KULISCH leaf).
 //
 // Completion (Done) means the watermark reached the vector length; LAST
 // alone proves nothing.

@@ -95,6 +95,11 @@ type sendEntry struct {
 	lost       bool // to be retransmitted (inferred loss or credit returned)
 	sacked     bool // the peer holds it above a hole: never resend
 	rejected   bool // the peer refused it for lack of credit
+	// rejCommitted, rejCredits: the peer's watermark and interval credits
+	// in the PROGRESS that refused it; it is resent only once the peer
+	// shows more room than that.
+	rejCommitted uint32
+	rejCredits   int
 	// afterReflect: sent after the newest PROGRESS that reflected it.
 	afterReflect bool
 }
@@ -121,6 +126,10 @@ type SendWindow struct {
 	creditB    int    // byte credits (<0 = unlimited)
 	afterN     int    // unacked frames sent after reflected
 	afterBytes int
+	// rejectedN counts frames the peer refused for credit and that wait for
+	// room: while any does, no new frame is admitted (it would be refused
+	// for the same reason, and the refused ones are older).
+	rejectedN int
 
 	unackedBytes int
 	lastHeard    int64
@@ -191,7 +200,7 @@ func (w *SendWindow) FrameSize() int { return w.cfg.FrameSize }
 // CanSend reports whether a new frame of size bytes covering [first, end)
 // would be admitted now.
 func (w *SendWindow) CanSend(now int64, end uint32, size int) bool {
-	if w.n >= len(w.ring) || size > w.cfg.FrameSize {
+	if w.n >= len(w.ring) || size > w.cfg.FrameSize || w.rejectedN > 0 {
 		return false
 	}
 	if w.cfg.Elements > 0 && uint64(end) > uint64(w.committed)+uint64(w.cfg.Elements) {
@@ -334,12 +343,7 @@ func (w *SendWindow) OnProgress(now int64, pid, committed uint32, holes []Hole, 
 			w.afterBytes += e.n
 		}
 		if e.rejected {
-			if intervalCredits > 0 {
-				// Refused for credit, not lost: resend as soon as the
-				// peer has room.
-				e.rejected, e.lost = false, true
-			}
-			continue
+			continue // below, once the credit left for them is known
 		}
 		if e.sacked {
 			continue
@@ -363,6 +367,37 @@ func (w *SendWindow) OnProgress(now int64, pid, committed uint32, holes []Hole, 
 		if e.tx < w.rackTx {
 			e.lost = true
 		}
+	}
+	// Refused for credit, not lost: resend, oldest first and no more than
+	// the credit left after the frames in flight, once the peer shows more
+	// room than when it refused (its watermark moved, its credits grew, or
+	// it sent a window update). Credit alone is not enough: a receiver may
+	// advertise credit it cannot use for a refused frame (room it keeps for
+	// the frame that closes a hole, an element bound), and each refusal is
+	// itself such a PROGRESS. Re-arming every refused frame on every
+	// PROGRESS that grants credit resent the whole refused set for each
+	// refusal and for each one-frame window update (measured: 11800
+	// resends of a rank's 2900 frames behind a slow KULISCH leaf).
+	budget := intervalCredits - w.afterN
+	bytesLeft := byteCredits - w.afterBytes
+	w.rejectedN = 0
+	for i := 0; i < w.n; i++ {
+		e := &w.ring[i]
+		if !e.rejected {
+			continue
+		}
+		more := pid == 0 || w.committed > e.rejCommitted || intervalCredits > e.rejCredits
+		if more && budget > 0 && (byteCredits < 0 || e.n <= bytesLeft) {
+			// The credit is the resend's from now on: a new frame sent
+			// before it would take it and be refused in turn.
+			e.rejected, e.lost = false, true
+			budget--
+			bytesLeft -= e.n
+			w.afterN++
+			w.afterBytes += e.n
+			continue
+		}
+		w.rejectedN++
 	}
 	if progressed {
 		// The peer is alive and moving: end backoff, restart the timer.
@@ -404,13 +439,19 @@ func (w *SendWindow) RTO() int64 {
 func (w *SendWindow) SRTT() int64 { return w.srtt }
 
 // OnRejected records that the peer refused frame pid for lack of credit
-// (PROGRESS status NO_CREDIT, applied after OnProgress): it is resent as soon
-// as a PROGRESS grants interval credit, instead of after its timeout.
+// (PROGRESS status NO_CREDIT, applied after OnProgress with that PROGRESS):
+// it is resent as soon as a later PROGRESS shows more room than that one
+// (a higher watermark, more interval credit, or a window update with Packet
+// ID 0), instead of after its timeout.
 func (w *SendWindow) OnRejected(pid uint32) {
 	for i := 0; i < w.n; i++ {
 		if e := &w.ring[i]; e.pid == pid {
+			if !e.rejected {
+				w.rejectedN++
+			}
 			e.rejected = true
 			e.sacked, e.lost = false, false
+			e.rejCommitted, e.rejCredits = w.committed, max(w.creditI, 0)
 			return
 		}
 	}

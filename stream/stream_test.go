@@ -3,6 +3,7 @@ package stream
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -688,5 +689,147 @@ func TestHeldAboveHoleNeverResent(t *testing.T) {
 				t.Fatalf("resent frame %d held by the peer at %d", f[0], now)
 			}
 		}
+	}
+}
+
+// TestRejectedResentOnlyOnMoreRoom: frames the receiver refused for credit
+// are not resent on the refusals' own PROGRESS (which still advertise
+// credit), only once a PROGRESS shows more room (a higher watermark, more
+// credit, or a window update), oldest first and no more of them than that
+// PROGRESS's credit; no new frame goes out while refused ones wait. Before,
+// every refusal re-armed every other refused frame, a resend storm as fast
+// as the refusals came back.
+func TestRejectedResentOnlyOnMoreRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		pid       uint32
+		committed uint32
+		credits   int
+		want      []uint32 // Packet IDs resent, in order
+	}{
+		{"same room", 3, 20, 2, nil},
+		{"watermark moved", 3, 30, 2, []uint32{4, 5}},
+		{"more credit", 3, 20, 3, []uint32{3, 4, 5}},
+		{"window update", 0, 20, 2, []uint32{3, 4}},
+		{"no credit at all", 0, 20, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sw := NewSendWindow(SendConfig{ReplayDepth: 16, FrameSize: 64, Intervals: 16, RTO: 1e9})
+			for i := uint32(0); i < 8; i++ {
+				buf, _, ok := sw.Reserve(0, i*10, 10, 10)
+				if !ok {
+					t.Fatalf("reserve %d", i)
+				}
+				buf[0] = byte(i + 1) // the Packet ID, to see what is resent
+				sw.Commit(0, 10)
+			}
+			// Frames 1, 2 (pids 1, 2) committed; 3..8 refused one by one,
+			// each refusal advertising 2 credits (room kept for a hole).
+			sw.OnProgress(1, 2, 20, nil, 2, 1000)
+			for pid := uint32(3); pid <= 8; pid++ {
+				sw.OnProgress(2, pid, 20, nil, 2, 1000)
+				sw.OnRejected(pid)
+			}
+			if f, ok := sw.NextRetransmit(3); ok {
+				t.Fatalf("resent pid %d on the refusals' own PROGRESS", f[0])
+			}
+			if sw.CanSend(3, 90, 10) {
+				t.Fatal("a new frame is admitted while refused ones wait")
+			}
+			sw.OnProgress(4, tc.pid, tc.committed, nil, tc.credits, 1000)
+			var got []uint32
+			for {
+				f, ok := sw.NextRetransmit(4)
+				if !ok {
+					break
+				}
+				got = append(got, uint32(f[0]))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("resent %v, want %v", got, tc.want)
+			}
+			if sw.CanSend(4, 90, 10) {
+				t.Fatal("a new frame is admitted while refused ones wait")
+			}
+		})
+	}
+}
+
+// TestRejectedClockedByWindowUpdates is the slow-leaf case seen on a rank:
+// the receiver's element window is full, it refuses everything but the
+// frame at its watermark and opens one frame of room at a time with a
+// window update. The sender must resend exactly one refused frame per
+// update (each then accepted), never the whole refused set.
+func TestRejectedClockedByWindowUpdates(t *testing.T) {
+	sw := NewSendWindow(SendConfig{ReplayDepth: 16, FrameSize: 64, Intervals: 16, RTO: 1e12, MaxRTO: 1e12})
+	const frames = 10
+	for i := uint32(0); i < frames; i++ {
+		if _, _, ok := sw.Reserve(0, i*10, 10, 10); !ok {
+			t.Fatalf("reserve %d", i)
+		}
+		sw.Commit(0, 10)
+	}
+	// Frame 1 accepted, 2..10 refused: no credit left.
+	sw.OnProgress(1, 1, 10, nil, 0, 0)
+	for pid := uint32(2); pid <= frames; pid++ {
+		sw.OnProgress(1, pid, 10, nil, 0, 0)
+		sw.OnRejected(pid)
+	}
+	resends := 0
+	committed := uint32(10)
+	for now := int64(2); committed < frames*10; now++ {
+		if now > 1000 {
+			t.Fatalf("stuck at %d", committed)
+		}
+		sw.OnProgress(now, 0, committed, nil, 1, 64) // window update: one frame of room
+		n := 0
+		for {
+			f, ok := sw.NextRetransmit(now)
+			if !ok {
+				break
+			}
+			_ = f
+			n++
+		}
+		if n != 1 {
+			t.Fatalf("window update at %d: %d frames resent, want 1", committed, n)
+		}
+		resends++
+		committed += 10
+		// The resent frame is accepted: PROGRESS OK naming it, no credit.
+		sw.OnProgress(now, committed/10, committed, nil, 0, 0)
+	}
+	if resends != frames-1 || !sw.Idle() {
+		t.Fatalf("%d resends for %d refused frames, idle %v", resends, frames-1, sw.Idle())
+	}
+}
+
+// TestRearmedBeforeNewFrames: a window update's credit goes to the refused
+// frame it re-arms, not to a new frame sent ahead of it (which the receiver
+// would refuse in turn, once per update).
+func TestRearmedBeforeNewFrames(t *testing.T) {
+	sw := NewSendWindow(SendConfig{ReplayDepth: 16, FrameSize: 64, Intervals: 16, RTO: 1e12, MaxRTO: 1e12})
+	for i := uint32(0); i < 2; i++ {
+		if _, _, ok := sw.Reserve(0, i*10, 10, 10); !ok {
+			t.Fatalf("reserve %d", i)
+		}
+		sw.Commit(0, 10)
+	}
+	sw.OnProgress(1, 1, 10, nil, 0, 0)
+	sw.OnProgress(1, 2, 10, nil, 0, 0)
+	sw.OnRejected(2)
+	sw.OnProgress(2, 0, 10, nil, 1, 64) // window update: room for one frame
+	if sw.CanSend(2, 30, 10) {
+		t.Fatal("a new frame may take the credit the refused frame was re-armed with")
+	}
+	if _, ok := sw.NextRetransmit(2); !ok {
+		t.Fatal("the refused frame is not resent")
+	}
+	if sw.CanSend(2, 30, 10) {
+		t.Fatal("a new frame is admitted beyond the credit")
+	}
+	sw.OnProgress(3, 2, 20, nil, 1, 64) // accepted, one more frame of room
+	if !sw.CanSend(3, 30, 10) {
+		t.Fatal("no new frame admitted once the refused one was accepted")
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +37,7 @@ type rankFlags struct {
 	format, acc, output                 string
 	mtu                                 int
 	timeout                             time.Duration
+	cpuprofile, memprofile              string
 }
 
 func (f *rankFlags) register(fs *flag.FlagSet) {
@@ -52,6 +55,40 @@ func (f *rankFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.output, "output", "", "RESULT format (default: the input format)")
 	fs.IntVar(&f.mtu, "mtu", 1500, "PRISM MTU: 576, 1500 or 9000")
 	fs.DurationVar(&f.timeout, "timeout", 0, "operation inactivity timeout (0: the AM's default)")
+	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the collectives to this file (go tool pprof)")
+	fs.StringVar(&f.memprofile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file at exit")
+}
+
+// profile starts the profiles the flags ask for; the returned function
+// stops and writes them. Profiling covers the collectives, not flag parsing.
+func (f *rankFlags) profile() (stop func(), err error) {
+	var cpu *os.File
+	if f.cpuprofile != "" {
+		if cpu, err = os.Create(f.cpuprofile); err != nil {
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err = pprof.StartCPUProfile(cpu); err != nil {
+			cpu.Close()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+	}
+	if f.memprofile != "" {
+		runtime.MemProfileRate = 1
+	}
+	return func() {
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			cpu.Close()
+		}
+		if f.memprofile != "" {
+			if m, err := os.Create(f.memprofile); err == nil {
+				pprof.Lookup("allocs").WriteTo(m, 0)
+				m.Close()
+			} else {
+				fmt.Fprintf(os.Stderr, "--memprofile: %v\n", err)
+			}
+		}
+	}, nil
 }
 
 // check says what is wrong with the flags and how to fix it.
@@ -152,6 +189,11 @@ func runAllReduce(args []string) int {
 		return 1
 	}
 	defer c.Close()
+	stopProf, err := rf.profile()
+	if err != nil {
+		return flagErr(fs, err)
+	}
+	defer stopProf()
 	gen := genSpec{seed: *seed, format: rf.format, size: rf.size, integral: rf.acc == "fp32"}
 	send := gen.vector(rf.rank, *count)
 	recv := gen.alloc(*count)
@@ -174,9 +216,9 @@ func runAllReduce(args []string) int {
 		el := time.Since(t0)
 		s := q.Stats()
 		bytes := float64(*count * gen.width())
-		fmt.Printf("rank %d: %s of %d %s (%s) op %s tree %s: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted\n",
+		fmt.Printf("rank %d: %s of %d %s (%s) op %s tree %s: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel\n",
 			rf.rank, coll, *count, rf.format, rf.acc, s.Grant.ID, s.Grant.Tree, el.Round(time.Microsecond),
-			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits)
+			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits, s.KernelDrops)
 	}
 	if *verify && (coll == "allreduce" || rf.rank == *root) {
 		bad, first := gen.verify(recv, *count)

@@ -104,6 +104,11 @@ func runBench(args []string) int {
 		return 1
 	}
 	defer c.Close()
+	stopProf, err := rf.profile()
+	if err != nil {
+		return flagErr(fs, err)
+	}
+	defer stopProf()
 	gen := genSpec{seed: 1, format: rf.format, size: rf.size, integral: rf.acc == "fp32"}
 	w := int64(gen.width())
 	coll := "allreduce"
@@ -122,7 +127,7 @@ func runBench(args []string) int {
 	}
 	if rf.rank == 0 {
 		fmt.Printf("# prismctl bench: %s, %d ranks, %s input, %s accumulator, MTU %d\n", coll, rf.size, rf.format, rf.acc, rf.mtu)
-		fmt.Printf("# %12s %12s %6s %12s %11s %11s %10s %8s %8s %s\n", "size(B)", "count", "type", "time(us)", "algbw(MB/s)", "busbw(MB/s)", "link(MB)", "setup(us)", "retrans", "check")
+		fmt.Printf("# %12s %12s %6s %12s %11s %11s %10s %8s %8s %5s %s\n", "size(B)", "count", "type", "time(us)", "algbw(MB/s)", "busbw(MB/s)", "link(MB)", "setup(us)", "retrans", "check", "kdrops")
 	}
 	for size := lo; size <= hi; size *= int64(*factor) {
 		count := int(size / w)
@@ -132,8 +137,11 @@ func runBench(args []string) int {
 		send := gen.vector(rf.rank, count)
 		recv := gen.alloc(count)
 		var total, setup time.Duration
-		var retrans, frames uint64
+		var retrans, frames, drops uint64
+		var cpu time.Duration
+		times := make([]string, 0, *iters)
 		for it := 0; it < *warmup+*iters; it++ {
+			c0 := processCPU()
 			t0 := time.Now()
 			var q *host.Request
 			if coll == "allreduce" {
@@ -146,11 +154,15 @@ func runBench(args []string) int {
 				return 1
 			}
 			if it >= *warmup {
-				total += time.Since(t0)
+				el := time.Since(t0)
+				total += el
+				times = append(times, strconv.FormatInt(el.Microseconds(), 10))
+				cpu += processCPU() - c0
 				s := q.Stats()
 				setup += s.Setup
 				retrans += s.Retransmits
 				frames += s.Frames
+				drops += s.KernelDrops
 			}
 		}
 		ok := "-"
@@ -161,7 +173,13 @@ func runBench(args []string) int {
 			}
 			ok = "exact"
 		}
+		// Every rank says what one collective cost its process (user +
+		// system, the kernel's share of its frames included), so the
+		// host side can be compared with the switches' CPU.
+		cpuLine := fmt.Sprintf("# rank %d size %s: %.1f ms CPU per collective\n", rf.rank, humanBytes(size),
+			float64((cpu/time.Duration(*iters)).Microseconds())/1e3)
 		if rf.rank != 0 {
+			fmt.Print(cpuLine)
 			continue
 		}
 		avg := total / time.Duration(*iters)
@@ -173,8 +191,19 @@ func runBench(args []string) int {
 		if coll == "allreduce" {
 			link *= 2
 		}
-		fmt.Printf("  %12d %12d %6s %12.1f %11.3f %11.3f %10.3f %8.0f %8d %s\n", count*int(w), count, rf.format,
-			float64(avg.Microseconds()), alg, alg*busFactor, link, float64((setup / time.Duration(*iters)).Microseconds()), retrans, ok)
+		fmt.Printf("  %12d %12d %6s %12.1f %11.3f %11.3f %10.3f %8.0f %8d %5s %d\n", count*int(w), count, rf.format,
+			float64(avg.Microseconds()), alg, alg*busFactor, link, float64((setup / time.Duration(*iters)).Microseconds()), retrans, ok, drops)
+		fmt.Print(cpuLine)
+		fmt.Printf("# times(us): %s\n", strings.Join(times, " "))
 	}
 	return 0
+}
+
+// processCPU is the user + system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
