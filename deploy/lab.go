@@ -803,10 +803,17 @@ func (l *Lab) stop(node string) error {
 	if p != nil {
 		pid = p.pid
 	}
-	if pid <= 0 || !alive(pid) || !l.ours(pid, node) {
-		if p != nil {
-			<-p.done
+	if p != nil {
+		// Our own child: the pid cannot be reused before it is reaped, and
+		// its command line may not show prismd yet (stopped between fork
+		// and exec, as a cancelled Up does), so it is signalled without
+		// the command-line check that guards pids read from files.
+		select {
+		case <-p.done:
+			return nil
+		default:
 		}
+	} else if pid <= 0 || !alive(pid) || !l.ours(pid, node) {
 		return nil
 	}
 	gone := func(d time.Duration) bool {
