@@ -207,30 +207,7 @@ func (v *Vector) CheckScaled(shift, b int, values []byte) error {
 	if err := checkScale(shift, b, v.w); err != nil {
 		return err
 	}
-	ws := 1 + b
-	if len(values)%ws != 0 {
-		return ErrLength
-	}
-	for off := 0; off < len(values); off += ws {
-		st := values[off]
-		if st > uint8(NaN) {
-			return fmt.Errorf("%w: state %d", ErrWire, st)
-		}
-		nz := false
-		for _, c := range values[off+1 : off+ws] {
-			if c != 0 {
-				nz = true
-				break
-			}
-		}
-		if nz != (st == uint8(Finite)) {
-			if nz {
-				return fmt.Errorf("%w: state %v with a nonzero integer", ErrWire, State(st))
-			}
-			return fmt.Errorf("%w: FINITE with a zero integer", ErrWire)
-		}
-	}
-	return nil
+	return checkValues(1+b, values)
 }
 
 // MergeScaled adds packed KULISCH_SCALED values (a child's exact partials

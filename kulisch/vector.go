@@ -251,8 +251,12 @@ func (v *Vector) AddINT8(first int, values []byte) error {
 // a state byte 0..5, a nonzero integer exactly for FINITE.
 func (v *Vector) CheckKulisch(values []byte) error { return checkWire(v.w, values) }
 
-func checkWire(w int, values []byte) error {
-	ws := WireSize(w)
+func checkWire(w int, values []byte) error { return checkValues(WireSize(w), values) }
+
+// checkValues checks packed values of ws bytes each (a state byte, then the
+// integer): the state is 0..5 and the integer nonzero exactly for FINITE.
+// KULISCH and KULISCH_SCALED values share the rule; only ws differs.
+func checkValues(ws int, values []byte) error {
 	if len(values)%ws != 0 {
 		return ErrLength
 	}
