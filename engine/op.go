@@ -22,6 +22,7 @@ type inbound struct {
 	rw         *stream.RecvWindow
 	lastActive int64
 	advZero    bool // the last PROGRESS advertised no interval credit
+	advCI      int  // interval credit the last PROGRESS advertised
 	armed      bool // RESULT_IN: inactivity clock running
 	owed       bool // an OK PROGRESS waits for Engine.Flush
 	owedPID    uint32
@@ -852,10 +853,29 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 	if ob == o.parent || o.result == nil {
 		o.emit(now, tx)
 	}
-	if o.result != nil && o.result.advZero && ob != o.parent {
+	if o.result != nil && ob != o.parent && o.relayRoomGrew() {
 		o.sendProgress(now, o.result, 0, parser.ProgressStatusOK, tx) // relay room again
 	}
 	o.checkDone(now)
+}
+
+// relayRoomGrew reports whether the result path in is owed a window update
+// now that an output acknowledged frames: it was told there was no room, or
+// the room grew by a quarter of the replay window since the last PROGRESS.
+// Without the second case a parent that was granted a few intervals while
+// the outputs were busy would use them and then wait for each ACK, one small
+// grant at a time.
+func (o *op) relayRoomGrew() bool {
+	ib := o.result
+	if ib.advZero {
+		return true
+	}
+	room, _ := ib.rw.Credits()
+	for i := range o.outs {
+		fr, _ := o.outs[i].sw.Room()
+		room = min(room, fr)
+	}
+	return room-ib.advCI >= max(4, ib.rw.Intervals()/4)
 }
 
 func (o *op) retransmit(now int64, ob *outbound, tx dataplane.Sender) {
@@ -901,6 +921,19 @@ func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.Progress
 	var flags uint8
 	if ib == o.result {
 		flags |= parser.ProgressFlagResult
+		// A relay copies each accepted RESULT onto every output, so it
+		// promises upstream no more than its fullest output can take:
+		// advertising its own receive window instead let the parent send
+		// frames the relay then refused (NO_CREDIT) and resent on timeout
+		// (measured: 5177 refusals and 5526 resends in a 1M spine-leaf
+		// ALLREDUCE, 2.9x the vector on one spine link).
+		for i := range o.outs {
+			fr, by := o.outs[i].sw.Room()
+			ci = min(ci, fr)
+			if by >= 0 {
+				cb = min(cb, uint32(by))
+			}
+		}
 	}
 	if ib.rw.Done() {
 		flags |= parser.ProgressFlagComplete
@@ -920,6 +953,7 @@ func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.Progress
 	// has credit (a relay refuses for its outputs' sake): without it the
 	// sender would wait for its retransmission timer.
 	ib.advZero = ci == 0 || st == parser.ProgressStatusNoCredit
+	ib.advCI = ci
 	ib.owed = false // this one carries the newest state too
 	e.send(tx, ib.b.Port, e.pbuf[:n])
 	e.m.ProgressSent.Add(1)

@@ -76,6 +76,13 @@ func TestHandBuiltControl(t *testing.T) {
 	if err := c.Decode(commit, Limits{}); err != nil || c.Cmd != CmdCommit || c.Txn != 43 || len(c.Body) != 0 {
 		t.Fatalf("commit: %v %+v", err, c)
 	}
+	// COMPLETE (3) and RELEASE (4) have empty bodies like COMMIT.
+	for cmd, want := range map[byte]Command{3: CmdComplete, 4: CmdRelease} {
+		f := cat(hbEth, []byte{0x10, 1}, hbOp, []byte{0, 0, 0, 46, 0xFF, 0xFE, 0, 1, cmd, 0, 0, 0, 0, 1})
+		if err := c.Decode(f, Limits{}); err != nil || c.Cmd != want || c.Txn != 46 || len(c.Body) != 0 {
+			t.Fatalf("command %d: %v %+v", cmd, err, c)
+		}
+	}
 	abort := cat(hbEth, []byte{0x10, 1}, hbOp, []byte{0, 0, 0, 44, 0xFF, 0xFE, 0, 1, 6, 0, 0, 0, 0, 1})
 	if err := c.Decode(abort, Limits{}); err != nil || c.Cmd != CmdAbort {
 		t.Fatalf("abort: %v %+v", err, c)

@@ -70,7 +70,7 @@
 //	func (w *SendWindow) Check(now int64) error // *SilentError wrapping ErrPeerSilent
 //	func (w *SendWindow) Frame(pid uint32) ([]byte, bool)
 //	func (w *SendWindow) Idle() bool; Free() int; Unacked() (frames, bytes int); Outstanding() (from, to uint32)
-//	func (w *SendWindow) Committed() uint32; Credits() (intervals, bytes int); Stats() (retransmits, timeouts uint64)
+//	func (w *SendWindow) Committed() uint32; Credits() (intervals, bytes int); Room() (frames, bytes int); Stats() (retransmits, timeouts uint64)
 //	func (w *SendWindow) NextPacketID() uint32; Name() string; FrameSize() int; RTO() int64; SRTT() int64
 //	type RecvConfig struct{ Name string; VectorLen uint32; Intervals, Bytes int; Elements uint32;
 //	    MaxFrame int; MinRoom uint32; History int }
@@ -79,7 +79,7 @@
 //	func (r *RecvWindow) Admit(pid, first, count uint32, bytes int, hash uint64) Verdict
 //	func (r *RecvWindow) Release(upTo uint32)
 //	func (r *RecvWindow) Committed() uint32; Released() uint32; HighestEnd() uint32; Pending() int
-//	func (r *RecvWindow) Holes(dst []Hole) int; Credits() (intervals int, bytes uint32); Done() bool
+//	func (r *RecvWindow) Holes(dst []Hole) int; Credits() (intervals int, bytes uint32); Intervals() int; Done() bool
 //	func Hash(b []byte) uint64
 //
 // Admit keeps metadata only for the active window: pending out-of-order

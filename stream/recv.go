@@ -290,6 +290,9 @@ func (r *RecvWindow) Credits() (intervals int, bytes uint32) {
 	return intervals, uint32(max(0, r.cfg.Bytes-r.pendingBytes))
 }
 
+// Intervals returns the configured interval bound (the most Credits grants).
+func (r *RecvWindow) Intervals() int { return r.cfg.Intervals }
+
 // Done reports completion: the watermark reached the vector length with
 // nothing pending.
 func (r *RecvWindow) Done() bool { return r.committed == r.cfg.VectorLen && len(r.pending) == 0 }

@@ -515,6 +515,25 @@ func (w *SendWindow) Check(now int64) error {
 // Free returns the replay slots not holding an unacknowledged frame.
 func (w *SendWindow) Free() int { return len(w.ring) - w.n }
 
+// Room returns how many more new frames, and how many bytes, the window
+// would send right now: the free replay slots bounded by the peer's
+// remaining credits (bytes < 0 when the peer set no byte bound). A relay
+// advertises no more than this upstream, so a frame it accepts always has a
+// slot to go on in; 0 while refused frames wait for room.
+func (w *SendWindow) Room() (frames, bytes int) {
+	if w.rejectedN > 0 {
+		return 0, 0
+	}
+	frames, bytes = w.Free(), -1
+	if w.creditI >= 0 {
+		frames = min(frames, max(w.creditI-w.afterN, 0))
+	}
+	if w.creditB >= 0 {
+		bytes = max(w.creditB-w.afterBytes, 0)
+	}
+	return frames, bytes
+}
+
 // Idle reports whether no frame awaits acknowledgement.
 func (w *SendWindow) Idle() bool { return w.n == 0 }
 

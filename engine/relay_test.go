@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/kulisch"
+	"github.com/prismd/prismd/parser"
+)
+
+// relaySink records what a relaying leaf sends: RESULT frames per rank port
+// and the PROGRESS it returns to its parent (port 2).
+type relaySink struct {
+	results  [2]int
+	resEnd   [2]uint32 // contiguous RESULT elements each rank holds
+	got      [2]map[uint32]uint32
+	progress []parser.Progress
+}
+
+func (s *relaySink) Send(port int, frame []byte) bool {
+	switch parser.Class(frame[parser.CWOff+1]) {
+	case parser.ClassResult:
+		h := parser.DataHeader(frame[parser.HdrOff:parser.DataBodyOff])
+		s.results[port]++
+		s.got[port][h.First()] = uint32(h.Count())
+		for {
+			n, ok := s.got[port][s.resEnd[port]]
+			if !ok {
+				break
+			}
+			s.resEnd[port] += n
+		}
+	case parser.ClassProgress:
+		if port == 2 {
+			var p parser.Progress
+			if err := p.Decode(frame, parser.Limits{}); err == nil {
+				s.progress = append(s.progress, p)
+			}
+		}
+	}
+	return true
+}
+func (s *relaySink) PortMAC(port int) [6]byte { return [6]byte{2, 0, 0, 0, byte(port), 1} }
+func (s *relaySink) NumPorts() int            { return 4 }
+
+// TestRelayCreditsFollowOutputs: a leaf relays the parent's RESULT to two
+// ranks through 8-frame replay buffers while its own receive window takes
+// 64 intervals. A parent that sends exactly what the leaf's PROGRESS grants
+// must never be refused (the leaf promised room its outputs did not have:
+// thousands of NO_CREDIT refusals and resends per 1M ALLREDUCE), and when
+// the slow ranks catch up the leaf must say so without waiting for a
+// retransmission timer, so the whole vector arrives.
+func TestRelayCreditsFollowOutputs(t *testing.T) {
+	const (
+		per   = 363
+		vlen  = per * 200
+		depth = 8
+	)
+	key := parser.OpKey{Job: 3, Group: 1, Op: 1, OpGen: 1}
+	parentMAC := [6]byte{2, 0x5e, 0, 9, 0, 1}
+	spec := Spec{Op: key, Role: parser.RoleLeaf, Collective: parser.CollAllReduce, VectorLen: vlen, MTU: 1500,
+		Tuple:           kulisch.Tuple{Input: kulisch.FP32, Acc: kulisch.FP32Arrival, Partial: kulisch.FP32, Output: kulisch.FP32},
+		WindowIntervals: 64, ReplayDepth: depth, WindowBytes: 64 * 1514, WindowElements: 64 * per, MaxTerms: 4,
+		Timeout: time.Hour,
+		Bindings: []Binding{
+			{Kind: parser.KindContributor, Rank: true, Stream: 10, LocalEP: 100, PeerEP: 1, Port: 0, PeerMAC: rank0},
+			{Kind: parser.KindContributor, Rank: true, Stream: 11, LocalEP: 101, PeerEP: 2, Port: 1, PeerMAC: rank1},
+			{Kind: parser.KindParent, Stream: 30, LocalEP: 102, PeerEP: 900, Port: 2, PeerMAC: parentMAC},
+			{Kind: parser.KindResultIn, Stream: 31, LocalEP: 103, PeerEP: 901, Port: 2, PeerMAC: parentMAC},
+			{Kind: parser.KindResultOut, Rank: true, Stream: 20, LocalEP: 200, PeerEP: 1, Port: 0, PeerMAC: rank0},
+			{Kind: parser.KindResultOut, Rank: true, Stream: 21, LocalEP: 201, PeerEP: 2, Port: 1, PeerMAC: rank1},
+		}}
+	e := New(Config{Logger: quiet()})
+	tx := &relaySink{got: [2]map[uint32]uint32{{}, {}}}
+	now := int64(1e9)
+	if err := e.Stage(now, &spec, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Commit(now, key); err != nil {
+		t.Fatal(err)
+	}
+	vals := make([]byte, 4*per)
+	for k := range per {
+		binary.LittleEndian.PutUint32(vals[4*k:], uint32(k))
+	}
+	result := func(pid, first uint32) []byte {
+		var flags uint8
+		if first+per == vlen {
+			flags = parser.FlagLast
+		}
+		f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: tx.PortMAC(2), Src: parentMAC},
+			Class: parser.ClassResult, Op: key, SrcEP: 901, DstEP: 103, PacketID: pid, First: first, Flags: flags, Stream: 31}, nil,
+			parser.Group{Format: parser.FormatFP32, Count: per, Values: vals})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	rankAck := func(r int) []byte {
+		p := parser.Progress{Op: key, SrcEP: uint16(1 + r), DstEP: uint16(200 + r), Stream: uint16(20 + r),
+			Committed: tx.resEnd[r], IntervalCredits: 64, ByteCredits: 64 * 1514, Flags: parser.ProgressFlagResult}
+		b := make([]byte, parser.EthLen+p.Len())
+		if _, err := p.Encode(b, parser.Eth{Dst: tx.PortMAC(r), Src: [][6]byte{rank0, rank1}[r]}); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// The parent: sends while the newest PROGRESS grants room, counting
+	// the frames sent after the one it acknowledged (the credit's base).
+	var next, pid uint32 = 0, 0
+	credit, base, seen := 1, uint32(0), 0
+	for step := 0; next < vlen || tx.resEnd[0] < vlen || tx.resEnd[1] < vlen; step++ {
+		if step > 20000 {
+			t.Fatalf("stalled: parent sent up to %d, ranks hold %v of %d; leaf PROGRESS %d", next, tx.resEnd, vlen, len(tx.progress))
+		}
+		now += 1000
+		for ; seen < len(tx.progress); seen++ {
+			p := tx.progress[seen]
+			if p.Status == parser.ProgressStatusNoCredit {
+				t.Fatalf("leaf refused RESULT packet %d for credit after granting it (PROGRESS %d)", p.PacketID, seen)
+			}
+			// A window update (Packet ID 0) grants credit from the newest
+			// frame already reflected, as stream.SendWindow reads it.
+			if p.PacketID == 0 || p.PacketID >= base {
+				credit = int(p.IntervalCredits)
+				base = max(base, p.PacketID)
+			}
+		}
+		if next < vlen && int(pid-base) < credit {
+			pid++
+			e.HandleData(now, 2, result(pid, next), tx)
+			next += per
+			continue
+		}
+		// Nothing granted: the slow ranks acknowledge what they hold.
+		for r := range 2 {
+			e.HandleProgress(now, r, rankAck(r), tx)
+		}
+	}
+	if d := e.Metrics().Drops[DropNoCredit].Load(); d != 0 {
+		t.Fatalf("%d RESULT frames refused for credit", d)
+	}
+	if tx.results[0] != vlen/per || tx.results[1] != vlen/per {
+		t.Fatalf("RESULT frames per rank %v, want %d each (no resends)", tx.results, vlen/per)
+	}
+}
