@@ -8,7 +8,8 @@
 #      (FP32_ARRIVAL, KULISCH_FIXED) vs the same node's forwarding frames/s
 #      (prismd-blast). Issue #5 bar: >= 0.8x (FP32_ARRIVAL), >= 0.5x (KULISCH).
 #   4. Spine-leaf, 4 ranks: bytes per link per direction during one ALLREDUCE
-#      / vector bytes, vs ring allreduce's 2(N-1)/N.
+#      / vector bytes, vs ring allreduce's 2(N-1)/N; FP32_ARRIVAL and KULISCH
+#      on gradient-like data, KULISCH on the mixed exactness-stress data.
 #   5. OpenMPI MPI_Allreduce, 4 namespaced hosts on a Linux bridge (MTU 1500)
 #      vs prismd on spine-leaf-jumbo (MTU 9000), 1M and 16M FP32.
 # A part that fails says why and the script goes on; exit 1 only if no part
@@ -25,6 +26,7 @@
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3
 #   BENCH_TRAFFIC_COUNTS="65536 1048576 4194304"  vector sizes (elements), part 4
+#   BENCH_TRAFFIC_CFGS="fp32:gradient kulisch:gradient kulisch:mixed"  accumulator:data runs, part 4
 #   BENCH_MPI_COUNTS="1048576 16777216"           part 5 sizes (FP32 elements)
 #   BENCH_MPI_REPS=5    timed repetitions (median) in part 5
 #   BENCH_RANK_TIMEOUT=300   seconds before a rank process is killed
@@ -265,31 +267,44 @@ port_bytes() { # LAB SWITCH -> lines "SWITCH PORT rx tx"
     END { for (p in seen) printf "%s %s %.0f %.0f\n", sw, p, rx[p], tx[p] }' | sort
 }
 part4() {
-  hdr "4. Traffic per link per direction, 4 ranks, spine-leaf (MTU 1500), one ALLREDUCE (FP32, KULISCH)"
+  hdr "4. Traffic per link per direction, 4 ranks, spine-leaf (MTU 1500), one ALLREDUCE per accumulator and data"
   local lab=bl$HEX f
   lab_up spine-leaf "$lab" || return 1; f=$LAB_FILE
   am_start "$lab" || { lab_down "$f"; return 1; }
-  local job=40 c sw vb
+  local job=40 c sw vb cfg acc data busiest=()
   # link names: switch:port -> what is on the other side
   awk '/endpoints/ { gsub(/[\[\]",]/, " "); print $3, $4 }' "$f" >"$TMP/p4.links"
-  for c in $TRAFFIC_COUNTS; do
-    vb=$((c * 4))
-    for sw in s1 l1 l2; do port_bytes "$lab" $sw; done >"$TMP/p4.before"
-    if ! ranks "$lab" 4 $((job++)) "$TMP/p4.$c" allreduce --count "$c" --acc kulisch; then echo "count $c: allreduce failed"; continue; fi
-    for sw in s1 l1 l2; do port_bytes "$lab" $sw; done >"$TMP/p4.after"
-    echo
-    echo "-- rank 0: $(grep -m1 '^rank 0' "$TMP/p4.$c.0")"
-    echo "-- vector $c FP32 = $vb B per rank; ring allreduce moves 2(N-1)/N = 1.500 x vector per rank link per direction"
-    printf '%-22s %14s %14s %9s %9s\n' "link (switch:port<->peer)" "to_switch_B" "from_switch_B" "to/vec" "from/vec"
-    join <(awk '{print $1":"$2, $3, $4}' "$TMP/p4.before" | sort) <(awk '{print $1":"$2, $3, $4}' "$TMP/p4.after" | sort) |
-      while read -r key r0 t0 r1 t1; do
-        local peer; peer=$(awk -v k="$key" '$1==k{print $2} $2==k{print $1}' "$TMP/p4.links")
-        awk -v k="$key" -v p="$peer" -v r=$((r1 - r0)) -v t=$((t1 - t0)) -v v=$vb \
-          'BEGIN{printf "%-22s %14d %14d %9.3f %9.3f\n", k"<->"p, r, t, r/v, t/v}'
-      done
-    MEASURED=1
+  # FP32_ARRIVAL partials are FP32 (4 B a value); exact KULISCH partials are
+  # as wide as the sums need: narrow for gradient-like data, wide for the
+  # "mixed" stress data (subnormals to 1e30 in one vector).
+  for cfg in ${BENCH_TRAFFIC_CFGS:-fp32:gradient kulisch:gradient kulisch:mixed}; do
+    acc=${cfg%%:*} data=${cfg##*:}
+    for c in $TRAFFIC_COUNTS; do
+      vb=$((c * 4))
+      for sw in s1 l1 l2; do port_bytes "$lab" $sw; done >"$TMP/p4.before"
+      if ! ranks "$lab" 4 $((job++)) "$TMP/p4.$c" allreduce --count "$c" --acc "$acc" --data "$data"; then
+        echo "count $c ($acc, $data): allreduce failed"; continue
+      fi
+      for sw in s1 l1 l2; do port_bytes "$lab" $sw; done >"$TMP/p4.after"
+      echo
+      echo "-- $acc, $data data -- rank 0: $(grep -m1 '^rank 0' "$TMP/p4.$c.0")"
+      echo "-- vector $c FP32 = $vb B per rank; ring allreduce moves 2(N-1)/N = 1.500 x vector per rank link per direction"
+      printf '%-22s %14s %14s %9s %9s\n' "link (switch:port<->peer)" "into_switch_B" "out_of_switch_B" "in/vec" "out/vec"
+      join <(awk '{print $1":"$2, $3, $4}' "$TMP/p4.before" | sort) <(awk '{print $1":"$2, $3, $4}' "$TMP/p4.after" | sort) |
+        while read -r key r0 t0 r1 t1; do
+          local peer; peer=$(awk -v k="$key" '$1==k{print $2} $2==k{print $1}' "$TMP/p4.links")
+          awk -v k="$key" -v p="$peer" -v r=$((r1 - r0)) -v t=$((t1 - t0)) -v v=$vb \
+            'BEGIN{printf "%-22s %14d %14d %9.3f %9.3f\n", k"<->"p, r, t, r/v, t/v}'
+        done | tee "$TMP/p4.table"
+      busiest+=("$(printf '%-8s %-9s %9s %9.3f' "$acc" "$data" "$c" "$(awk 'BEGIN{m=0} {if ($4>m) m=$4; if ($5>m) m=$5} END{print m}' "$TMP/p4.table")")")
+      MEASURED=1
+    done
   done
-  echo "(to_switch = prismd_port_receive_bytes_total delta, from_switch = transmit delta, Ethernet headers included; AM control traffic included)"
+  echo "(into_switch = prismd_port_receive_bytes_total delta on that switch port, out_of_switch = transmit delta; Ethernet headers included; AM control traffic included)"
+  echo
+  echo "busiest link, one direction, as a multiple of the vector (bar: 1.0 = the vector once per direction; a ring allreduce: 1.500)"
+  printf '%-8s %-9s %9s %9s\n' acc data elements busiest
+  printf '%s\n' "${busiest[@]}"
   am_stop; lab_down "$f"
 }
 

@@ -35,6 +35,7 @@ type rankFlags struct {
 	job                                 uint64
 	group                               uint
 	format, acc, output                 string
+	data                                string // input distribution (genSpec.data)
 	mtu                                 int
 	timeout                             time.Duration
 	cpuprofile, memprofile              string
@@ -53,6 +54,8 @@ func (f *rankFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.format, "format", "fp32", "element format: fp32, fp16, bf16 or int8")
 	fs.StringVar(&f.acc, "acc", "kulisch", "accumulator: kulisch (exact) or fp32 (FP32_ARRIVAL, fp32 input only)")
 	fs.StringVar(&f.output, "output", "", "RESULT format (default: the input format)")
+	fs.StringVar(&f.data, "data", "", "fp32 input values: mixed (subnormals to 1e30: the exactness stress, default with --acc kulisch), "+
+		"gradient (N(0,1) scaled by 2^-12..2^-4, like training gradients) or integral (integers: exact in any order, default with --acc fp32)")
 	fs.IntVar(&f.mtu, "mtu", 1500, "PRISM MTU: 576, 1500 or 9000")
 	fs.DurationVar(&f.timeout, "timeout", 0, "operation inactivity timeout (0: the AM's default)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the collectives to this file (go tool pprof)")
@@ -121,6 +124,19 @@ func (f *rankFlags) check() error {
 	if f.acc == "fp32" && f.format != "fp32" {
 		errs = append(errs, fmt.Sprintf("--acc fp32 needs --format fp32 (FP32_ARRIVAL has no %s input); use --acc kulisch", f.format))
 	}
+	switch f.data {
+	case "":
+		f.data = "mixed"
+		if f.acc == "fp32" {
+			f.data = "integral"
+		}
+	case "mixed", "gradient", "integral":
+		if f.format != "fp32" {
+			errs = append(errs, fmt.Sprintf("--data %s applies to --format fp32 only; drop it for %s", f.data, f.format))
+		}
+	default:
+		errs = append(errs, fmt.Sprintf("--data %q: use mixed, gradient or integral", f.data))
+	}
 	if f.mtu != 576 && f.mtu != 1500 && f.mtu != 9000 {
 		errs = append(errs, fmt.Sprintf("--mtu %d: use 576, 1500 or 9000", f.mtu))
 	}
@@ -178,6 +194,9 @@ func runAllReduce(args []string) int {
 	if *iters < 1 {
 		return flagErr(fs, fmt.Errorf("--iters %d: at least 1", *iters))
 	}
+	if *verify && rf.acc == "fp32" && rf.data != "integral" {
+		return flagErr(fs, fmt.Errorf("--verify with --acc fp32 needs --data integral: FP32_ARRIVAL rounds in arrival order, so %s data has no single exact answer", rf.data))
+	}
 	if *verify && rf.output != "" && rf.output != rf.format {
 		return flagErr(fs, fmt.Errorf("--verify checks results in the input format; drop --output %s", rf.output))
 	}
@@ -194,7 +213,7 @@ func runAllReduce(args []string) int {
 		return flagErr(fs, err)
 	}
 	defer stopProf()
-	gen := genSpec{seed: *seed, format: rf.format, size: rf.size, integral: rf.acc == "fp32"}
+	gen := genSpec{seed: *seed, format: rf.format, size: rf.size, data: rf.data}
 	send := gen.vector(rf.rank, *count)
 	recv := gen.alloc(*count)
 	coll := "allreduce"
@@ -237,7 +256,11 @@ type genSpec struct {
 	seed     uint64
 	format   string
 	size     int
-	integral bool // integers only: exact in any order (FP32_ARRIVAL)
+	// data is the fp32 distribution: "integral" (integers only, exact in
+	// any order, for FP32_ARRIVAL), "gradient" (normal, a narrow exponent
+	// band, as training gradients: what traffic figures should use) or
+	// "mixed" (subnormals to 1e30: the exactness stress).
+	data string
 }
 
 func (g genSpec) width() int {
@@ -271,8 +294,11 @@ func (g genSpec) raw(rng *rand.Rand) float64 {
 		b := uint16(rng.Uint32()&0x807f) | uint16(e)<<7
 		return float64(math.Float32frombits(uint32(b) << 16))
 	}
-	if g.integral {
+	switch g.data {
+	case "integral":
 		return float64(rng.IntN(1<<20) - 1<<19)
+	case "gradient":
+		return float64(float32(rng.NormFloat64() * math.Ldexp(1, -12+rng.IntN(9))))
 	}
 	switch rng.IntN(6) {
 	case 0:

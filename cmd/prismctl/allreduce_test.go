@@ -43,3 +43,35 @@ func TestRoundTo(t *testing.T) {
 		}
 	}
 }
+
+// The --data distributions: defaults per accumulator, the errors, and what
+// each generates (integral: integers; gradient: a narrow exponent band).
+func TestDataFlag(t *testing.T) {
+	base := rankFlags{coordinator: "http://x", iface: "eth0", node: "h1", size: 2, format: "fp32", mtu: 1500}
+	for _, c := range []struct {
+		acc, format, data, want string
+		ok                      bool
+	}{
+		{"kulisch", "fp32", "", "mixed", true},
+		{"fp32", "fp32", "", "integral", true},
+		{"kulisch", "fp32", "gradient", "gradient", true},
+		{"kulisch", "fp16", "gradient", "", false},
+		{"kulisch", "fp32", "normal", "", false},
+	} {
+		f := base
+		f.acc, f.format, f.data = c.acc, c.format, c.data
+		err := f.check()
+		if (err == nil) != c.ok || c.ok && f.data != c.want {
+			t.Errorf("acc %s format %s data %q: err %v, data %q; want ok=%v data %q", c.acc, c.format, c.data, err, f.data, c.ok, c.want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 10000; i++ {
+		if x := (genSpec{data: "integral"}).raw(rng); x != math.Trunc(x) || math.Abs(x) > 1<<19 {
+			t.Fatalf("integral value %g", x)
+		}
+		if x := (genSpec{data: "gradient"}).raw(rng); x != 0 && (math.Abs(x) > 1 || math.Abs(x) < 0x1p-40) {
+			t.Fatalf("gradient value %g outside the band", x)
+		}
+	}
+}

@@ -109,7 +109,7 @@ func runBench(args []string) int {
 		return flagErr(fs, err)
 	}
 	defer stopProf()
-	gen := genSpec{seed: 1, format: rf.format, size: rf.size, integral: rf.acc == "fp32"}
+	gen := genSpec{seed: 1, format: rf.format, size: rf.size, data: rf.data}
 	w := int64(gen.width())
 	coll := "allreduce"
 	if *root >= 0 {
