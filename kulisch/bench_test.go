@@ -176,3 +176,23 @@ func TestNoAllocs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPutValuesFP32 rounds a packet's worth (363) of Kulisch-288
+// accumulators to FP32 wire values, as the switch does for every RESULT:
+// ns/value is the per-element rounding cost on the hot path.
+func BenchmarkPutValuesFP32(b *testing.B) {
+	const n = 363
+	v, _ := NewVector(n, 288)
+	vals := benchValues(n)
+	for range 4 {
+		v.AddFP32LE(0, vals)
+	}
+	dst := make([]byte, 4*n)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := v.PutValues(dst, 0, n, FP32); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/value")
+}

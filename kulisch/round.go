@@ -353,40 +353,135 @@ func putBits(out []byte, f Format, r uint32) {
 	}
 }
 
-// putFP32 is PutValues for FP32 with carry resolution, classification and
-// magnitude loading fused into one pass per element; anything but a finite
-// nonzero value that fits W goes through Round.
+// putFP32 is PutValues for FP32: one bottom-up pass resolves the carries
+// and notes the lowest nonzero digit and the highest digit that is not
+// sign extension, then roundFP32 reads only the two digits under the most
+// significant bit; anything but a finite nonzero value that rounds to a
+// finite FP32 goes through Round. (Loading the whole magnitude, checking
+// the width and scanning again for the sticky bit cost 2x as much per
+// element: the switch rounds every element of every RESULT.)
 func (v *Vector) putFP32(dst []byte, first, count int) (int, error) {
 	d := v.d
-	m := &v.mag
 	for k := 0; k < count; k++ {
 		i := first + k
 		dg := v.digits[i*d : i*d+d : i*d+d]
-		var c, or int64
+		var c int64
+		low, hiNZ, hiNM := d, -1, -1 // lowest nonzero; highest nonzero; highest not all ones
 		for j := 0; j < d-1; j++ {
 			x := dg[j] + c
 			c = x >> digitBits
 			x &= digitMask
 			dg[j] = x
-			or |= x
+			if x != 0 {
+				low = min(low, j)
+				hiNZ = j
+			}
+			if x != digitMask {
+				hiNM = j
+			}
 		}
 		top := dg[d-1] + c
 		dg[d-1] = top
-		or |= top
+		if top != 0 {
+			low = min(low, d-1)
+			hiNZ = d - 1
+		}
+		if top != -1 {
+			hiNM = d - 1
+		}
 		if top > hugeLimit || top < -hugeLimit {
 			v.flags[i] |= fHuge
 		}
-		var r uint32
-		if v.flags[i]&(fNaN|fPosInf|fNegInf|fHuge) != 0 || or == 0 || !fits(dg, v.w) {
+		r, ok := uint32(0), false
+		if v.flags[i]&(fNaN|fPosInf|fNegInf|fHuge) == 0 && low < d {
+			h := hiNZ
+			if top < 0 {
+				h = max(hiNM, low)
+			}
+			r, ok = roundFP32(dg, low, h, v.w)
+		}
+		if !ok {
 			var err error
 			if r, err = v.Round(i, FP32); err != nil {
 				return 0, err
 			}
-		} else {
-			m.load(dg)
-			r = fmt32.round(m)
 		}
 		binary.LittleEndian.PutUint32(dst[4*k:], r)
 	}
 	return 4 * count, nil
+}
+
+// roundFP32 rounds the resolved, nonzero digits dg to FP32, ties to even,
+// as fmt32.round does from a full magnitude. low is the lowest nonzero
+// digit, h the highest nonzero digit of |V|. ok is false, and the caller
+// takes the general path, when |V| is out of FP32's finite range or
+// reaches bit w-1 (an infinity or a width overflow, which Round tells
+// apart).
+//
+// |V| is needed only in digits h and h-1: for V < 0, |V| = ^V + 1, and the
+// +1 carries up to digit low exactly (every digit below it is zero), so
+// magnitude digit j is 0 below low, (^dg[j] & mask) + 1 at low and
+// ^dg[j] & mask above it. The bits of |V| below digit j are nonzero
+// exactly when low < j: the sticky bit for everything under the window.
+func roundFP32(dg []int64, low, h, w int) (uint32, bool) {
+	top := len(dg) - 1
+	neg := dg[top] < 0
+	mag := func(j int) uint64 { // resolved digits below the top are < 2^32
+		if !neg {
+			return uint64(dg[j])
+		}
+		if j < low {
+			return 0 // ^0 plus the carry of the +1
+		}
+		m := uint64(^dg[j])
+		if j < top {
+			m &= digitMask
+		}
+		if j == low {
+			m++
+		}
+		return m
+	}
+	if h >= fp32Digits {
+		return 0, false // >= 2^288: beyond FP32 (and maybe W)
+	}
+	mh := mag(h)
+	if mh == 0 || mh > digitMask {
+		return 0, false // a top digit past 2^32: far beyond FP32
+	}
+	msb := h*digitBits + bits.Len64(mh) - 1
+	if msb-ScaleExp > fmt32.emax || msb >= w-1 {
+		return 0, false
+	}
+	var sign uint32
+	if neg {
+		sign = 1 << 31
+	}
+	// The window holds digits h and h-1: at least 33 bits from the msb
+	// down, enough for 24 significand bits and the round bit.
+	win, base := mh, h*digitBits
+	if h > 0 {
+		win = mh<<digitBits | mag(h-1)
+		base -= digitBits
+	}
+	q := max(msb-23, 0) // quantum: FP32's last significand bit (0 = subnormal range)
+	s := win >> uint(q-base) & (1<<24 - 1)
+	if q > 0 {
+		rb := uint(q - 1 - base)
+		if win>>rb&1 == 1 && (s&1 == 1 || win&(1<<rb-1) != 0 || low < h-1) {
+			s++
+			if s == 1<<24 {
+				s >>= 1
+				q++
+			}
+		}
+	}
+	if s < 1<<23 { // subnormal: biased exponent 0
+		return sign | uint32(s), true
+	}
+	be := q + 1 // q - ScaleExp + (p-1) + emax
+	if be >= 0xFF {
+		return fmt32.inf(neg), true
+	}
+	return sign | uint32(be)<<23 | uint32(s)&(1<<23-1), true
 }
