@@ -41,7 +41,7 @@ func TestRoundFP32MatchesRound(t *testing.T) {
 						f = -f
 					}
 				case 3: // cancellation
-					f = math.Float32frombits(rng.Uint32() &^ 0x7F800000 | uint32(100+rng.IntN(40))<<23)
+					f = math.Float32frombits(rng.Uint32()&^0x7F800000 | uint32(100+rng.IntN(40))<<23)
 				default:
 					f = math.Float32frombits(rng.Uint32())
 				}

@@ -253,9 +253,9 @@ func runAllReduce(args []string) int {
 // genSpec generates every rank's deterministic input and the exact expected
 // result.
 type genSpec struct {
-	seed     uint64
-	format   string
-	size     int
+	seed   uint64
+	format string
+	size   int
 	// data is the fp32 distribution: "integral" (integers only, exact in
 	// any order, for FP32_ARRIVAL), "gradient" (normal, a narrow exponent
 	// band, as training gradients: what traffic figures should use) or
