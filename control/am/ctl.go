@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/mdlayher/packet"
+	"golang.org/x/net/bpf"
+
 	"github.com/prismd/prismd/parser"
 )
 
@@ -257,12 +259,31 @@ func OpenConn(name string) (*PacketConn, error) {
 	if ifi.Flags&net.FlagUp == 0 {
 		return nil, fmt.Errorf("am: interface %q is down; bring it up with 'ip link set %s up'", name, name)
 	}
-	c, err := packet.Listen(ifi, packet.Raw, parser.EtherType, nil)
+	c, err := packet.Listen(ifi, packet.Raw, parser.EtherType, &packet.Config{Filter: controlOnly})
 	if err != nil {
 		return nil, fmt.Errorf("am: open AF_PACKET socket on %q (needs CAP_NET_RAW): %w", name, err)
 	}
 	return &PacketConn{c: c, ifi: ifi}, nil
 }
+
+// controlOnly is the AM socket's BPF filter: CONTROL frames only. The AM
+// usually shares its host (and interface) with a rank, and without it the
+// kernel cloned every DATA, RESULT and PROGRESS frame of that rank into the
+// AM's socket, for the AM to read and discard: a second copy per frame on
+// the rank's host. The filter is attached before bind (mdlayher/packet), so
+// nothing else is ever queued.
+var controlOnly = func() []bpf.RawInstruction {
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: parser.CWOff + 1, Size: 1}, // the class byte of the control word
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(parser.ClassControl), SkipFalse: 1},
+		bpf.RetConstant{Val: 1 << 18}, // the whole frame (any MTU)
+		bpf.RetConstant{Val: 0},
+	})
+	if err != nil {
+		panic("am: control filter: " + err.Error()) // a constant program: cannot fail
+	}
+	return prog
+}()
 
 // ReadFrame implements Conn. After Close it returns net.ErrClosed (the
 // socket package reports os.ErrClosed; Conn promises the net one).
