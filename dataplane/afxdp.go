@@ -3,6 +3,7 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
 	"net"
 
@@ -80,11 +81,24 @@ func (p *xdpPort) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	return n, err
 }
 
-func (p *xdpPort) WriteBatch(bufs [][]byte) (int, error) { return p.s.SendBatch(bufs) }
+func (p *xdpPort) WriteBatch(bufs [][]byte) (int, error) {
+	n, err := p.s.SendBatch(bufs)
+	if err != nil && errors.Is(err, xdp.ErrTxFull) {
+		err = ErrTxFull // the frames not sent count as tx_ring_full
+	}
+	return n, err
+}
 
+// Stats reports the sockets' kernel counters: receive-side losses as
+// KernelDrops (as AF_PACKET's), transmit-side ones as drops by reason. On a
+// read error the socket returns its previous totals, so a scrape never sees
+// a counter go backwards.
 func (p *xdpPort) Stats() PortStats {
-	kd, _ := p.s.KernelDrops()
-	return PortStats{KernelDrops: kd, Oversize: p.oversize.Load()}
+	st, _ := p.s.Stats()
+	ps := PortStats{KernelDrops: st.RxDropped, Oversize: p.oversize.Load()}
+	ps.Drops[DropTxInvalidDesc] = st.TxInvalid
+	ps.Drops[DropTxDriverDrop] = st.TxDriverDrops
+	return ps
 }
 
 func interfaceMTU(name string) (int, error) {

@@ -22,11 +22,24 @@ const (
 	DropTxQueueFull             // worker Sender batch could not be flushed / frame too big
 	DropTxError                 // transmit system call failed
 	DropUnsupported             // local PRISM frame and no engine wired in
+	// The port's transmit ring had no room for the rest of a batch
+	// (WriteBatch returned ErrTxFull): an AF_XDP TX ring whose chunks were
+	// all still in the kernel's hands.
+	DropTxRingFull
+	// The kernel refused a transmit descriptor as invalid (AF_XDP
+	// tx_invalid_descs). The port had accepted the frame: it is also in the
+	// transmitted counters.
+	DropTxInvalidDesc
+	// The device dropped a frame the kernel had taken from the port (AF_XDP
+	// sendto EBUSY: no carrier, veth peer backlog full). Also in the
+	// transmitted counters.
+	DropTxDriverDrop
 	numDropReasons
 )
 
 var dropNames = [numDropReasons]string{"", "short_frame", "truncated", "bad_version", "unknown_class",
-	"bad_src_mac", "loopback", "hairpin", "oversize", "ring_full", "tx_queue_full", "tx_error", "unsupported"}
+	"bad_src_mac", "loopback", "hairpin", "oversize", "ring_full", "tx_queue_full", "tx_error", "unsupported",
+	"tx_ring_full", "tx_invalid_desc", "tx_driver_drop"}
 
 func (r DropReason) String() string {
 	if r > 0 && r < numDropReasons {
@@ -74,8 +87,11 @@ type PortSample struct {
 	Name                                 string
 	RxFrames, RxBytes, TxFrames, TxBytes uint64
 	KernelDrops                          uint64
-	// Drops is indexed by DropReason (index 0 unused).
+	// Drops is indexed by DropReason (index 0 unused): the dataplane's own
+	// counts plus what the port counted itself (PortStats).
 	Drops [numDropReasons]uint64
+	// Fault counts what WithFault did to this port's frames on purpose.
+	Fault FaultStats
 }
 
 // Stats is a snapshot of every counter, for package metrics.

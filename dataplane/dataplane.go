@@ -298,9 +298,10 @@ func (d *Dataplane) Stats() Stats {
 			RxFrames: ps.ctr.rxFrames.Load(), RxBytes: ps.ctr.rxBytes.Load(),
 			TxFrames: ps.ctr.txFrames.Load(), TxBytes: ps.ctr.txBytes.Load()}
 		for r := range ps2.Drops {
-			ps2.Drops[r] = ps.ctr.drops[r].Load()
+			ps2.Drops[r] = ps.ctr.drops[r].Load() + ks.Drops[r]
 		}
 		ps2.Drops[DropOversize] += ks.Oversize
+		ps2.Fault = ks.Fault
 		for c := range st.Classes {
 			st.Classes[c] += ps.ctr.classes[c].Load()
 		}
@@ -561,7 +562,23 @@ func sendCounted(ps *portState, q [][]byte) {
 	ps.ctr.txFrames.Add(uint64(n))
 	ps.ctr.txBytes.Add(bytes)
 	if n < len(q) {
-		ps.ctr.drops[DropTxError].Add(uint64(len(q) - n))
-		_ = err // counted; the log would flood at line rate
+		// Counted, not logged: the log would flood at line rate.
+		if r := txDropReason(err); r != 0 {
+			ps.ctr.drops[r].Add(uint64(len(q) - n))
+		}
 	}
+}
+
+// txDropReason is the reason the frames a WriteBatch did not send are
+// dropped for, chosen by its error (only on that failure path: errors.Is
+// allocates nothing but walks the chain). 0 means the port counted them
+// itself: an egress fault whose queue was full counts its own drops.
+func txDropReason(err error) DropReason {
+	switch {
+	case errors.Is(err, errFaultQueueFull):
+		return 0
+	case errors.Is(err, ErrTxFull):
+		return DropTxRingFull
+	}
+	return DropTxError
 }

@@ -6,6 +6,7 @@
 package dataplane
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -38,8 +39,13 @@ func (f Fault) egressActive() bool { return f.ReorderPercent > 0 || f.Delay > 0 
 const reorderIdle = 10 * time.Millisecond
 
 // faultQueue bounds frames in flight inside a fault port; more are dropped
-// (counted as tx_queue_full by the caller via a short WriteBatch count).
+// (a short WriteBatch count with errFaultQueueFull) and counted as the
+// fault's egress drops, the way a netem qdisc drops past its limit.
 const faultQueue = 4096
+
+// errFaultQueueFull tells the dataplane that the frames an egress fault did
+// not take are already counted (FaultStats.EgressDrops).
+var errFaultQueueFull = errors.New("dataplane: egress fault queue full")
 
 type faultItem struct {
 	buf []byte
@@ -48,11 +54,16 @@ type faultItem struct {
 
 type faultPort struct {
 	Port
-	f       Fault
-	q       chan faultItem
-	quit    chan struct{}
-	done    chan struct{}
+	f    Fault
+	q    chan faultItem
+	quit chan struct{}
+	done chan struct{}
+	// dropped counts frames refused for a full queue (any writer).
 	dropped atomic.Uint64
+	// txDrops counts, by reason, frames the wrapped port failed to send
+	// from run: WriteBatch had already reported them sent, so the
+	// dataplane cannot see these failures itself.
+	txDrops [numDropReasons]atomic.Uint64
 }
 
 // WithFault wraps p so frames written to it are delayed and reordered as f
@@ -86,10 +97,21 @@ func (fp *faultPort) WriteBatch(bufs [][]byte) (int, error) {
 		case fp.q <- faultItem{buf: c, due: due}:
 		default:
 			putBuffer(c)
-			return i, nil
+			fp.dropped.Add(uint64(len(bufs) - i))
+			return i, errFaultQueueFull
 		}
 	}
 	return len(bufs), nil
+}
+
+// Stats adds the fault's own counts to the wrapped port's.
+func (fp *faultPort) Stats() PortStats {
+	s := fp.Port.Stats()
+	s.Fault.EgressDrops += fp.dropped.Load()
+	for r := range fp.txDrops {
+		s.Drops[r] += fp.txDrops[r].Load()
+	}
+	return s
 }
 
 func (fp *faultPort) Close() error {
@@ -118,7 +140,11 @@ func (fp *faultPort) run() {
 	out := make([][]byte, 1)
 	send := func(b []byte) {
 		out[0] = b
-		_, _ = fp.Port.WriteBatch(out)
+		if n, err := fp.Port.WriteBatch(out); n < 1 {
+			if r := txDropReason(err); r != 0 {
+				fp.txDrops[r].Add(1)
+			}
+		}
 		putBuffer(b)
 	}
 	idle := time.NewTimer(reorderIdle)

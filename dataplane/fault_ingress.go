@@ -146,6 +146,11 @@ type ingressPort struct {
 	once    sync.Once
 	closed  atomic.Bool // the wrapped port reported net.ErrClosed
 
+	// Added to by the consumer once per batch of decisions (admit) or of
+	// delivered frames (emit), read by Stats: frames dropped (drop_percent)
+	// and extra copies delivered (duplicate_percent).
+	drops, dups atomic.Uint64
+
 	// Consumer (ReadBatch) state.
 	rng         *rand.Rand
 	held        []heldSlot
@@ -267,6 +272,14 @@ func (fp *ingressPort) release(i int) {
 	fp.free.push(i)
 }
 
+// signalFreed wakes a reader waiting for free slots.
+func (fp *ingressPort) signalFreed() {
+	select {
+	case fp.freed <- struct{}{}:
+	default:
+	}
+}
+
 func (fp *ingressPort) pushReady(i int) {
 	fp.ready[fp.rTail%ingressSlots] = i
 	fp.rTail++
@@ -274,19 +287,24 @@ func (fp *ingressPort) pushReady(i int) {
 
 // admit applies the decisions to every frame the reader handed over.
 func (fp *ingressPort) admit(now int64) {
+	var dropped uint64
+	released := false
 	for {
 		i, ok := fp.arrived.pop()
 		if !ok {
-			return
+			break
 		}
 		fp.lastArrival = now
 		if fp.lens[i] == 0 {
 			fp.release(i) // oversize: the wrapped port counted it
+			released = true
 			continue
 		}
 		uDrop, uDup, uReorder := fp.rng.Uint64(), fp.rng.Uint64(), fp.rng.Uint64()
 		if hit(uDrop, fp.thrDrop) {
 			fp.release(i)
+			released = true
+			dropped++
 			continue
 		}
 		fp.dup[i] = hit(uDup, fp.thrDup)
@@ -306,11 +324,21 @@ func (fp *ingressPort) admit(now int64) {
 		}
 		fp.held = fp.held[:k]
 	}
+	if dropped > 0 {
+		fp.drops.Add(dropped)
+	}
+	if released {
+		// A reader that ran out of slots waits for this signal; without it
+		// a batch of frames that were all dropped (drop_percent: 100) left
+		// it waiting for ever, and the port stopped receiving.
+		fp.signalFreed()
+	}
 }
 
 // emit copies due frames into bufs and returns how many it filled.
 func (fp *ingressPort) emit(now int64, bufs [][]byte, sizes []int) int {
 	n, freed := 0, false
+	var dups uint64
 	for n < len(bufs) && fp.rHead != fp.rTail {
 		i := fp.ready[fp.rHead%ingressSlots]
 		if fp.due[i] > now {
@@ -322,9 +350,12 @@ func (fp *ingressPort) emit(now int64, bufs [][]byte, sizes []int) int {
 			sizes[n] = copy(bufs[n], fp.slots[i][:fp.lens[i]])
 		}
 		n++
-		if fp.dup[i] && !fp.dupSent {
-			fp.dupSent = true
-			continue
+		if fp.dup[i] {
+			if !fp.dupSent {
+				fp.dupSent = true
+				continue
+			}
+			dups++ // the second copy just went out
 		}
 		fp.dupSent = false
 		fp.rHead++
@@ -332,12 +363,20 @@ func (fp *ingressPort) emit(now int64, bufs [][]byte, sizes []int) int {
 		freed = true
 	}
 	if freed {
-		select {
-		case fp.freed <- struct{}{}:
-		default:
-		}
+		fp.signalFreed()
+	}
+	if dups > 0 {
+		fp.dups.Add(dups)
 	}
 	return n
+}
+
+// Stats adds the fault's own counts to the wrapped port's.
+func (fp *ingressPort) Stats() PortStats {
+	s := fp.Port.Stats()
+	s.Fault.IngressDrops += fp.drops.Load()
+	s.Fault.IngressDuplicates += fp.dups.Load()
+	return s
 }
 
 // ReadBatch implements Port: it returns at least one impaired frame, an

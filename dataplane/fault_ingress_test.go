@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,18 @@ func ingressModel(n int, f dataplane.IngressFault) (out, held []int) {
 		held = append(held, x.seq)
 	}
 	return out, held
+}
+
+// ingressCounts is what ingressModel does to frames 0..n-1, counted: the
+// frames neither delivered nor still held were dropped, repeats in the
+// delivery are duplicates.
+func ingressCounts(n int, f dataplane.IngressFault) (drops, dups uint64) {
+	out, held := ingressModel(n, f)
+	distinct := map[int]bool{}
+	for _, seq := range out {
+		distinct[seq] = true
+	}
+	return uint64(n - len(distinct) - len(held)), uint64(len(out) - len(distinct))
 }
 
 func seqFrame(seq int) []byte {
@@ -321,5 +334,60 @@ func TestFaultBothDirections(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("Close did not unblock ReadBatch")
+	}
+}
+
+// TestIngressFaultCounters: Stats().Fault counts exactly the frames the
+// documented draw rule drops and delivers twice (ingressCounts, from the
+// naive model).
+func TestIngressFaultCounters(t *testing.T) {
+	for _, f := range []dataplane.IngressFault{
+		{DropPercent: 30, DuplicatePercent: 10, Seed: 5},
+		{DropPercent: 100, Seed: 3},
+		{DuplicatePercent: 100, Seed: 4},
+		{DropPercent: 0.5, DuplicatePercent: 50, Delay: time.Millisecond, Seed: 6},
+	} {
+		t.Run(fmt.Sprintf("%+v", f), func(t *testing.T) {
+			const n = 3000
+			wantDrops, wantDups := ingressCounts(n, f)
+			under := porttest.New("p", porttest.MAC(1), 1500)
+			p := dataplane.WithFault(under, dataplane.Fault{Ingress: f})
+			defer p.Close()
+			var delivered atomic.Uint64
+			go func() {
+				bufs := make([][]byte, 16)
+				for i := range bufs {
+					bufs[i] = make([]byte, 1518)
+				}
+				sizes := make([]int, len(bufs))
+				for {
+					k, err := p.ReadBatch(bufs, sizes)
+					if err != nil {
+						return
+					}
+					delivered.Add(uint64(k))
+				}
+			}()
+			for seq := 0; seq < n; seq++ {
+				under.Inject(seqFrame(seq))
+			}
+			// Every frame is accounted for once it was delivered (once or
+			// twice) or dropped.
+			var st dataplane.FaultStats
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				st = p.Stats().Fault
+				if delivered.Load()-st.IngressDuplicates+st.IngressDrops == n {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after 10s: %d delivered, counters %+v; %d frames sent", delivered.Load(), st, n)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			want := dataplane.FaultStats{IngressDrops: wantDrops, IngressDuplicates: wantDups}
+			if st != want {
+				t.Fatalf("Stats().Fault = %+v, want %+v (the draw rule's counts)", st, want)
+			}
+		})
 	}
 }

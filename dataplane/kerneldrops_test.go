@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/internal/netnstest"
 	"github.com/prismd/prismd/metrics"
@@ -61,7 +59,7 @@ func TestKernelDropsAccumulate(t *testing.T) {
 			}
 			metric := func() uint64 {
 				t.Helper()
-				return kernelDropsMetric(t, srv.Registry(), ifb)
+				return gathered(t, srv.Registry(), "prismd_port_kernel_drops_total", map[string]string{"port": ifb})
 			}
 
 			const et, n = 0x88B6, 3000
@@ -139,29 +137,6 @@ func TestKernelDropsAccumulate(t *testing.T) {
 			t.Logf("%d frames sent, %d dropped by the kernel, %d delivered", 2*n, d2, got)
 		})
 	}
-}
-
-// kernelDropsMetric scrapes reg and returns prismd_port_kernel_drops_total{port}.
-func kernelDropsMetric(t *testing.T, reg *prometheus.Registry, port string) uint64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "prismd_port_kernel_drops_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "port" && l.GetValue() == port {
-					return uint64(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
-	t.Fatalf("no prismd_port_kernel_drops_total{port=%q} in the scrape", port)
-	return 0
 }
 
 // drainCount reads p until no frame arrived for 200ms and returns how many

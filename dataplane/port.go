@@ -4,7 +4,10 @@
 
 package dataplane
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
 
 // Port is one switch port. ReadBatch is called from one goroutine only;
 // WriteBatch, Stats and the getters must be safe for concurrent use.
@@ -20,7 +23,9 @@ type Port interface {
 	// than its buffer, which the port counts in Stats().Oversize). After
 	// Close it returns an error wrapping net.ErrClosed.
 	ReadBatch(bufs [][]byte, sizes []int) (n int, err error)
-	// WriteBatch transmits whole Ethernet frames and returns how many were sent.
+	// WriteBatch transmits whole Ethernet frames and returns how many were
+	// sent. The dataplane counts the frames not sent as drops, reason
+	// tx_ring_full when err wraps ErrTxFull and tx_error otherwise.
 	WriteBatch(bufs [][]byte) (n int, err error)
 	// Stats returns cumulative counters kept below the dataplane.
 	Stats() PortStats
@@ -28,13 +33,44 @@ type Port interface {
 	Close() error
 }
 
-// PortStats are counters a Port keeps itself.
+// ErrTxFull is returned (possibly wrapped) by WriteBatch when the port's
+// transmit ring or queue had no room for the rest of the batch, so the
+// dataplane counts those frames as drop reason tx_ring_full, not tx_error.
+var ErrTxFull = errors.New("dataplane: transmit ring full")
+
+// PortStats are counters a Port keeps itself. All are cumulative.
 type PortStats struct {
 	// KernelDrops counts frames the kernel dropped before the port read them
-	// (receive buffer full).
+	// (AF_PACKET: receive buffer or ring full; AF_XDP: RX ring full, no fill
+	// ring chunk, frame too long for a chunk, invalid descriptor).
 	KernelDrops uint64
 	// Oversize counts frames longer than the read buffer (MTU + header), dropped.
 	Oversize uint64
+	// Drops counts frames the port lost after WriteBatch had accepted them,
+	// by reason (index DropReason): tx_invalid_desc and tx_driver_drop on
+	// AF_XDP, and, behind an egress fault, whatever the wrapped port then
+	// failed to send. The dataplane adds them to its own counts of the
+	// same reasons; those frames are also in the transmitted counters.
+	Drops [numDropReasons]uint64
+	// Fault counts what WithFault did on purpose.
+	Fault FaultStats
+}
+
+// FaultStats counts the impairments WithFault applied to one port (tests
+// and labs), kept apart from drops by prismd or the kernel: see package
+// metrics for why.
+type FaultStats struct {
+	// IngressDrops counts received frames the ingress fault lost
+	// (drop_percent). The dataplane never saw them: they are in no receive
+	// counter.
+	IngressDrops uint64
+	// IngressDuplicates counts the extra copies the ingress fault
+	// delivered (duplicate_percent); each copy is a received frame.
+	IngressDuplicates uint64
+	// EgressDrops counts frames the egress fault could not take because
+	// its queue (faultQueue frames delayed or held) was full; they are in
+	// no transmit counter.
+	EgressDrops uint64
 }
 
 // FrameSize returns the buffer length for a port MTU: the Ethernet header

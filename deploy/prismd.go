@@ -22,6 +22,10 @@ const MetricsAddr = "127.0.0.1:9100"
 type PrismdPort struct {
 	Name string `yaml:"name"`
 	MTU  int    `yaml:"mtu"`
+	// Backend and XDPMode are the node's (Node.Backend, Node.XDPMode), on
+	// every port; omitted when the topology leaves prismd's default.
+	Backend string `yaml:"backend,omitempty"`
+	XDPMode string `yaml:"xdp_mode,omitempty"`
 }
 
 // PrismdConfig is the configuration file a lab writes for each prismd node,
@@ -38,8 +42,9 @@ type PrismdConfig struct {
 
 // NewPrismdConfig returns the configuration of prismd node node when the
 // lab's state directory is labDir: node MAC MAC(lab, node, "node"), ports in
-// PortIndex order, the control socket in labDir, and every host interface MAC
-// as an allowed Aggregation Manager source (any host may run the AM).
+// PortIndex order, each with the node's backend and xdp_mode, the control
+// socket in labDir, and every host interface MAC as an allowed Aggregation
+// Manager source (any host may run the AM).
 func NewPrismdConfig(t *Topology, node, labDir string) (*PrismdConfig, error) {
 	n, ok := t.Nodes[node]
 	if !ok || n.Kind != KindPrismd {
@@ -54,7 +59,7 @@ func NewPrismdConfig(t *Topology, node, labDir string) (*PrismdConfig, error) {
 		AMSources:     []string{},
 	}
 	for _, a := range t.Neighbors(node) {
-		c.Ports = append(c.Ports, PrismdPort{Name: a.Iface, MTU: a.MTU})
+		c.Ports = append(c.Ports, PrismdPort{Name: a.Iface, MTU: a.MTU, Backend: n.Backend, XDPMode: n.XDPMode})
 	}
 	for _, m := range t.HostMACs() {
 		c.AMSources = append(c.AMSources, HardwareAddr(m).String())

@@ -87,9 +87,27 @@ type Node struct {
 	// Ifaces are the node's interfaces in order of first appearance in the
 	// links; for a prismd node the position is the port index.
 	Ifaces []string
+	// Backend is the port backend prismd uses on every port of a prismd
+	// node: BackendAFPacket or BackendAFXDP; empty leaves prismd's default
+	// (afpacket). Only prismd nodes have one.
+	Backend string
+	// XDPMode is where an afxdp node attaches its XDP program: XDPGeneric
+	// or XDPNative; empty leaves prismd's default (generic). Only with
+	// Backend BackendAFXDP.
+	XDPMode string
 	// Line is where the node is defined in the file (0 if built in code).
 	Line int
 }
+
+// Port backends and XDP attach modes of a prismd node (Node.Backend,
+// Node.XDPMode). The values are prismd's own config values (cmd/prismd,
+// PortConfig), which the generated configuration passes on unchanged.
+const (
+	BackendAFPacket = "afpacket"
+	BackendAFXDP    = "afxdp"
+	XDPGeneric      = "generic"
+	XDPNative       = "native"
+)
 
 // Endpoint is one end of a link: an interface of a node.
 type Endpoint struct {
@@ -170,9 +188,14 @@ type fileTopology struct {
 }
 
 type fileNode struct {
-	Kind string `yaml:"kind"`
-	IPv4 string `yaml:"ipv4"`
-	line int
+	Kind    string `yaml:"kind"`
+	IPv4    string `yaml:"ipv4"`
+	Backend string `yaml:"backend"`
+	XDPMode string `yaml:"xdp_mode"`
+	line    int
+	// Lines of the backend and xdp_mode values, so an error points at the
+	// key rather than at the node (a block mapping spans several lines).
+	backendLine, xdpModeLine int
 }
 
 type fileLink struct {
@@ -231,11 +254,19 @@ func (f *fileTopology) UnmarshalYAML(n *yaml.Node) error {
 }
 
 func (f *fileNode) UnmarshalYAML(n *yaml.Node) error {
-	if err := checkKeys(n, "a node", "kind", "ipv4"); err != nil {
+	if err := checkKeys(n, "a node", "kind", "ipv4", "backend", "xdp_mode"); err != nil {
 		return err
 	}
 	type plain fileNode
 	f.line = n.Line
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch n.Content[i].Value {
+		case "backend":
+			f.backendLine = n.Content[i+1].Line
+		case "xdp_mode":
+			f.xdpModeLine = n.Content[i+1].Line
+		}
+	}
 	return n.Decode((*plain)(f))
 }
 
@@ -317,6 +348,10 @@ func Parse(src []byte) (*Topology, error) {
 			}
 			n.IPv4 = p
 		}
+		n.Backend, n.XDPMode = fn.Backend, fn.XDPMode
+		if err := checkBackend(n, fn.backendLine, fn.xdpModeLine); err != nil {
+			return nil, err
+		}
 		nodes = append(nodes, n)
 	}
 	links := make([]Link, 0, len(f.Topology.Links))
@@ -366,6 +401,32 @@ func validIfName(s string) bool {
 	return true
 }
 
+// checkBackend validates a node's backend and xdp_mode; the lines are where
+// each value is written (the node's line when built in code). Parse checks
+// with the keys' lines before build checks again with the node's.
+func checkBackend(n *Node, backendLine, modeLine int) error {
+	if n.Backend != "" {
+		if n.Kind != KindPrismd {
+			return errAt(backendLine, "node %s: backend is only for kind prismd (it picks how prismd reaches its ports), not %v; remove it", n.Name, n.Kind)
+		}
+		if n.Backend != BackendAFPacket && n.Backend != BackendAFXDP {
+			return errAt(backendLine, "node %s: unknown backend %q; use %s (default) or %s", n.Name, n.Backend, BackendAFPacket, BackendAFXDP)
+		}
+	}
+	if n.XDPMode != "" {
+		if n.Kind != KindPrismd {
+			return errAt(modeLine, "node %s: xdp_mode is only for kind prismd with backend: %s, not %v; remove it", n.Name, BackendAFXDP, n.Kind)
+		}
+		if n.XDPMode != XDPGeneric && n.XDPMode != XDPNative {
+			return errAt(modeLine, "node %s: unknown xdp_mode %q; use %s (default, any driver) or %s (driver XDP)", n.Name, n.XDPMode, XDPGeneric, XDPNative)
+		}
+		if n.Backend != BackendAFXDP {
+			return errAt(modeLine, "node %s: xdp_mode applies to backend: %s only; add backend: %s to the node or remove xdp_mode", n.Name, BackendAFXDP, BackendAFXDP)
+		}
+	}
+	return nil
+}
+
 func build(name string, mtu int, nodes []*Node, links []Link) (*Topology, error) {
 	if !labNameRE.MatchString(name) || len(name) > MaxLabName {
 		return nil, errAt(0, "lab name %q: use only a-z, 0-9 and -, at most %d characters (it prefixes namespace names)", name, MaxLabName)
@@ -404,6 +465,9 @@ func build(name string, mtu int, nodes []*Node, links []Link) (*Topology, error)
 				return nil, errAt(n.Line, "node %s: address %v is already used by node %s; give each host its own", n.Name, a, other)
 			}
 			addrs[a] = n.Name
+		}
+		if err := checkBackend(n, n.Line, n.Line); err != nil {
+			return nil, err
 		}
 		t.Nodes[n.Name] = n
 		t.names = append(t.names, n.Name)
@@ -665,11 +729,17 @@ func (t *Topology) Marshal() []byte {
 	fmt.Fprintf(&b, "name: %s\nmtu: %d\ntopology:\n  nodes:\n", t.Name, t.MTU)
 	for _, name := range t.names {
 		n := t.Nodes[name]
+		fmt.Fprintf(&b, "    %s: {kind: %v", name, n.Kind)
 		if n.IPv4.IsValid() {
-			fmt.Fprintf(&b, "    %s: {kind: %v, ipv4: %v}\n", name, n.Kind, n.IPv4)
-		} else {
-			fmt.Fprintf(&b, "    %s: {kind: %v}\n", name, n.Kind)
+			fmt.Fprintf(&b, ", ipv4: %v", n.IPv4)
 		}
+		if n.Backend != "" {
+			fmt.Fprintf(&b, ", backend: %s", n.Backend)
+		}
+		if n.XDPMode != "" {
+			fmt.Fprintf(&b, ", xdp_mode: %s", n.XDPMode)
+		}
+		b.WriteString("}\n")
 	}
 	b.WriteString("  links:\n")
 	for _, l := range t.Links {

@@ -33,7 +33,7 @@ func TestParseErrors(t *testing.T) {
 		{"not yaml", "name: [", 1, "invalid YAML"},
 		{"unknown top key", "name: a\nmtus: 9000\n", 2, `unknown key "mtus" in the top level; valid keys are: name, mtu, topology`},
 		{"unknown topology key", "name: a\ntopology:\n  node: {}\n", 3, `unknown key "node" in topology; valid keys are: nodes, links`},
-		{"unknown node key", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, image: x}", 1), 6, `unknown key "image" in a node; valid keys are: kind, ipv4`},
+		{"unknown node key", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, image: x}", 1), 6, `unknown key "image" in a node; valid keys are: kind, ipv4, backend, xdp_mode`},
 		{"unknown link key", strings.Replace(minimal, `    - endpoints: ["h2:eth0", "sw1:p2"]`, "    - endpoints: [\"h2:eth0\", \"sw1:p2\"]\n      mt: 9000", 1), 10, `unknown key "mt" in a link`},
 		{"node not mapping", strings.Replace(minimal, "{kind: prismd}", "prismd", 1), 6, "a node must be a mapping"},
 		{"mtu type", "name: a\nmtu: big\n", 2, "cannot unmarshal"},
@@ -62,6 +62,19 @@ func TestParseErrors(t *testing.T) {
 		{"isolated node", strings.Replace(minimal, "    sw1: {kind: prismd}", "    sw1: {kind: prismd}\n    sw2: {kind: prismd}", 1), 7, "node sw2 is in no link"},
 		{"dup node", strings.Replace(minimal, "    sw1: {kind: prismd}", "    sw1: {kind: prismd}\n    sw1: {kind: bridge}", 1), 0, `"sw1" already defined`},
 		{"bad node name", strings.Replace(strings.ReplaceAll(minimal, "sw1", "sw.1"), "", "", 1), 6, `node name "sw.1"`},
+		{"unknown backend", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, backend: xdp}", 1), 6, `node sw1: unknown backend "xdp"; use afpacket (default) or afxdp`},
+		{"backend case", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, backend: AFXDP}", 1), 6, `unknown backend "AFXDP"`},
+		{"backend type", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, backend: [afxdp]}", 1), 6, "cannot unmarshal"},
+		{"unknown xdp_mode", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, backend: afxdp, xdp_mode: drv}", 1), 6, `node sw1: unknown xdp_mode "drv"; use generic (default, any driver) or native`},
+		{"xdp_mode without backend", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, xdp_mode: native}", 1), 6, "node sw1: xdp_mode applies to backend: afxdp only; add backend: afxdp to the node or remove xdp_mode"},
+		{"xdp_mode with afpacket", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, backend: afpacket, xdp_mode: generic}", 1), 6, "xdp_mode applies to backend: afxdp only"},
+		{"backend on host", strings.Replace(minimal, "10.0.0.1/24}", "10.0.0.1/24, backend: afxdp}", 1), 4, "node h1: backend is only for kind prismd (it picks how prismd reaches its ports), not host; remove it"},
+		{"valid backend on bridge", strings.Replace(minimal, "{kind: prismd}", "{kind: bridge, backend: afpacket}", 1), 6, "node sw1: backend is only for kind prismd"},
+		{"xdp_mode on host", strings.Replace(minimal, "10.0.0.2/24}", "10.0.0.2/24, xdp_mode: generic}", 1), 5, "node h2: xdp_mode is only for kind prismd with backend: afxdp, not host; remove it"},
+		{"xdp_mode on bridge", strings.Replace(minimal, "{kind: prismd}", "{kind: bridge, xdp_mode: native}", 1), 6, "xdp_mode is only for kind prismd"},
+		// In a block mapping the error names the line of the bad value, not the node's.
+		{"block backend line", strings.Replace(minimal, "    sw1: {kind: prismd}", "    sw1:\n      kind: prismd\n      backend: afxpd", 1), 8, `unknown backend "afxpd"`},
+		{"block xdp_mode line", strings.Replace(minimal, "    sw1: {kind: prismd}", "    sw1:\n      kind: prismd\n      backend: afxdp\n      xdp_mode: fast", 1), 9, `unknown xdp_mode "fast"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.src))
@@ -96,6 +109,59 @@ func TestParseFileNamesFile(t *testing.T) {
 	}
 }
 
+// TestParseBackend: the accepted backend/xdp_mode combinations on a prismd
+// node, what Node holds for each, and that they survive Marshal.
+func TestParseBackend(t *testing.T) {
+	for _, tc := range []struct {
+		keys             string // inserted after "kind: prismd"
+		backend, xdpMode string
+	}{
+		{"", "", ""},
+		{", backend: afpacket", BackendAFPacket, ""},
+		{", backend: afxdp", BackendAFXDP, ""},
+		{", backend: afxdp, xdp_mode: generic", BackendAFXDP, XDPGeneric},
+		{", xdp_mode: native, backend: afxdp", BackendAFXDP, XDPNative},
+	} {
+		t.Run(tc.keys, func(t *testing.T) {
+			tp, err := Parse([]byte(strings.Replace(minimal, "{kind: prismd}", "{kind: prismd"+tc.keys+"}", 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := tp.Nodes["sw1"]; n.Backend != tc.backend || n.XDPMode != tc.xdpMode {
+				t.Errorf("sw1 backend %q xdp_mode %q, want %q %q", n.Backend, n.XDPMode, tc.backend, tc.xdpMode)
+			}
+			for _, h := range []string{"h1", "h2"} {
+				if n := tp.Nodes[h]; n.Backend != "" || n.XDPMode != "" {
+					t.Errorf("host %s got backend %q xdp_mode %q", h, n.Backend, n.XDPMode)
+				}
+			}
+			back, err := Parse(tp.Marshal())
+			if err != nil {
+				t.Fatalf("reparse of Marshal: %v\n%s", err, tp.Marshal())
+			}
+			if !reflect.DeepEqual(stripLines(back), stripLines(tp)) {
+				t.Errorf("Marshal round trip differs:\n%s", tp.Marshal())
+			}
+		})
+	}
+	// Build (topologies made in code) applies the same rules.
+	nodes := []Node{{Name: "h", Kind: KindHost}, {Name: "s", Kind: KindPrismd, XDPMode: XDPNative}}
+	links := []Link{{A: Endpoint{"h", "e"}, B: Endpoint{"s", "p"}}}
+	if _, err := Build("b", 0, nodes, links); err == nil || !strings.Contains(err.Error(), "xdp_mode applies to backend: afxdp only") {
+		t.Errorf("Build with xdp_mode and no backend: %v", err)
+	}
+	nodes[0].Backend = BackendAFXDP
+	if _, err := Build("b", 0, nodes, links); err == nil || !strings.Contains(err.Error(), "node h: backend is only for kind prismd") {
+		t.Errorf("Build with a backend on a host: %v", err)
+	}
+	// A file's error says file:line.
+	p := t.TempDir() + "/b.yaml"
+	writeFile(t, p, strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, backend: dpdk}", 1))
+	if _, err := ParseFile(p); err == nil || !strings.HasPrefix(err.Error(), p+":6: node sw1: unknown backend \"dpdk\"") {
+		t.Errorf("ParseFile error %v does not start with %s:6: and name the backend", err, p)
+	}
+}
+
 func mustParse(t *testing.T, name string) *Topology {
 	t.Helper()
 	b, err := Embedded(name)
@@ -110,7 +176,7 @@ func mustParse(t *testing.T, name string) *Topology {
 }
 
 func TestShippedTopologies(t *testing.T) {
-	want := []string{"bridge-pair", "fat-tree", "single", "single-jumbo", "spine-leaf", "spine-leaf-jumbo"}
+	want := []string{"bridge-pair", "fat-tree", "single", "single-afxdp", "single-jumbo", "spine-leaf", "spine-leaf-jumbo"}
 	if got := EmbeddedNames(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("EmbeddedNames = %v, want %v", got, want)
 	}
@@ -167,6 +233,27 @@ func TestShippedTopologies(t *testing.T) {
 	}
 	if bp := mustParse(t, "bridge-pair"); len(bp.NodesOf(KindBridge)) != 1 {
 		t.Error("bridge-pair has no bridge")
+	}
+	// single-afxdp is single on AF_XDP ports: the same nodes, links and
+	// addresses; only the switch's backend differs.
+	sx, s1 := mustParse(t, "single-afxdp"), mustParse(t, "single")
+	if n := sx.Nodes["sw1"]; n.Backend != BackendAFXDP || n.XDPMode != XDPGeneric {
+		t.Errorf("single-afxdp sw1: backend %q xdp_mode %q, want afxdp generic", n.Backend, n.XDPMode)
+	}
+	sx.Nodes["sw1"].Backend, sx.Nodes["sw1"].XDPMode = "", ""
+	sx.Name = s1.Name
+	if !reflect.DeepEqual(stripLines(sx), stripLines(s1)) {
+		t.Error("single-afxdp differs from single in more than the switch's backend")
+	}
+	for _, name := range want {
+		if name == "single-afxdp" {
+			continue
+		}
+		for _, n := range mustParse(t, name).Nodes {
+			if n.Backend != "" || n.XDPMode != "" {
+				t.Errorf("%s: node %s sets backend %q xdp_mode %q", name, n.Name, n.Backend, n.XDPMode)
+			}
+		}
 	}
 }
 
@@ -344,6 +431,29 @@ am_sources:
 `, mac("sw1", "node"), mac("h1", "eth0"), mac("h2", "eth0"))
 	if string(b) != want {
 		t.Errorf("config:\n%s\nwant:\n%s", b, want)
+	}
+	// The node's backend and xdp_mode go on every port, in the daemon's keys.
+	xc, err := NewPrismdConfig(mustParse(t, "single-afxdp"), "sw1", "/run/prismd-lab/single-afxdp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	xb, err := xc.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPorts := `ports:
+    - name: p1
+      mtu: 1500
+      backend: afxdp
+      xdp_mode: generic
+    - name: p2
+      mtu: 1500
+      backend: afxdp
+      xdp_mode: generic
+workers: 1
+`
+	if !strings.Contains(string(xb), wantPorts) {
+		t.Errorf("single-afxdp config:\n%s\nwant it to contain:\n%s", xb, wantPorts)
 	}
 	if _, err := NewPrismdConfig(tp, "h1", "/x"); err == nil {
 		t.Error("config for a host accepted")

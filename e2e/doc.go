@@ -1,6 +1,6 @@
 // Package e2e holds prismd's end-to-end tests: real network namespaces and
 // veth pairs built by deploy/labtest from the shipped topologies
-// (deploy/lab/single.yaml, spine-leaf.yaml, fat-tree.yaml), real prismd
+// (deploy/lab/single.yaml, single-afxdp.yaml, spine-leaf.yaml, fat-tree.yaml), real prismd
 // switches, the Aggregation Manager on one host's interface and ranks on
 // the host namespaces, either in-process (package host on a socket opened
 // inside the namespace with Lab.Do) or as 'prismctl allreduce' processes

@@ -21,7 +21,25 @@ type Collector struct {
 
 	rxFrames, rxBytes, txFrames, txBytes *prometheus.Desc
 	drops, kernelDrops, frames, macs     *prometheus.Desc
+	faultDrops, faultDups                *prometheus.Desc
 }
+
+// Fault injection (config fault:, tests and labs) has its own families,
+// prismd_port_fault_drops_total{port,direction} and
+// prismd_port_fault_duplicates_total{port}, rather than reasons in
+// prismd_port_drops_total:
+//   - those losses are wanted: an alert on prismd_port_drops_total must not
+//     fire because a lab injects loss, yet the lab must see exactly how much;
+//   - an ingress fault loses a frame before the dataplane counts it (as the
+//     kernel does, which has prismd_port_kernel_drops_total), while every
+//     receive-side reason of prismd_port_drops_total is a frame also in
+//     prismd_port_receive_frames_total;
+//   - direction is what tells the two fault stages apart. Its values are
+//     closed (ingress, egress), as are the reasons: two series per port.
+const (
+	dirIngress = "ingress"
+	dirEgress  = "egress"
+)
 
 // NewCollector returns a Collector reading src at every scrape.
 func NewCollector(src Source) *Collector {
@@ -30,21 +48,28 @@ func NewCollector(src Source) *Collector {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
 	return &Collector{
-		src:         src,
-		rxFrames:    d("port_receive_frames_total", "Frames read from the port, including ones later dropped.", port),
-		rxBytes:     d("port_receive_bytes_total", "Bytes of frames read from the port (Ethernet header included, FCS excluded).", port),
-		txFrames:    d("port_transmit_frames_total", "Frames transmitted on the port.", port),
-		txBytes:     d("port_transmit_bytes_total", "Bytes of frames transmitted on the port.", port),
-		drops:       d("port_drops_total", "Frames dropped by prismd, by port and reason.", []string{"port", "reason"}),
-		kernelDrops: d("port_kernel_drops_total", "Frames the kernel dropped because the port's socket receive buffer was full.", port),
-		frames:      d("frames_total", "Received frames by classification.", []string{"class"}),
-		macs:        d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
+		src:      src,
+		rxFrames: d("port_receive_frames_total", "Frames read from the port, including ones later dropped.", port),
+		rxBytes:  d("port_receive_bytes_total", "Bytes of frames read from the port (Ethernet header included, FCS excluded).", port),
+		txFrames: d("port_transmit_frames_total", "Frames the port accepted for transmission.", port),
+		txBytes:  d("port_transmit_bytes_total", "Bytes of frames the port accepted for transmission.", port),
+		drops: d("port_drops_total", "Frames dropped by prismd or lost by its port, by port and reason. "+
+			"tx_invalid_desc and tx_driver_drop (and tx_error or tx_ring_full behind an egress fault) were lost after the port accepted them, "+
+			"so they are also in prismd_port_transmit_frames_total.", []string{"port", "reason"}),
+		kernelDrops: d("port_kernel_drops_total", "Frames the kernel dropped before prismd read them from the port: "+
+			"the socket's receive buffer or ring was full (AF_XDP: RX ring full, no free fill ring chunk, frame too long for a chunk, invalid descriptor).", port),
+		faultDrops: d("port_fault_drops_total", "Frames the port's fault injection (tests and labs) dropped, by direction: "+
+			"ingress frames were lost before prismd counted them as received; egress frames did not fit the fault's queue and are not counted as transmitted.",
+			[]string{"port", "direction"}),
+		faultDups: d("port_fault_duplicates_total", "Extra copies of received frames the port's ingress fault injection delivered; each copy is counted as received.", port),
+		frames:    d("frames_total", "Received frames by classification.", []string{"class"}),
+		macs:      d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs} {
+	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups} {
 		ch <- d
 	}
 }
@@ -66,6 +91,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, r := range dataplane.DropReasons() {
 			cnt(c.drops, p.Drops[r], p.Name, r.String())
 		}
+		cnt(c.faultDrops, p.Fault.IngressDrops, p.Name, dirIngress)
+		cnt(c.faultDrops, p.Fault.EgressDrops, p.Name, dirEgress)
+		cnt(c.faultDups, p.Fault.IngressDuplicates, p.Name)
 	}
 	for _, cl := range dataplane.FrameClasses() {
 		cnt(c.frames, st.Classes[cl], cl.String())

@@ -24,6 +24,8 @@ func TestCollectorExposition(t *testing.T) {
 	p := dataplane.PortSample{Name: "p1", RxFrames: 10, RxBytes: 1000, TxFrames: 7, TxBytes: 700, KernelDrops: 3}
 	p.Drops[dataplane.DropHairpin] = 2
 	p.Drops[dataplane.DropUnsupported] = 5
+	p.Drops[dataplane.DropTxDriverDrop] = 8
+	p.Fault = dataplane.FaultStats{IngressDrops: 11, IngressDuplicates: 4, EgressDrops: 13}
 	st.Ports = append(st.Ports, p)
 	st.Classes[dataplane.ClassL2] = 4
 	st.Classes[dataplane.ClassData] = 6
@@ -37,15 +39,22 @@ prismd_port_receive_frames_total{port="p1"} 10
 # HELP prismd_port_receive_bytes_total Bytes of frames read from the port (Ethernet header included, FCS excluded).
 # TYPE prismd_port_receive_bytes_total counter
 prismd_port_receive_bytes_total{port="p1"} 1000
-# HELP prismd_port_transmit_frames_total Frames transmitted on the port.
+# HELP prismd_port_transmit_frames_total Frames the port accepted for transmission.
 # TYPE prismd_port_transmit_frames_total counter
 prismd_port_transmit_frames_total{port="p1"} 7
-# HELP prismd_port_transmit_bytes_total Bytes of frames transmitted on the port.
+# HELP prismd_port_transmit_bytes_total Bytes of frames the port accepted for transmission.
 # TYPE prismd_port_transmit_bytes_total counter
 prismd_port_transmit_bytes_total{port="p1"} 700
-# HELP prismd_port_kernel_drops_total Frames the kernel dropped because the port's socket receive buffer was full.
+# HELP prismd_port_kernel_drops_total Frames the kernel dropped before prismd read them from the port: the socket's receive buffer or ring was full (AF_XDP: RX ring full, no free fill ring chunk, frame too long for a chunk, invalid descriptor).
 # TYPE prismd_port_kernel_drops_total counter
 prismd_port_kernel_drops_total{port="p1"} 3
+# HELP prismd_port_fault_drops_total Frames the port's fault injection (tests and labs) dropped, by direction: ingress frames were lost before prismd counted them as received; egress frames did not fit the fault's queue and are not counted as transmitted.
+# TYPE prismd_port_fault_drops_total counter
+prismd_port_fault_drops_total{direction="egress",port="p1"} 13
+prismd_port_fault_drops_total{direction="ingress",port="p1"} 11
+# HELP prismd_port_fault_duplicates_total Extra copies of received frames the port's ingress fault injection delivered; each copy is counted as received.
+# TYPE prismd_port_fault_duplicates_total counter
+prismd_port_fault_duplicates_total{port="p1"} 4
 # HELP prismd_mac_table_entries Live (not aged out) entries in the MAC learning table.
 # TYPE prismd_mac_table_entries gauge
 prismd_mac_table_entries 9
@@ -58,7 +67,7 @@ prismd_frames_total{class="l2"} 4
 prismd_frames_total{class="progress"} 0
 prismd_frames_total{class="result"} 0
 prismd_frames_total{class="transit"} 0
-# HELP prismd_port_drops_total Frames dropped by prismd, by port and reason.
+# HELP prismd_port_drops_total Frames dropped by prismd or lost by its port, by port and reason. tx_invalid_desc and tx_driver_drop (and tx_error or tx_ring_full behind an egress fault) were lost after the port accepted them, so they are also in prismd_port_transmit_frames_total.
 # TYPE prismd_port_drops_total counter
 prismd_port_drops_total{port="p1",reason="bad_src_mac"} 0
 prismd_port_drops_total{port="p1",reason="bad_version"} 0
@@ -68,14 +77,18 @@ prismd_port_drops_total{port="p1",reason="oversize"} 0
 prismd_port_drops_total{port="p1",reason="ring_full"} 0
 prismd_port_drops_total{port="p1",reason="short_frame"} 0
 prismd_port_drops_total{port="p1",reason="truncated"} 0
+prismd_port_drops_total{port="p1",reason="tx_driver_drop"} 8
 prismd_port_drops_total{port="p1",reason="tx_error"} 0
+prismd_port_drops_total{port="p1",reason="tx_invalid_desc"} 0
 prismd_port_drops_total{port="p1",reason="tx_queue_full"} 0
+prismd_port_drops_total{port="p1",reason="tx_ring_full"} 0
 prismd_port_drops_total{port="p1",reason="unknown_class"} 0
 prismd_port_drops_total{port="p1",reason="unsupported"} 5
 `
 	names := []string{"prismd_port_receive_frames_total", "prismd_port_receive_bytes_total",
 		"prismd_port_transmit_frames_total", "prismd_port_transmit_bytes_total", "prismd_port_kernel_drops_total",
-		"prismd_mac_table_entries", "prismd_frames_total", "prismd_port_drops_total"}
+		"prismd_mac_table_entries", "prismd_frames_total", "prismd_port_drops_total",
+		"prismd_port_fault_drops_total", "prismd_port_fault_duplicates_total"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}

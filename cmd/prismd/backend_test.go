@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/prismd/prismd/deploy"
 )
 
 // TestPortBackend: the backend key picks afpacket (default) or afxdp, and
@@ -32,5 +34,53 @@ func TestPortBackend(t *testing.T) {
 		if _, err := ParseConfig("b.yaml", []byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want one containing %q", tc.src, err, tc.want)
 		}
+	}
+}
+
+// TestLabConfigBackend: the configuration a lab generates for a prismd node
+// (package deploy, which cannot import this one) is accepted by this parser,
+// and every port gets the node's backend and attach mode.
+func TestLabConfigBackend(t *testing.T) {
+	for _, tc := range []struct {
+		name, keys string
+		backend    string
+		native     bool
+	}{
+		{"default", "", "", false},
+		{"afpacket", ", backend: afpacket", BackendAFPacket, false},
+		{"afxdp", ", backend: afxdp", BackendAFXDP, false},
+		{"afxdp generic", ", backend: afxdp, xdp_mode: generic", BackendAFXDP, false},
+		{"afxdp native", ", backend: afxdp, xdp_mode: native", BackendAFXDP, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, err := deploy.Embedded("single")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp, err := deploy.Parse([]byte(strings.Replace(string(src), "{kind: prismd}", "{kind: prismd"+tc.keys+"}", 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lc, err := deploy.NewPrismdConfig(tp, "sw1", "/run/prismd-lab/single")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := lc.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := ParseConfig("sw1.yaml", b)
+			if err != nil {
+				t.Fatalf("prismd refuses the lab's config: %v\n%s", err, b)
+			}
+			if len(c.Ports) != 2 {
+				t.Fatalf("%d ports, want 2:\n%s", len(c.Ports), b)
+			}
+			for _, p := range c.Ports {
+				if p.Backend != tc.backend || p.XDPOptions().Native != tc.native {
+					t.Errorf("port %s: backend %q native %v, want %q %v", p.Name, p.Backend, p.XDPOptions().Native, tc.backend, tc.native)
+				}
+			}
+		})
 	}
 }

@@ -56,7 +56,7 @@ type Options struct {
 
 // Socket is the AF_XDP side of one interface: one XSK per receive queue and
 // the XDP program steering frames to them. RecvBatch must be called from one
-// goroutine at a time; SendBatch, KernelDrops and Close are safe for
+// goroutine at a time; SendBatch, Stats and Close are safe for
 // concurrent use.
 type Socket struct {
 	name    string
@@ -85,7 +85,7 @@ type Socket struct {
 	txNext atomic.Uint32
 
 	statsMu sync.Mutex
-	final   uint64 // KernelDrops at Close
+	last    Stats // the last successful read; what Stats reports after Close
 }
 
 // Open attaches the program to interface name and binds one socket per
@@ -266,41 +266,60 @@ func (s *Socket) txQueue() *xsk {
 	return q
 }
 
-// KernelDrops returns the frames the kernel dropped on their way to the
-// sockets: rx_dropped (no fill ring chunk, which also shows in
-// rx_fill_ring_empty_descs, or a frame too long for a chunk) plus
-// rx_ring_full (the RX ring was full). The kernel counters are cumulative.
-func (s *Socket) KernelDrops() (uint64, error) {
+// Stats are the losses of a Socket, summed over its queues' sockets.
+//
+// What XDP_STATISTICS offers and why only these: rx_fill_ring_empty_descs
+// counts the times the kernel found the fill ring empty, and in copy mode
+// each of those frames is also in rx_dropped, so adding it would count them
+// twice; tx_ring_empty_descs counts the times the kernel found nothing to
+// send, which loses nothing.
+type Stats struct {
+	// RxDropped counts frames the kernel dropped on their way to a socket:
+	// rx_dropped (no fill ring chunk, or a frame too long for a chunk),
+	// rx_ring_full (the RX ring was full) and rx_invalid_descs. With the
+	// full-size struct passed to XDP_STATISTICS the kernel keeps
+	// rx_ring_full out of rx_dropped, so the sum counts each frame once.
+	RxDropped uint64
+	// TxInvalid counts TX descriptors the kernel refused as invalid
+	// (tx_invalid_descs): one per frame, several for a multi-buffer frame.
+	// The socket never publishes one it knows to be invalid, so anything
+	// here is a bug or a kernel that disagrees about a frame's validity.
+	TxInvalid uint64
+	// TxDriverDrops counts frames the kernel took from a TX ring and the
+	// device then dropped (sendto EBUSY, NET_XMIT_DROP: no carrier, or a
+	// veth peer's backlog full). SendBatch had reported them as queued.
+	TxDriverDrops uint64
+}
+
+// Stats returns the cumulative losses. The kernel counters are cumulative
+// per socket (XDP_STATISTICS does not reset on read, unlike
+// PACKET_STATISTICS), so each call sums the current values of the queues'
+// sockets; reads are never added up, which would count a frame again on
+// every scrape. If a socket cannot be read the previous total is returned
+// with the error, so the totals never go backwards.
+func (s *Socket) Stats() (Stats, error) {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
 	if s.closed.Load() {
-		return s.final, nil
+		return s.last, nil
 	}
-	return s.kernelDrops()
+	return s.stats()
 }
 
-func (s *Socket) kernelDrops() (uint64, error) {
-	var total uint64
+// stats reads every queue's socket; under statsMu, before teardown.
+func (s *Socket) stats() (Stats, error) {
+	var t Stats
 	for _, q := range s.qs {
 		st, err := statistics(q.fd)
 		if err != nil {
-			return total, err
+			return s.last, fmt.Errorf("xdp: %s queue %d: %w", s.name, q.queue, err)
 		}
-		total += st.Rx_dropped + st.Rx_ring_full
+		t.RxDropped += st.Rx_dropped + st.Rx_ring_full + st.Rx_invalid_descs
+		t.TxInvalid += st.Tx_invalid_descs
+		t.TxDriverDrops += q.txDrops.Load()
 	}
-	return total, nil
-}
-
-// TxDrops returns frames the driver refused after the kernel took them
-// from a TX ring (sendto EBUSY; e.g. a veth peer's backlog was full).
-func (s *Socket) TxDrops() uint64 {
-	var n uint64
-	for _, q := range s.qs {
-		q.txMu.Lock()
-		n += q.txDrops
-		q.txMu.Unlock()
-	}
-	return n
+	s.last = t
+	return t, nil
 }
 
 // Close detaches the program, wakes a blocked RecvBatch (which returns
@@ -312,7 +331,7 @@ func (s *Socket) Close() error {
 		s.statsMu.Unlock()
 		return net.ErrClosed
 	}
-	s.final, _ = s.kernelDrops()
+	_, _ = s.stats() // the sockets go away below; keep their final counts
 	s.statsMu.Unlock()
 	var one = [8]byte{1}
 	_, _ = unix.Write(s.efd, one[:])

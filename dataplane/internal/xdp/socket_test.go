@@ -156,3 +156,128 @@ func TestQueuesOption(t *testing.T) {
 		t.Errorf("Open with 5 of 4 queues: %v", err)
 	}
 }
+
+// publishInvalid queues one TX descriptor the kernel must refuse (longer
+// than a chunk) on q and kicks it. The chunk stays on the free stack: the
+// kernel never completes an invalid descriptor.
+func publishInvalid(t *testing.T, q *xsk) {
+	t.Helper()
+	q.txMu.Lock()
+	defer q.txMu.Unlock()
+	if q.tx.free(1) < 1 || len(q.txFree) == 0 {
+		t.Fatal("no room in the TX ring")
+	}
+	d := &q.txDescs[q.tx.slot(q.tx.reserve(1))]
+	d.Addr, d.Len, d.Options = q.txFree[len(q.txFree)-1], q.chunk+1, 0
+	q.tx.publish()
+	if err := q.kick(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStatsSumQueues: Stats sums the cumulative XDP_STATISTICS of every
+// queue's socket, once. Receive: with small rings and no reader, frames of
+// many flows overflow several queues; every frame sent is then either read
+// or in RxDropped, and reading Stats again (the kernel counters do not
+// reset) changes nothing. Transmit: invalid descriptors published on two
+// queues (one on queue 0, two on queue 1) make TxInvalid 3. After Close
+// Stats still reports the final totals.
+func TestStatsSumQueues(t *testing.T) {
+	env, nsA, nsB, ifA, ifB := multiQueuePair(t)
+	var s *Socket
+	var err error
+	env.Do(nsA, func() { s, err = Open(ifA, Options{MaxFrame: 1518, RingSize: 64}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var c *packet.Conn
+	env.Do(nsB, func() {
+		ifi, ierr := net.InterfaceByName(ifB)
+		if ierr != nil {
+			err = ierr
+			return
+		}
+		c, err = packet.Listen(ifi, packet.Raw, 0x0800, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	far := [6]byte{0x02, 0, 0, 0, 0, 0x42}
+	src := [6]byte{0x02, 0, 0, 0, 0, 0x43}
+	const n = 2000
+	for i := 0; i < n; i++ {
+		f := udpFrame(far, src, uint16(1000+i%64), uint32(i))
+		if _, err := c.WriteTo(f, &packet.Addr{HardwareAddr: far[:]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let the kernel finish delivering
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var per []uint64
+	overflowed := 0
+	for _, q := range s.qs {
+		k, err := statistics(q.fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per = append(per, k.Rx_dropped+k.Rx_ring_full)
+		if k.Rx_dropped+k.Rx_ring_full > 0 {
+			overflowed++
+		}
+	}
+	t.Logf("drops per queue: %v, Stats %+v", per, st)
+	if overflowed < 2 {
+		t.Fatalf("drops on %d queues (%v); the test needs several to check the sum", overflowed, per)
+	}
+	if again, _ := s.Stats(); again != st {
+		t.Fatalf("second Stats without traffic = %+v, want %+v: the counters are cumulative", again, st)
+	}
+	bufs := make([][]byte, 64)
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	sizes := make([]int, len(bufs))
+	got := 0
+	for quiet := time.Now(); time.Since(quiet) < 300*time.Millisecond; {
+		k := 0
+		for _, q := range s.qs {
+			m, _ := q.recv(bufs, sizes)
+			for i := 0; i < m; i++ {
+				if sizes[i] == 50 {
+					got++
+				}
+			}
+			k += m
+		}
+		if k > 0 {
+			quiet = time.Now()
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if uint64(got)+st.RxDropped != n {
+		t.Fatalf("read %d + RxDropped %d = %d, want the %d frames sent", got, st.RxDropped, uint64(got)+st.RxDropped, n)
+	}
+
+	publishInvalid(t, s.qs[0])
+	publishInvalid(t, s.qs[1])
+	publishInvalid(t, s.qs[1])
+	st, err = s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TxInvalid != 3 || st.TxDriverDrops != 0 {
+		t.Fatalf("after 3 invalid descriptors on 2 queues: TxInvalid %d, TxDriverDrops %d; want 3, 0", st.TxInvalid, st.TxDriverDrops)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := s.Stats(); after != st || err != nil {
+		t.Fatalf("Stats after Close = %+v, %v; want the final %+v", after, err, st)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,7 +62,10 @@ type xsk struct {
 	compAddrs []uint64
 	txFree    []uint64 // chunk addresses not in the kernel's hands
 	maxFrame  int
-	txDrops   uint64 // frames the kernel consumed but reported unsent (EBUSY)
+	// txDrops counts frames the kernel consumed but reported unsent
+	// (EBUSY). Written under txMu; atomic so Stats need not wait for a
+	// batch in progress.
+	txDrops atomic.Uint64
 }
 
 func openXSK(c xskConfig) (q *xsk, err error) {
@@ -304,7 +308,7 @@ func (q *xsk) kick() error {
 		switch e := sendtoKick(q.fd); e {
 		case 0, unix.EAGAIN, unix.EINTR, unix.ENOBUFS:
 		case unix.EBUSY:
-			q.txDrops++
+			q.txDrops.Add(1)
 		default:
 			return os.NewSyscallError("sendto", e)
 		}
