@@ -14,6 +14,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -142,7 +143,7 @@ func openXSK(c xskConfig) (q *xsk, err error) {
 	if c.sg {
 		flags |= unix.XDP_USE_SG
 	}
-	if err = unix.Bind(fd, &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(c.ifindex), QueueID: uint32(c.queue)}); err != nil {
+	if err = bindRetry(fd, &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(c.ifindex), QueueID: uint32(c.queue)}); err != nil {
 		if c.sg && (err == unix.EINVAL || err == unix.EOPNOTSUPP) {
 			return q, fmt.Errorf("bind queue %d: %w: %w", c.queue, errNoMultiBuffer, os.NewSyscallError("bind", err))
 		}
@@ -339,5 +340,25 @@ func (q *xsk) close() {
 	if q.umem != nil {
 		_ = unix.Munmap(q.umem)
 		q.umem = nil
+	}
+}
+
+// bindBusyWait bounds how long bind waits for a queue to come free.
+const bindBusyWait = 2 * time.Second
+
+// bindRetry binds, retrying EBUSY for up to bindBusyWait. The kernel frees
+// a closed AF_XDP socket's hold on its queue from a work queue (the buffer
+// pool is released after the last reference, not in close), so a port
+// reopened right after Close (a reload, a restart, a test) found the queue
+// still taken about one time in five. A queue held by a live application
+// stays busy and still fails, after the wait.
+func bindRetry(fd int, sa *unix.SockaddrXDP) error {
+	deadline := time.Now().Add(bindBusyWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := unix.Bind(fd, sa)
+		if err != unix.EBUSY || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
 	}
 }
