@@ -359,6 +359,50 @@ func TestControlBitmapLifecycle(t *testing.T) {
 	do(stageFrame(t, ruleKey, txn, ctx, goodBindings()), parser.StatusStaleGeneration, parser.StateNone)
 }
 
+// TestControlBoundaryStatuses: STAGEs with a boundary set record (0xFE,
+// docs/protocol.md 8.10) answered end to end through the node: the ACK
+// status and Detail of each rule, and nothing installed on refusal.
+func TestControlBoundaryStatuses(t *testing.T) {
+	flat := func(idx uint8, setID uint16, eps ...uint32) parser.SetRecord {
+		return parser.SetRecord{BindingIndex: idx, Encoding: parser.EncFlat, Set: parser.AppendFlatSet(nil, setID, 1, eps...)}
+	}
+	abm, mask, bnd := flat(parser.OwnSet, 0, 0, 1), flat(2, 0, 0), flat(parser.BoundarySet, 1, 64)
+	// Set records start after the context record and 4 bindings; each is 20 bytes.
+	rec := func(i int) uint16 { return uint16(parser.ContextRecordLen + 4*parser.BindingLen + 20*i) }
+	for _, c := range []struct {
+		name   string
+		coll   parser.Collective
+		sets   []parser.SetRecord
+		status parser.Status
+		detail uint16
+	}{
+		{"ok", parser.CollBitmap, []parser.SetRecord{abm, mask, bnd}, parser.StatusOK, parser.NoDetail},
+		{"boundary twice", parser.CollBitmap, []parser.SetRecord{bnd, abm, bnd}, parser.StatusInvalid, rec(2)},
+		{"boundary outside BITMAP", parser.CollAllReduce, []parser.SetRecord{bnd}, parser.StatusInvalid, 15},
+		{"boundary overlaps the A-BM", parser.CollBitmap, []parser.SetRecord{abm, mask, flat(parser.BoundarySet, 0, 1)}, parser.StatusInvalid, rec(2)},
+		{"boundary without A-BM", parser.CollBitmap, []parser.SetRecord{mask, bnd}, parser.StatusInvalid, rec(1)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newNodeRig(t, NodeConfig{})
+			ctx := goodCtx()
+			ctx.Role, ctx.Collective = parser.RoleLeaf, c.coll
+			bs := append(goodBindings(), parser.Binding{Kind: parser.KindParent, Stream: 9, LocalEP: 19, PeerEP: 1, Port: 3, PeerMAC: swMAC(1, 1)})
+			spec := parser.StageSpec{Context: ctx, Bindings: bs, Sets: c.sets}
+			body := make([]byte, spec.Len())
+			if _, err := spec.Encode(body); err != nil {
+				t.Fatal(err)
+			}
+			st, a := r.ack(controlFrame(t, ruleKey, parser.CmdStage, body, 1))
+			if st != c.status || a.Detail != c.detail {
+				t.Fatalf("got %v detail %d, want %v detail %d", st, a.Detail, c.status, c.detail)
+			}
+			if r.w.bm.Owns(ruleKey) != (c.status == parser.StatusOK) {
+				t.Fatalf("installed = %v after %v", r.w.bm.Owns(ruleKey), st)
+			}
+		})
+	}
+}
+
 type discard struct{}
 
 func (discard) Send(int, []byte) bool { return true }

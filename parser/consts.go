@@ -77,6 +77,10 @@ const (
 	MaxCapRecords    = 16
 	// OwnSet is the set record Binding Index naming the node's own A-BM.
 	OwnSet = 0xFF
+	// BoundarySet is the set record Binding Index naming the node's
+	// identity in the enclosing aggregation domain (section 8.10): a node
+	// with one is a domain boundary.
+	BoundarySet = 0xFE
 	// NoDetail is the ACK Detail / Missing Stream value meaning "none".
 	NoDetail = 0xFFFF
 )

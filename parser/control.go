@@ -57,7 +57,7 @@ type Binding struct {
 
 // SetRecord is one STAGE set record. Set aliases the frame.
 type SetRecord struct {
-	BindingIndex uint8 // OwnSet (0xFF) = the node's A-BM
+	BindingIndex uint8 // OwnSet (0xFF) = the node's A-BM; BoundarySet (0xFE) = its boundary set
 	Encoding     uint8
 	Set          []byte
 }
@@ -337,14 +337,22 @@ func validateStage(e *FieldError, b []byte, listCap int) error {
 	if listCap == 0 && r.Collective == CollBitmap {
 		listCap = int(min(r.MaxTerms, 0xFFFF))
 	}
+	// At most one record per Binding Index [choice]: a second A-BM, boundary
+	// set or mask for the same binding would silently replace the first.
+	// 256 bits on the stack, so a rejection still allocates nothing.
+	var seen [4]uint64
 	for i := 0; i < int(r.SetCount); i++ {
 		if len(b) < off+SetRecordHdrLen+SetPrefixLen {
 			return e.set(C, "body_length", HdrOff+ctlBodyLen, ErrLength)
 		}
 		idx := b[off]
-		if idx != OwnSet && int(idx) >= nb {
+		if idx != OwnSet && idx != BoundarySet && int(idx) >= nb {
 			return e.set(C, "stage.set.binding_index", o+off, ErrRange)
 		}
+		if seen[idx/64]&(1<<(idx%64)) != 0 {
+			return e.set(C, "stage.set.binding_index", o+off, ErrRange)
+		}
+		seen[idx/64] |= 1 << (idx % 64)
 		if b[off+1] != 0 {
 			return e.set(C, "stage.set.reserved", o+off+1, ErrReserved)
 		}

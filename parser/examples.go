@@ -201,5 +201,34 @@ func Examples() []Example {
 		"Aggregated ACK for sequence 99: P-BM {3,130,131} in 4 blocks of 64 (upper bits 0 and 2, two lower bitmaps); "+
 			"zero groups; AUTH tag = HMAC-SHA256/128 under key \"prism-example-key\".",
 		hf, Limits{VectorLen: 1024, MTU: 1500})
+
+	bst := exampleStageSpec()
+	bst.Context.Role, bst.Context.Collective, bst.Context.MaxTerms, bst.Context.Tenant = RoleInternal, CollBitmap, 4, 7
+	mac := func(b byte) [6]byte { return [6]byte{0x02, 0, 0, 0, 0x02, b} }
+	bst.Bindings = []Binding{
+		{Kind: KindContributor, Stream: 2, LocalEP: 0x0020, PeerEP: 0x0200, Port: 0, PeerMAC: mac(0)},
+		{Kind: KindResultOut, Stream: 2, LocalEP: 0x0021, PeerEP: 0x0201, Port: 0, PeerMAC: mac(0)},
+		{Kind: KindParent, Stream: 3, LocalEP: 0x0022, PeerEP: 0x0300, Port: 1, PeerMAC: mac(1)},
+		{Kind: KindResultIn, Stream: 3, LocalEP: 0x0023, PeerEP: 0x0301, Port: 1, PeerMAC: mac(1)},
+	}
+	low := AppendFlatSet(nil, 0, 1, 0, 1, 2, 3)
+	bst.Sets = []SetRecord{
+		{BindingIndex: OwnSet, Encoding: EncFlat, Set: low},
+		{BindingIndex: BoundarySet, Encoding: EncFlat, Set: AppendFlatSet(nil, 1024, 1, 65536)},
+		{BindingIndex: 1, Encoding: EncFlat, Set: low},
+	}
+	body = make([]byte, bst.Len())
+	if _, err := bst.Encode(body); err != nil {
+		panic(err)
+	}
+	c = ctlHdr(CmdStage, 0x15)
+	c.Body = body
+	add("control-stage-boundary", "CONTROL STAGE of a domain boundary (section 8.10)",
+		"INTERNAL node of a BITMAP job (tenant 7, Max Terms 4, otherwise as 12.1) aggregating endpoints 0..3 below it and "+
+			"standing for endpoint 65536 in the enclosing domain: binding 0 CONTRIBUTOR and 1 RESULT_OUT toward the lower "+
+			"switch (port 0), 2 PARENT and 3 RESULT_IN toward the upper one (port 1); set records: A-BM (0xFF) {0,1,2,3} as "+
+			"FLAT Set ID 0, one word; boundary set (0xFE) {65536} as FLAT Set ID 1024 (04 00), one word, bit 0 (80); BIFT mask "+
+			"of binding 1 {0,1,2,3}.",
+		mustControl(&c), Limits{})
 	return ex
 }

@@ -75,9 +75,10 @@ func (e *Ext) decode(dst *FieldError, b []byte, c Class, base int, lim *Limits) 
 	if xf&xflagsReserved != 0 {
 		return 0, dst.set(c, "ext.xflags", base+extXFlags, ErrReserved)
 	}
-	// INSTALL belongs to the multicast direction, PARTIAL to the aggregation
-	// direction; the opposite combination has no meaning [choice].
-	if (c == ClassData && xf&XFlagInstall != 0) || (c == ClassResult && xf&XFlagPartial != 0) {
+	// INSTALL belongs to the multicast direction; PARTIAL marks an aggregate
+	// (a DATA partial, or the RESULT made from it, section 8.7) and so never
+	// rides on a dispatch [choice].
+	if (c == ClassData && xf&XFlagInstall != 0) || xf&(XFlagInstall|XFlagPartial) == XFlagInstall|XFlagPartial {
 		return 0, dst.set(c, "ext.xflags", base+extXFlags, ErrRange)
 	}
 	setEnd := n

@@ -20,6 +20,53 @@ var (
 	hbKey = OpKey{Job: 0x0102030405060708, Group: 1, GroupGen: 2, Op: 3, OpGen: 4}
 )
 
+// TestHandBuiltStageBoundary: a domain boundary's STAGE (section 8.10),
+// written from the tables: the A-BM record (0xFF) and the boundary set record
+// (0xFE, endpoint 65536 = FLAT Set ID 1024, bit 0); then the same body with
+// the 0xFE record twice, which is refused at the second one.
+func TestHandBuiltStageBoundary(t *testing.T) {
+	rec := [][]byte{
+		// own A-BM: length 4+12, FLAT prefix, Set 0, 1 word, endpoints 0..3
+		cat([]byte{0xFF, 0, 0, 16}, []byte{1, 0, 0, 0}, []byte{0, 0, 0, 1, 0xF0, 0, 0, 0, 0, 0, 0, 0}),
+		// boundary set: length 4+12, FLAT prefix, Set 1024 (0x0400), 1 word, endpoint 65536 = bit 0
+		cat([]byte{0xFE, 0, 0, 16}, []byte{1, 0, 0, 0}, []byte{0x04, 0, 0, 1, 0x80, 0, 0, 0, 0, 0, 0, 0}),
+	}
+	frame := func(sets ...[]byte) []byte {
+		n := 40 + 16 + 20*len(sets)
+		return cat(hbEth, []byte{0x10, 0x01}, hbOp,
+			[]byte{0, 0, 0, 0x2B}, []byte{0xFF, 0xFE}, []byte{0x00, 0x01}, []byte{1, 0},
+			[]byte{byte(n >> 8), byte(n)}, []byte{0, 1},
+			// INTERNAL, BITMAP, FP32, KULISCH_FIXED, KULISCH, FP32, W=280
+			[]byte{3, 3, 4, 3, 5, 4}, []byte{0x01, 0x18},
+			[]byte{0, 0, 0, 8}, []byte{0x05, 0xDC}, []byte{1, byte(len(sets))}, // vector 8, MTU 1500, 1 binding
+			[]byte{0, 4}, []byte{0, 2}, []byte{0, 0, 0x17, 0x70}, []byte{0, 0, 0x0B, 0x58},
+			[]byte{0, 0, 0, 4}, []byte{0, 0, 0x03, 0xE8}, []byte{0, 0, 0, 7},
+			[]byte{2, 0, 0, 9, 0, 0x20, 0, 0x30, 0, 2, 0x02, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE}, // PARENT
+			cat(sets...))
+	}
+	var c Control
+	if err := c.Decode(frame(rec[0], rec[1]), Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	s := c.Stage()
+	var it SetRecordIter
+	s.NextSet(&it)
+	r, ok := s.NextSet(&it)
+	if !ok || r.BindingIndex != BoundarySet || BoundarySet != 0xFE || r.Encoding != EncFlat || len(r.Set) != 12 {
+		t.Fatalf("boundary record %+v %v", r, ok)
+	}
+	var si SetIter
+	if e, ok := NextEndpoint(r.Encoding, r.Set, &si); !ok || e != 65536 {
+		t.Fatalf("boundary endpoint %d %v", e, ok)
+	}
+	err := c.Decode(frame(rec[0], rec[1], rec[1]), Limits{})
+	fe, ok := errors.AsType[*FieldError](err)
+	// The third record starts at body offset 40 + 16 + 2 x 20 = 96.
+	if !ok || !errors.Is(err, ErrRange) || fe.Field != "stage.set.binding_index" || fe.Offset-ControlBodyOff != 96 {
+		t.Fatalf("second 0xFE record: %v", err)
+	}
+}
+
 func TestHandBuiltControl(t *testing.T) {
 	stage := cat(hbEth, []byte{0x10, 0x01}, hbOp,
 		[]byte{0, 0, 0, 0x2A},                  // Transaction 42

@@ -80,7 +80,7 @@ var rejectGolden = map[string]rejectWant{
 	"ext encoding 4":                      {2, "ext.encoding", 58, "bad_format"},
 	"ext xflags reserved":                 {2, "ext.xflags", 59, "reserved_nonzero"},
 	"INSTALL in DATA":                     {2, "ext.xflags", 59, "out_of_range"},
-	"PARTIAL in RESULT":                   {3, "ext.xflags", 59, "out_of_range"},
+	"PARTIAL with INSTALL":                {3, "ext.xflags", 59, "out_of_range"},
 	"AUTH without room for tag":           {2, "ext.length", 56, "bad_length"},
 	"flat word count 0":                   {2, "set.word_count", 74, "bad_count"},
 	"flat word count vs length":           {2, "set.length", 72, "bad_length"},

@@ -105,3 +105,88 @@ func TestStageSetRecords(t *testing.T) {
 		}
 	}
 }
+
+// boundaryStage is a BITMAP STAGE of a domain boundary: the exampleStageSpec
+// bindings, the A-BM {0..3} (0xFF), the boundary set {65536} (0xFE) and a
+// mask for binding 1, each a FLAT record of one word (20 bytes).
+func boundaryStage(sets ...SetRecord) StageSpec {
+	st := exampleStageSpec()
+	st.Context.Collective = CollBitmap
+	st.Context.MaxTerms = 4
+	st.Sets = sets
+	return st
+}
+
+func stageFrame(t testing.TB, st StageSpec) []byte {
+	body := make([]byte, st.Len())
+	if _, err := st.Encode(body); err != nil {
+		t.Fatal(err)
+	}
+	c := ctlHdr(CmdStage, 0x23)
+	c.Body = body
+	return mustControl(&c)
+}
+
+// TestStageBoundaryRecord: Binding Index 0xFE is a set record like the
+// others; every Binding Index appears at most once (the second record is
+// refused, Detail = its offset); set records, 0xFE included, exist only in
+// BITMAP contexts (Detail 15, the Set Record Count).
+func TestStageBoundaryRecord(t *testing.T) {
+	abm := SetRecord{BindingIndex: OwnSet, Encoding: EncFlat, Set: AppendFlatSet(nil, 0, 1, 0, 1, 2, 3)}
+	bnd := SetRecord{BindingIndex: BoundarySet, Encoding: EncFlat, Set: AppendFlatSet(nil, 1024, 1, 65536)}
+	mask := SetRecord{BindingIndex: 1, Encoding: EncFlat, Set: AppendFlatSet(nil, 0, 1, 0, 1, 2, 3)}
+	var c Control
+	if err := c.Decode(stageFrame(t, boundaryStage(abm, bnd, mask)), Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	s := c.Stage()
+	var it SetRecordIter
+	var idx []uint8
+	for r, ok := s.NextSet(&it); ok; r, ok = s.NextSet(&it) {
+		idx = append(idx, r.BindingIndex)
+		if r.BindingIndex == BoundarySet {
+			var si SetIter
+			e, ok := NextEndpoint(r.Encoding, r.Set, &si)
+			if _, more := NextEndpoint(r.Encoding, r.Set, &si); !ok || e != 65536 || more {
+				t.Fatalf("boundary set: first %d %v, more %v", e, ok, more)
+			}
+		}
+	}
+	if len(idx) != 3 || idx[0] != OwnSet || idx[1] != BoundarySet || idx[2] != 1 {
+		t.Fatalf("records %v", idx)
+	}
+
+	rec := func(i int) int { return ContextRecordLen + 2*BindingLen + 20*i } // body offset of record i
+	notBitmap := boundaryStage(bnd)
+	notBitmap.Context.Collective = CollAllReduce
+	for _, tc := range []struct {
+		name   string
+		st     StageSpec
+		err    error
+		field  string
+		detail int
+	}{
+		{"boundary twice", boundaryStage(abm, bnd, bnd), ErrRange, "stage.set.binding_index", rec(2)},
+		{"boundary twice, apart", boundaryStage(bnd, abm, mask, bnd), ErrRange, "stage.set.binding_index", rec(3)},
+		{"A-BM twice", boundaryStage(abm, bnd, abm), ErrRange, "stage.set.binding_index", rec(2)},
+		{"mask twice", boundaryStage(mask, mask), ErrRange, "stage.set.binding_index", rec(1)},
+		{"boundary outside BITMAP", notBitmap, ErrCount, "stage.context.set_count", ctxSets},
+		{"boundary alone", boundaryStage(bnd), nil, "", 0},
+	} {
+		f := stageFrame(t, tc.st)
+		err := c.Decode(f, Limits{})
+		if tc.err == nil {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		fe, ok := errors.AsType[*FieldError](err)
+		if !errors.Is(err, tc.err) || !ok || fe.Field != tc.field || fe.Offset-ControlBodyOff != tc.detail {
+			t.Errorf("%s: got %v, want %v %s at body offset %d", tc.name, err, tc.err, tc.field, tc.detail)
+		}
+		if n := testing.AllocsPerRun(20, func() { _ = Reason(c.Decode(f, Limits{})) }); n != 0 {
+			t.Errorf("%s: %v allocs per rejection", tc.name, n)
+		}
+	}
+}

@@ -144,10 +144,11 @@ func printOps(w io.Writer, body []byte) error {
 	if err := json.Unmarshal(body, &r); err != nil {
 		return err
 	}
-	if len(r.Ops) == 0 {
+	if len(r.Ops) == 0 && len(r.Bitmap) == 0 {
 		fmt.Fprintf(w, "no operations (%d workers)\n", r.Workers)
 		return nil
 	}
+	defer printBitmapOps(w, &r, len(r.Ops) > 0)
 	for i, o := range r.Ops {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -195,6 +196,44 @@ func printOps(w io.Writer, body []byte) error {
 		}
 	}
 	return nil
+}
+
+// printBitmapOps prints the BITMAP contexts: identity, A-BM (shortened),
+// boundary set, open aggregations and what they wait for, and the last
+// PARTIALs with exactly the endpoints they missed (at a domain boundary the
+// frames above only know the block, docs/protocol.md 8.10).
+func printBitmapOps(w io.Writer, r *control.OpsResponse, sep bool) {
+	short := func(s string) string {
+		if len(s) > 96 {
+			return s[:96] + "..." + s[strings.LastIndexByte(s, '}'):]
+		}
+		return s
+	}
+	for _, sn := range r.Bitmap {
+		for _, c := range sn.Ctxs {
+			if sep {
+				fmt.Fprintln(w)
+			}
+			sep = true
+			fmt.Fprintf(w, "bitmap job %d group %d/%d op %d/%d  %s  %s  tenant %d  worker %d\n", c.Job, c.Group, c.GroupGen, c.Op, c.OpGen,
+				c.Role, c.State, c.Tenant, sn.Worker)
+			if c.ABM != "" {
+				fmt.Fprintf(w, "  A-BM %s\n", short(c.ABM))
+			}
+			if c.Boundary != "" {
+				fmt.Fprintf(w, "  boundary %s (domain boundary: sends up this set instead of its A-BM)\n", c.Boundary)
+			}
+			st := c.Stats
+			fmt.Fprintf(w, "  merged %d  completed %d  partials %d  duplicates %d  forwarded %d  copies %d  drops %d\n",
+				st.Merged, st.Completed, st.Partials, st.Duplicates, st.Forwarded, st.Copies, st.Drops)
+			for _, sl := range c.Slots {
+				fmt.Fprintf(w, "  %s token %d open %dms, waiting for %s\n", sl.Kind, sl.Token, sl.AgeMs, sl.WaitingFor)
+			}
+			for _, p := range c.Partials {
+				fmt.Fprintf(w, "  PARTIAL token %d missing %s\n", p.Token, p.Missing)
+			}
+		}
+	}
 }
 
 // status mirrors the daemon's GET /v1/status body.

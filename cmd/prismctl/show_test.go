@@ -11,6 +11,7 @@ import (
 
 	"github.com/prismd/prismd/control"
 	"github.com/prismd/prismd/engine"
+	"github.com/prismd/prismd/engine/bitmap"
 	"github.com/prismd/prismd/stream"
 )
 
@@ -25,7 +26,9 @@ func TestShowOverUnixSocket(t *testing.T) {
 		Error: "CONTRIBUTOR stream 101 silent",
 		Inbound: []engine.InboundStream{{Kind: "CONTRIBUTOR", Stream: 101, PeerMAC: "02:4b:00:00:01:02", Committed: 40,
 			Holes: []stream.Hole{{Start: 50, End: 60}}}},
-	}}}}
+	}}}, Bitmap: []*bitmap.Snapshot{{Worker: 1, Ctxs: []bitmap.CtxSnapshot{{Job: 8, Op: 2, OpGen: 1, Role: "INTERNAL", State: "ACTIVE",
+		ABM: "{8192,8193,8194}/65600", Boundary: "{65538}/65600",
+		Partials: []bitmap.MissRecord{{Token: 1, Missing: "{8197,8198,11364}/65600"}}}}}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/ops", func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(ops) })
 	mux.HandleFunc("/v1/status", func(w http.ResponseWriter, r *http.Request) {
@@ -53,7 +56,8 @@ func TestShowOverUnixSocket(t *testing.T) {
 	if err := printOps(&out, body); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"job 7 group 0/0 op 3/1", "FAILED", "error: CONTRIBUTOR stream 101 silent", "[50,60)"} {
+	for _, want := range []string{"job 7 group 0/0 op 3/1", "FAILED", "error: CONTRIBUTOR stream 101 silent", "[50,60)",
+		"bitmap job 8 group 0/0 op 2/1", "boundary {65538}/65600", "PARTIAL token 1 missing {8197,8198,11364}/65600"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("ops output lacks %q:\n%s", want, out.String())
 		}

@@ -18,7 +18,13 @@
 //   - the host view of each plan (HostPlan: which stream, endpoints and MACs a
 //     host uses to send and to receive), which package host/bitmap consumes;
 //   - a small CONTROL transaction client (retransmission with the same
-//     Transaction ID and identical bytes) over an am.Conn.
+//     Transaction ID and identical bytes) over an am.Conn;
+//   - the plan-time size check: a switch's merged partial (or merged ACK)
+//     carries its A-BM as P-BM, so a plan in which that frame exceeds the
+//     job's MTU (a dense job of tens of thousands of endpoints) is refused
+//     with the job size, the MTU and the remedies (domain boundaries,
+//     docs/protocol.md 8.10, or MTU 9000 when that suffices). Placing
+//     boundaries itself is not done yet.
 //
 // It must not touch: switch-side state (engine/bitmap, control), the data
 // path of hosts (host/bitmap), set algebra beyond calling bitmapfwd, or wire

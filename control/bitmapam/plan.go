@@ -165,7 +165,70 @@ func Compute(topo *deploy.Topology, spec JobSpec) (*Plan, error) {
 			}
 		}
 	}
+	if err := p.checkUpFrames(); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// upFrameLen is the size, after the Ethernet header, of the smallest DATA a
+// switch with A-BM abm sends up when its aggregation completes: the P-BM is
+// the A-BM in its STAGE encoding (engine/bitmap keeps that encoding), plus
+// one partial value when the job carries values (AllReduce; ACKs have none).
+// Without AUTH: the key is a runtime matter, and a tag adds 16 bytes.
+func (p *Plan) upFrameLen(s *SwitchPlan, abm *bitmapfwd.Set) (int, error) {
+	_, body, err := EncodeRecord(abm, p.Choice.Params, int(s.Context.MaxTerms))
+	if err != nil {
+		return 0, fmt.Errorf("switch %s: A-BM: %w", s.Name, err)
+	}
+	n := parser.CWLen + parser.DataHdrLen + parser.ExtHdrLen + len(body)
+	if p.Spec.Kind == AllReduce {
+		// Partial policy AUTO under KULISCH_FIXED: an exact sum is, in
+		// general, one Kulisch value of the context's width.
+		n += parser.GroupDescLen + 1 + int(s.Context.KulischWidth)/8
+	}
+	return n, nil
+}
+
+// checkUpFrames refuses a plan in which a switch could never send its
+// merged partial: a dense A-BM grows with the endpoints below the switch
+// (8 KiB for 65536), and the P-BM of what the switch sends up is that A-BM.
+// It names the worst switch. Domain boundaries (docs/protocol.md 8.10) are
+// the remedy: a boundary node sends up its one-endpoint boundary set
+// instead, so the frames above it stay small whatever the job's size. This
+// planner does not place boundaries yet.
+func (p *Plan) checkUpFrames() error {
+	var worst *SwitchPlan
+	n := 0
+	for _, o := range p.Ops {
+		for _, s := range o.Switches {
+			if s.ABM == nil || s.ABM.IsEmpty() {
+				continue
+			}
+			m, err := p.upFrameLen(s, s.ABM)
+			if err != nil {
+				return err
+			}
+			if m > n {
+				worst, n = s, m
+			}
+		}
+	}
+	mtu := p.Spec.mtu()
+	if n <= mtu {
+		return nil
+	}
+	what := "merged partial (with one value)"
+	if p.Spec.Kind != AllReduce {
+		what = "merged ACK"
+	}
+	remedy := "split the job into aggregation domains whose roots are domain boundaries (docs/protocol.md 8.10), each sending up " +
+		"one boundary endpoint instead of its A-BM"
+	if mtu < parser.MTUJumbo && n <= parser.MTUJumbo {
+		remedy += ", or use MTU 9000"
+	}
+	return fmt.Errorf("%w: job of %d endpoints at MTU %d: switch %s aggregates %d of them, so the %s it sends up carries that A-BM "+
+		"and takes %d bytes, more than the MTU; %s", ErrSpec, len(p.Spec.Endpoints), mtu, worst.Name, worst.ABM.Count(), what, n, remedy)
 }
 
 func appendUnique(s []int, v int) []int {

@@ -1,7 +1,9 @@
 package bitmapam
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -540,10 +542,11 @@ func TestMoEPlan(t *testing.T) {
 // TestLargeDomain plans a multicast to 65536 endpoints (256 hosts with 256
 // endpoints each) in process: the chooser picks a compact encoding, every
 // set record decodes back, every endpoint is reached exactly once.
-func TestLargeDomain(t *testing.T) {
-	// src - sp - 4 aggregation switches - 4 leaves each - 16 hosts each,
-	// 256 endpoints per host: the top switch holds 4 masks of 16384 bits.
-	const aggs, leavesPer, hostsPer, perHost = 4, 4, 16, 256
+// largeTopo is src - sp - 4 aggregation switches - 4 leaves each - 16
+// hosts each (256 hosts, sorted), links at MTU 9000: with 256 endpoints per
+// host the top switch holds 4 masks of 16384 bits.
+func largeTopo(t *testing.T) (*deploy.Topology, []string) {
+	const aggs, leavesPer, hostsPer = 4, 4, 16
 	nodes := []deploy.Node{{Name: "src", Kind: deploy.KindHost}, {Name: "sp", Kind: deploy.KindPrismd}}
 	links := []deploy.Link{{A: deploy.Endpoint{Node: "src", Iface: "eth0"}, B: deploy.Endpoint{Node: "sp", Iface: "p0"}}}
 	var hosts []string
@@ -568,6 +571,66 @@ func TestLargeDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return topo, hosts
+}
+
+// TestDenseAllReduceNeedsBoundaries: a dense AllReduce over 65536 endpoints
+// at MTU 1500 is refused at plan time, naming the job size, the MTU and the
+// remedies (domain boundaries; here MTU 9000 would also do); the same job
+// at MTU 9000, and a 1024-endpoint job at 1500, plan.
+func TestDenseAllReduceNeedsBoundaries(t *testing.T) {
+	topo, hosts := largeTopo(t)
+	spec := JobSpec{Kind: AllReduce, Op: parser.OpKey{Job: 2, Group: 1, GroupGen: 1, Op: 1, OpGen: 1},
+		Endpoints: HostEndpoints(hosts, 256), Root: "src", VectorLen: 1 << 20, MTU: 1500}
+	_, err := Compute(topo, spec)
+	if err == nil || !errors.Is(err, ErrSpec) {
+		t.Fatalf("dense 64k AllReduce at MTU 1500: %v", err)
+	}
+	for _, want := range []string{"job of 65536 endpoints at MTU 1500", "more than the MTU", "domain boundaries", "8.10", "use MTU 9000"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	t.Log(err)
+	// The switch it names: in the same job at 9000 (where it plans), its
+	// A-BM holds that many endpoints and, with one exact value, needs more
+	// than 1500 bytes on the wire (counted from the section 6 and 8 layouts).
+	m := regexp.MustCompile(`switch (\S+) aggregates (\d+) of them`).FindStringSubmatch(err.Error())
+	if m == nil {
+		t.Fatalf("error %q names no switch", err)
+	}
+	spec.MTU = 9000
+	p, err := Compute(topo, spec)
+	if err != nil {
+		t.Fatalf("dense 64k AllReduce at MTU 9000: %v", err)
+	}
+	sw := p.Ops[0].Switch(m[1])
+	if sw == nil || sw.ABM == nil || fmt.Sprint(sw.ABM.Count()) != m[2] {
+		t.Fatalf("switch %s with %s endpoints is not in the 9000 plan", m[1], m[2])
+	}
+	_, body, err := EncodeRecord(sw.ABM, p.Choice.Params, int(sw.Context.MaxTerms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wire := 2 + 40 + 16 + len(body) + 4 + 1 + int(sw.Context.KulischWidth)/8; wire <= 1500 {
+		t.Fatalf("switch %s's partial is %d bytes: the refusal at 1500 was wrong", m[1], wire)
+	}
+	small := spec
+	small.MTU, small.Endpoints = 1500, HostEndpoints(hosts[:4], 256)
+	if _, err := Compute(topo, small); err != nil {
+		t.Fatalf("1024 endpoints at MTU 1500: %v", err)
+	}
+	// A multicast with ACK aggregation has no values: its merged ACK is the
+	// A-BM alone, refused the same way at 1500.
+	mc := JobSpec{Kind: Multicast, Op: spec.Op, Endpoints: spec.Endpoints, Root: "src", VectorLen: 1 << 20, MTU: 1500}
+	if _, err := Compute(topo, mc); err == nil || !strings.Contains(err.Error(), "merged ACK") {
+		t.Fatalf("dense 64k multicast with A-BMs at MTU 1500: %v", err)
+	}
+}
+
+func TestLargeDomain(t *testing.T) {
+	const perHost = 256
+	topo, hosts := largeTopo(t)
 	spec := JobSpec{Kind: Multicast, Op: parser.OpKey{Job: 1, Group: 1, GroupGen: 1, Op: 1, OpGen: 1},
 		Endpoints: HostEndpoints(hosts, perHost), Root: "src", VectorLen: 1 << 20, MTU: 9000}
 	// A pre-configured A-BM of all 65536 endpoints is 8 KiB in any

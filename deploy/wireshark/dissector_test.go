@@ -207,8 +207,10 @@ func kulischValue(state uint8, v *big.Int, kbytes int) []byte {
 func validCases(t *testing.T) []tcase {
 	var cs []tcase
 
-	// CONTROL STAGE with bindings and one set record of each encoding.
+	// CONTROL STAGE with bindings, one set record of each encoding and a
+	// boundary set record (0xFE, endpoint 65536).
 	flat := parser.AppendFlatSet(nil, 2, 1, 128, 130, 191)
+	bnd := parser.AppendFlatSet(nil, 1024, 1, 65536)
 	hier := parser.AppendHierSet(nil, 64, 70, 3, 5*64+1, 69*64+63)
 	list := parser.AppendListSet(nil, 7, 1000, 70000, 4000000000)
 	spec := parser.StageSpec{
@@ -224,6 +226,7 @@ func validCases(t *testing.T) []tcase {
 		},
 		Sets: []parser.SetRecord{
 			{BindingIndex: parser.OwnSet, Encoding: parser.EncFlat, Set: flat},
+			{BindingIndex: parser.BoundarySet, Encoding: parser.EncFlat, Set: bnd},
 			{BindingIndex: 0, Encoding: parser.EncHier, Set: hier},
 			{BindingIndex: 1, Encoding: parser.EncList, Set: list},
 		},
@@ -255,7 +258,7 @@ func validCases(t *testing.T) []tcase {
 			eqU(t, p, "prismd.stage.vector_len", 1<<20)
 			eqU(t, p, "prismd.stage.mtu", 9000)
 			eqU(t, p, "prismd.stage.binding_count", 4)
-			eqU(t, p, "prismd.stage.set_count", 3)
+			eqU(t, p, "prismd.stage.set_count", 4)
 			eqU(t, p, "prismd.stage.window_intervals", 16)
 			eqU(t, p, "prismd.stage.replay_depth", 32)
 			eqU(t, p, "prismd.stage.window_bytes", 1<<22)
@@ -270,16 +273,19 @@ func validCases(t *testing.T) []tcase {
 			eqU(t, p, "prismd.binding.peer_ep", 200, 300, 301, 201)
 			eqU(t, p, "prismd.binding.port", 0, 3, 3, 1)
 			eqS(t, p, "prismd.binding.peer_mac", "02:aa:bb:cc:dd:01", "02:aa:bb:cc:dd:02", "02:aa:bb:cc:dd:03", "02:aa:bb:cc:dd:04")
-			eqU(t, p, "prismd.setrec.binding_index", 0xFF, 0, 1)
-			eqU(t, p, "prismd.setrec.length", uint64(4+len(flat)), uint64(4+len(hier)), uint64(4+len(list)))
-			eqL(t, p, "prismd.setrec.encoding", "FLAT", "HIER", "LIST")
-			eqU(t, p, "prismd.setrec.set_id", 2)
-			eqU(t, p, "prismd.setrec.word_count", 1)
+			eqU(t, p, "prismd.setrec.binding_index", 0xFF, 0xFE, 0, 1)
+			if l := p.labels("prismd.setrec.binding_index"); len(l) != 4 || !strings.Contains(l[1], "(boundary set") {
+				t.Errorf("binding index shown as %q, want the second named the boundary set", l)
+			}
+			eqU(t, p, "prismd.setrec.length", uint64(4+len(flat)), uint64(4+len(bnd)), uint64(4+len(hier)), uint64(4+len(list)))
+			eqL(t, p, "prismd.setrec.encoding", "FLAT", "FLAT", "HIER", "LIST")
+			eqU(t, p, "prismd.setrec.set_id", 2, 1024)
+			eqU(t, p, "prismd.setrec.word_count", 1, 1)
 			eqU(t, p, "prismd.setrec.block_bits", 64)
 			eqU(t, p, "prismd.setrec.block_count", 70)
 			eqU(t, p, "prismd.setrec.list_count", 4)
-			eqU(t, p, "prismd.setrec.member", 128, 130, 191, 3, 5*64+1, 69*64+63, 7, 1000, 70000, 4000000000)
-			eqU(t, p, "prismd.setrec.member_count", 3, 3, 4)
+			eqU(t, p, "prismd.setrec.member", 128, 130, 191, 65536, 3, 5*64+1, 69*64+63, 7, 1000, 70000, 4000000000)
+			eqU(t, p, "prismd.setrec.member_count", 3, 1, 3, 4)
 		}})
 
 	// Bodiless commands.
@@ -540,13 +546,15 @@ func validCases(t *testing.T) []tcase {
 			eqU(t, p, "prismd.ng.count")
 		}})
 
-	// RESULT with a LIST extension and an INT8 group, RETRANSMIT.
-	extList := &parser.Ext{Encoding: parser.EncList, Tenant: 1, Token: 2, Set: parser.AppendListSet(nil, 1, 65536, 4294967295)}
+	// RESULT with a LIST extension and an INT8 group, RETRANSMIT, PARTIAL
+	// (a result that lacks contributions, protocol 8.7).
+	extList := &parser.Ext{Encoding: parser.EncList, XFlags: parser.XFlagPartial, Tenant: 1, Token: 2, Set: parser.AppendListSet(nil, 1, 65536, 4294967295)}
 	cs = append(cs, tcase{name: "RESULT-ext-LIST", valid: true,
 		frame: encData(t, parser.DataFields{Class: parser.ClassResult, PacketID: 10, First: 64, Flags: parser.FlagRetransmit, Stream: 2}, extList,
 			parser.Group{Format: parser.FormatINT8, Count: 3, Values: []byte{1, 2, 0xFE}}),
 		check: func(t *testing.T, p *packet) {
 			eqU(t, p, "prismd.data.flags.retransmit", 1)
+			eqU(t, p, "prismd.ext.xflags.partial", 1)
 			eqL(t, p, "prismd.ext.encoding", "LIST")
 			eqU(t, p, "prismd.ext.list_count", 3)
 			eqU(t, p, "prismd.ext.member", 1, 65536, 4294967295)
@@ -672,6 +680,14 @@ func malformedCases(t *testing.T, valid []tcase) []tcase {
 	add("PROGRESS-hole-below-committed", handProgress(100, 1, [2]uint32{12, 15}), "prismd.expert.rule")
 	add("KULISCH-zero-bytes", append(handDataHdr(2, 0, 1, 1, 0, 8, 1), group(1, 5, 0, []byte{1})...), "prismd.expert.malformed")
 	add("FP16-odd-body", append(handDataHdr(2, 0, 3, 1, 0, 8, 1), group(3, 2, 0, make([]byte, 6))[:8]...), "prismd.expert.length")
+	addMsg("EXT-PARTIAL-with-INSTALL", "never rides on an INSTALL", mut("RESULT-ext-LIST", func(b []byte) []byte {
+		b[parser.DataBodyOff+3] |= parser.XFlagInstall
+		return b
+	}), "prismd.expert.rule")
+	addMsg("STAGE-set-index-twice", "a second set record", mut("STAGE", func(b []byte) []byte {
+		b[parser.ControlBodyOff+parser.ContextRecordLen+4*parser.BindingLen+parser.SetRecordHdrLen+parser.SetPrefixLen+12] = parser.OwnSet // record 1
+		return b
+	}), "prismd.expert.malformed")
 	add("EXT-INSTALL-on-DATA", mut("DATA-ext-HIER-empty", func(b []byte) []byte { b[parser.DataBodyOff+3] |= parser.XFlagInstall; return b }), "prismd.expert.rule")
 	add("HIER-upper-bit-beyond-count", mut("DATA-ext-HIER-empty", func(b []byte) []byte {
 		b[parser.DataBodyOff+parser.ExtHdrLen+4+140/8] |= 0x80 >> (140 % 8) // Block Count is 130

@@ -708,6 +708,7 @@ local function dissect_stage(c, tree, off, blen)
         pos = pos + BINDING_LEN
     end
 
+    local seen_index = {} -- at most one record per Binding Index (protocol 5.1)
     for i = 0, nset - 1 do
         if pos + 4 > stop then
             malformed(c, tree, e.length, string.format("Set Record Count %d: record %d header does not fit in the body", nset, i))
@@ -720,11 +721,17 @@ local function dissect_stage(c, tree, off, blen)
         local bii = st:add(f.sr_binding_index, c.tvb(pos, 1))
         if bix == 0xFF then
             bii:append_text(" (own A-BM)")
+        elseif bix == 0xFE then
+            bii:append_text(" (boundary set: the node's identity in the enclosing domain)")
         elseif bix < nbind then
             bii:append_text(string.format(" (BIFT mask of binding %d)", bix))
         else
             malformed(c, bii, e.malformed, string.format("Binding Index %d: there are only %d bindings", bix, nbind))
         end
+        if seen_index[bix] then
+            malformed(c, bii, e.malformed, string.format("Binding Index %d: a second set record for it (at most one per index)", bix))
+        end
+        seen_index[bix] = true
         local ri2 = st:add(f.sr_reserved, c.tvb(pos + 1, 1))
         check_reserved(c, ri2, u8(c, pos + 1), "set record reserved field")
         local li = st:add(f.sr_length, c.tvb(pos + 2, 2))
@@ -923,8 +930,10 @@ local function dissect_ext(c, tree, off)
     xt:add(f.x_token, c.tvb(off + 8, 8))
     xt:append_text(": " .. vs_name(vs_encoding, enc))
 
-    if (c.class == CLASS_DATA and has_bit(xflags, XF_INSTALL)) or (c.class == CLASS_RESULT and has_bit(xflags, XF_PARTIAL)) then
-        malformed(c, xi, e.rule, "INSTALL belongs to RESULT (multicast) and PARTIAL to DATA (aggregation) frames")
+    if c.class == CLASS_DATA and has_bit(xflags, XF_INSTALL) then
+        malformed(c, xi, e.rule, "INSTALL belongs to RESULT (multicast) frames")
+    elseif has_bit(xflags, XF_INSTALL) and has_bit(xflags, XF_PARTIAL) then
+        malformed(c, xi, e.rule, "PARTIAL marks an aggregate and never rides on an INSTALL dispatch")
     end
     local auth = has_bit(xflags, XF_AUTH)
     local tag = auth and AUTH_TAG_LEN or 0

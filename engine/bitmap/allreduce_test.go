@@ -134,6 +134,20 @@ func checkResults(t *testing.T, f *fabric, in []arInput, want map[uint64][]int) 
 	}
 }
 
+// resultsPartial counts the RESULT frames the workers hold, and those with
+// XFlag PARTIAL.
+func resultsPartial(t *testing.T, f *fabric) (n, partial int) {
+	for w := 0; w < 4; w++ {
+		for _, fr := range f.hosts[fmt.Sprintf("w%d", w+1)].got {
+			n++
+			if decodeFrame(t, fr).d.Ext.XFlags&parser.XFlagPartial != 0 {
+				partial++
+			}
+		}
+	}
+	return n, partial
+}
+
 func TestFig1AllReduce(t *testing.T) {
 	const tokens = 8
 	for _, tc := range []struct {
@@ -174,6 +188,9 @@ func TestFig1AllReduce(t *testing.T) {
 				want[uint64(k)] = []int{0, 1, 2, 3}
 			}
 			checkResults(t, f, in, want)
+			if n, p := resultsPartial(t, f); n != 4*tokens || p != 0 {
+				t.Errorf("%d results, %d of them PARTIAL", n, p)
+			}
 			for name, n := range f.nodes {
 				if _, _, open, _ := n.sh.Status(testOp); open != 0 {
 					t.Errorf("%s: %d aggregations left open", name, open)
@@ -245,6 +262,10 @@ func TestFig1MissingWorker(t *testing.T) {
 	}
 	f.tick(200 * msT) // the root's timer
 	checkResults(t, f, in, map[uint64][]int{1: {0, 1, 2}})
+	// The result lacks w4's contribution: it says so (8.7).
+	if n, p := resultsPartial(t, f); n != 3 || p != 3 {
+		t.Fatalf("%d results, %d of them PARTIAL; want 3 and 3", n, p)
+	}
 	if got := f.cnt.Partials.Load(); got != 2 {
 		t.Fatalf("PARTIALs %d, want 2 (s7 and the root)", got)
 	}
@@ -373,6 +394,13 @@ func TestFig1Repair(t *testing.T) {
 	f.inject("w4", workerFrame(f, 3, 1, in[0].vals[3]))
 	f.run()
 	checkResults(t, f, in, map[uint64][]int{1: {0, 1, 2, 3}})
+	// The root merged s7's PARTIAL: its result is marked PARTIAL although
+	// the repair made the sum complete. The mark is conservative (8.7): a
+	// node cannot tell an exact PARTIAL from one below a domain boundary;
+	// here the P-BM (D-BM = all four) shows that nobody is missing.
+	if n, p := resultsPartial(t, f); n != 4 || p != 4 {
+		t.Fatalf("%d results, %d of them PARTIAL; want 4 and 4", n, p)
+	}
 }
 
 // TestAggregateEncodings: s1's A-BM and the workers' P-BMs in each

@@ -35,6 +35,10 @@ type binding struct {
 type unit struct {
 	started bool // a contribution fixed first/count
 	inexact bool // a contribution was ACCUMULATION_INEXACT or could not be added
+	// partial: a merged contribution carried PARTIAL, so what this slot
+	// emits does too (section 8.7): below a domain boundary a PARTIAL's
+	// P-BM names the whole block, and only the flag says values are missing.
+	partial bool
 	first   uint32
 	count   uint16
 	enc     encParams // the P-BM encoding of what this slot emits
@@ -140,6 +144,14 @@ type ctx struct {
 	abm    bitmapfwd.Set
 	hasABM bool
 	abmEnc encParams
+	// The boundary set (record 0xFE, section 8.10): this node's identity
+	// in the enclosing domain. What it aggregates against its A-BM goes up
+	// with bndBody (the record's set body, copied: the STAGE frame is
+	// reused) as P-BM, and a RESULT naming bnd is re-expanded to the A-BM.
+	hasBnd  bool
+	bnd     bitmapfwd.Set
+	bndEnc  uint8
+	bndBody []byte
 
 	agg  table // A-BM aggregations (units nil without A-BM)
 	soft table // C-BM soft state
@@ -275,6 +287,7 @@ func (s *Shard) stageCtx(now int64, op parser.OpKey, st *parser.Stage, ports int
 	c.abm = bitmapfwd.MakeSet(c.bits)
 	it = parser.SetRecordIter{}
 	roff := parser.ContextRecordLen + nb*parser.BindingLen
+	bndOff := -1
 	for {
 		r, ok := st.NextSet(&it)
 		if !ok {
@@ -283,6 +296,10 @@ func (s *Shard) stageCtx(now int64, op parser.OpKey, st *parser.Stage, ports int
 		if r.BindingIndex == parser.OwnSet {
 			decodeSet(r.Encoding, r.Set, &c.abm)
 			c.hasABM, c.abmEnc = true, paramsOf(r.Encoding, r.Set)
+		} else if r.BindingIndex == parser.BoundarySet {
+			c.bnd = bitmapfwd.MakeSet(c.bits)
+			decodeSet(r.Encoding, r.Set, &c.bnd)
+			c.hasBnd, c.bndEnc, c.bndBody, bndOff = true, r.Encoding, append([]byte(nil), r.Set...), roff
 		} else {
 			bi := int(r.BindingIndex)
 			if c.bind[bi].kind != parser.KindResultOut {
@@ -303,6 +320,20 @@ func (s *Shard) stageCtx(now int64, op parser.OpKey, st *parser.Stage, ports int
 			c.masks = append(c.masks, m)
 		}
 		roff += r.Len()
+	}
+	// A boundary stands for its A-BM toward a parent (8.10): without either
+	// it would mean nothing, and an endpoint that is both a member below
+	// and the node's own identity above (or routed by one of its masks)
+	// would make a D-BM ambiguous between the two domains.
+	if c.hasBnd {
+		if !c.hasABM || c.parent < 0 || c.bnd.Intersects(&c.abm) {
+			return bad(parser.StatusInvalid, bndOff)
+		}
+		for i := range c.masks {
+			if c.bnd.Intersects(&c.masks[i]) {
+				return bad(parser.StatusInvalid, bndOff)
+			}
+		}
 	}
 	// The RESULT_OUT leading back to a RESULT_IN's peer.
 	for i := range c.bind {

@@ -26,11 +26,13 @@ const (
 	DropRange                      // a contribution's First/Count differs from its token's
 	DropFormat                     // a group format the accumulator policy cannot add
 	DropTooLarge                   // a derived frame would exceed the MTU
+	DropLate                       // new bits for a token a domain boundary already sent up: repairs do not cross a boundary
+	DropNoRoom                     // a boundary had no slot or accumulator memory for a contribution of its A-BM
 	dropCount
 )
 
 var dropNames = [dropCount]string{"not_active", "malformed", "bad_endpoint", "tenant_mismatch", "auth_failed",
-	"overlap", "bad_range", "bad_format", "over_mtu"}
+	"overlap", "bad_range", "bad_format", "over_mtu", "late", "no_credit"}
 
 func (d Drop) String() string {
 	if d < dropCount {
@@ -62,6 +64,8 @@ type Counters struct {
 	Partials      atomic.Uint64 // aggregations emitted as PARTIAL on timeout
 	ExpiredEmpty  atomic.Uint64 // soft state that timed out with no contribution: nothing to send
 	Inexact       atomic.Uint64 // aggregations that could not be encoded exactly (ACCUMULATION_INEXACT sent)
+	BoundaryUp    atomic.Uint64 // aggregates a domain boundary sent up with P-BM = its boundary set
+	Expansions    atomic.Uint64 // RESULTs a domain boundary re-expanded from its boundary set to its A-BM
 	FramesSent    [5]atomic.Uint64
 	TxFull        atomic.Uint64 // Sender.Send returned false
 }
@@ -120,7 +124,7 @@ func (m *Counters) Collect(ch chan<- prometheus.Metric) {
 	}{{"copy", &m.Copies}, {"empty_set", &m.EmptySets}, {"install", &m.Installs}, {"install_no_room", &m.InstallNoRoom},
 		{"install_conflict", &m.InstallClash}, {"merged", &m.Merged}, {"duplicate", &m.Duplicates}, {"forwarded", &m.Forwarded},
 		{"aggregate_no_room", &m.AggNoRoom}, {"pass_through", &m.PassThrough}, {"late_forward", &m.LateForward}, {"completed", &m.Completed}, {"partial", &m.Partials},
-		{"expired_empty", &m.ExpiredEmpty}, {"inexact", &m.Inexact}} {
+		{"expired_empty", &m.ExpiredEmpty}, {"inexact", &m.Inexact}, {"boundary_up", &m.BoundaryUp}, {"boundary_expand", &m.Expansions}} {
 		c(descEvents, e.v.Load(), e.n)
 	}
 	c(descBits, m.UnroutedBits.Load(), "unrouted")

@@ -32,7 +32,10 @@
 //     Timeout (counted from its first contribution for A-BM, from INSTALL
 //     for C-BM) is emitted with XFlag PARTIAL and P-BM = the incomplete OR
 //     (at the root: multicast to exactly the contributors it holds), and the
-//     missing endpoints are logged and kept in the snapshot;
+//     missing endpoints are logged and kept in the snapshot; an aggregate
+//     that merged a PARTIAL contribution is PARTIAL too, and so is the
+//     root's RESULT made from it;
+//   - domain boundaries (set record 0xFE, see below);
 //   - per-job isolation: the extension Tenant must equal the context's
 //     before any state is touched; with a key in the Keyring the AUTH tag is
 //     verified on every frame and every derived frame is signed;
@@ -97,6 +100,30 @@
 // to their own endpoints): jobs that repair put the root on a host (the AM's
 // plans do), or retry with a new Token. Tokens are not reused for new data
 // while they are in that cache.
+//
+// # Domain boundaries
+//
+// A node staged with a boundary set (set record 0xFE, docs/protocol.md
+// 8.10) is the root of an aggregation domain: its A-BM names the endpoints
+// below it, its boundary set the identity (typically one endpoint) it has in
+// the enclosing domain. What it aggregates against its A-BM goes up with
+// P-BM = the boundary set, the record's own bytes (complete, PARTIAL on
+// timeout, or ACCUMULATION_INEXACT), so no frame above it carries its A-BM
+// (and a P-BM from below that names the boundary set is bad_endpoint):
+// a dense job of 65536 endpoints becomes 16 blocks of 4096 whose upper root
+// has a one-word A-BM (boundary_test.go). A RESULT without INSTALL whose
+// D-BM holds a boundary endpoint is replicated as if this node were the
+// root: D-BM = its A-BM, in the A-BM's encoding, split by its masks (other
+// D-BM bits are counted unrouted); INSTALL frames carry global sets and are
+// replicated as they are.
+//
+// Above a boundary only the PARTIAL flag says that a block's sum lacks
+// contributions: the frames know missing endpoints at block granularity,
+// the boundary's snapshot (Partials) names them exactly. For the same
+// reason repairs do not cross a boundary: a contribution for a token the
+// boundary already sent up is a duplicate if its bits went up, else late
+// (dropped, "late"); one it has no room or frame for is dropped rather
+// than forwarded, since its endpoints mean nothing above.
 //
 // # Timeouts along the tree
 //

@@ -97,7 +97,20 @@ func (c *ctx) replicate(now int64, back int, frame []byte, d *parser.Data, tx da
 	m := c.s.m
 	outside := decodeSet(d.Ext.Encoding, d.Ext.Set, &c.pbm)
 	c.cur.d, c.cur.frame, c.cur.tx, c.cur.p = d, frame, tx, paramsOf(d.Ext.Encoding, d.Ext.Set)
-	c.cur.xf = c.xflags(d.Ext.XFlags & parser.XFlagInstall)
+	if c.hasBnd && d.Ext.XFlags&parser.XFlagInstall == 0 && c.pbm.Intersects(&c.bnd) {
+		// A result for this boundary's identity (8.10): the node is the
+		// root of its domain, so the D-BM becomes its A-BM, encoded as the
+		// A-BM is (the upper domain's encoding cannot name lower endpoints).
+		// Any other bit of the D-BM is no endpoint of this domain.
+		c.tmp.AndNot(&c.pbm, &c.bnd)
+		outside += c.tmp.Count()
+		c.pbm.Copy(&c.abm)
+		c.cur.p = c.abmEnc
+		m.Expansions.Add(1)
+	}
+	// INSTALL rides on to every branch node; PARTIAL says the result lacks
+	// contributions, which every receiver must learn.
+	c.cur.xf = c.xflags(d.Ext.XFlags & (parser.XFlagInstall | parser.XFlagPartial))
 	c.cur.sent = 0
 	r := c.bift.Replicate(&c.pbm, back, &c.scr, c.emitFn)
 	c.cur.d, c.cur.frame, c.cur.tx = nil, nil, nil
@@ -246,6 +259,12 @@ func (c *ctx) finish(out []byte, end int, body []byte, b *binding, tx dataplane.
 func (c *ctx) aggregate(now int64, frame []byte, d *parser.Data, tx dataplane.Sender) {
 	outside := decodeSet(d.Ext.Encoding, d.Ext.Set, &c.pbm)
 	token := d.Ext.Token
+	if c.hasBnd && c.pbm.Intersects(&c.bnd) {
+		// Only this node speaks for its boundary set (8.10): from below,
+		// those bits would be passed up as the whole domain's aggregate.
+		c.drop(DropBadEndpoint)
+		return
+	}
 	// A C-BM installed for this token makes this node a merge point.
 	if slot, ok := c.soft.t.Lookup(0, token); ok {
 		target := c.soft.t.Completion(slot).Target()
@@ -257,8 +276,8 @@ func (c *ctx) aggregate(now int64, frame []byte, d *parser.Data, tx dataplane.Se
 			c.drop(DropBadEndpoint)
 			return
 		}
-		if int(d.Count) > c.fits(target, c.soft.units[slot].enc) {
-			c.passThrough(frame, d, tx)
+		if int(d.Count) > c.fits(setLen(target, c.soft.units[slot].enc)) {
+			c.passThrough(frame, d, tx, false)
 			return
 		}
 		c.admit(now, &c.soft, slot, frame, d, false, tx)
@@ -273,8 +292,8 @@ func (c *ctx) aggregate(now int64, frame []byte, d *parser.Data, tx dataplane.Se
 			c.drop(DropBadEndpoint) // foreign bits (8.7)
 			return
 		}
-		if int(d.Count) > c.fits(&c.abm, c.abmEnc) {
-			c.passThrough(frame, d, tx)
+		if int(d.Count) > c.fits(c.upSetLen()) {
+			c.passThrough(frame, d, tx, c.hasBnd)
 			return
 		}
 		if slot, ok := c.agg.t.Lookup(0, token); ok {
@@ -283,6 +302,19 @@ func (c *ctx) aggregate(now int64, frame []byte, d *parser.Data, tx dataplane.Se
 		}
 		seen, at := c.rec.find(token)
 		target := &c.abm
+		if seen != nil && c.hasBnd {
+			// A boundary already sent this token up as its whole identity:
+			// above it, any further contribution could only be a duplicate
+			// of the boundary set, so repairs do not cross a boundary
+			// (8.10). Bits that went up are a duplicate here; new ones are
+			// late and can no longer reach the result.
+			if c.pbm.Intersects(seen) {
+				c.duplicate()
+			} else {
+				c.drop(DropLate)
+			}
+			return
+		}
 		if seen != nil {
 			// A repair round for a token this node already emitted (a
 			// PARTIAL, or a retransmission after completion): what went up
@@ -302,7 +334,7 @@ func (c *ctx) aggregate(now int64, frame []byte, d *parser.Data, tx dataplane.Se
 			// No slot: the contribution goes up unmerged; its P-BM still
 			// says exactly whose values it carries, so the parent merges it.
 			c.s.m.AggNoRoom.Add(1)
-			c.forward(frame, d, tx)
+			c.unmerged(&c.agg, frame, d, tx)
 			return
 		}
 		c.agg.units[slot] = unit{enc: c.abmEnc, opened: now, last: now}
@@ -341,12 +373,12 @@ func (c *ctx) lateForward(now, at int64, frame []byte, d *parser.Data, tx datapl
 	c.forward(frame, d, tx)
 }
 
-// fits is the largest Element Count a merged frame with P-BM target encoded
-// as p can carry in this node's emit format (partial toward a parent,
+// fits is the largest Element Count a merged frame whose P-BM body takes
+// setBytes can carry in this node's emit format (partial toward a parent,
 // output at the root): KULISCH width under KULISCH_FIXED with KULISCH or
 // AUTO, since an exact sum rarely fits a narrower format.
-func (c *ctx) fits(target *bitmapfwd.Set, p encParams) int {
-	ext := parser.ExtHdrLen + setLen(target, p)
+func (c *ctx) fits(setBytes int) int {
+	ext := parser.ExtHdrLen + setBytes
 	if c.auth != nil {
 		ext += parser.TagLen
 	}
@@ -357,14 +389,38 @@ func (c *ctx) fits(target *bitmapfwd.Set, p encParams) int {
 	return (kulisch.BodyBudget(c.mtu, ext) - parser.GroupDescLen) / w
 }
 
+// upSetLen is the body length of the P-BM this node's A-BM aggregates carry:
+// the boundary set at a domain boundary, else the A-BM in its own encoding.
+func (c *ctx) upSetLen() int {
+	if c.hasBnd {
+		return len(c.bndBody)
+	}
+	return setLen(&c.abm, c.abmEnc)
+}
+
 // passThrough forwards a contribution too large to merge into one frame:
 // unmerged, its P-BM still says whose values it holds, and the next merge
 // point (or the root host) adds it exactly. The in-network reduction is
-// lost for that token, the result is not.
-func (c *ctx) passThrough(frame []byte, d *parser.Data, tx dataplane.Sender) {
+// lost for that token, the result is not. A root has nowhere to send it,
+// and neither has a boundary (noUp): above it nobody knows the endpoints of
+// its domain.
+func (c *ctx) passThrough(frame []byte, d *parser.Data, tx dataplane.Sender, noUp bool) {
 	c.s.m.PassThrough.Add(1)
-	if c.parent < 0 {
+	if c.parent < 0 || noUp {
 		c.drop(DropTooLarge)
+		return
+	}
+	c.forward(frame, d, tx)
+}
+
+// unmerged sends up a contribution this node has no room to merge (no
+// slot, no accumulator memory): its P-BM says whose values it holds, so
+// the next merge point adds it. At a boundary the A-BM's endpoints mean
+// nothing above, so there it is dropped (no_credit) and the aggregation
+// ends PARTIAL without it.
+func (c *ctx) unmerged(tb *table, frame []byte, d *parser.Data, tx dataplane.Sender) {
+	if tb == &c.agg && c.hasBnd {
+		c.drop(DropNoRoom)
 		return
 	}
 	c.forward(frame, d, tx)
@@ -409,7 +465,7 @@ func (c *ctx) admit(now int64, tb *table, slot int, frame []byte, d *parser.Data
 			tb.t.Release(slot)
 			tb.units[slot] = unit{}
 		}
-		c.forward(frame, d, tx)
+		c.unmerged(tb, frame, d, tx)
 		return
 	}
 	st := comp.Admit(&c.pbm)
@@ -439,6 +495,9 @@ func (c *ctx) admit(now int64, tb *table, slot int, frame []byte, d *parser.Data
 	}
 	u.last = now
 	u.merged++
+	if d.Ext.XFlags&parser.XFlagPartial != 0 {
+		u.partial = true
+	}
 	if inexact {
 		u.inexact = true
 	} else if d.Count != 0 && !u.inexact {
@@ -477,22 +536,24 @@ func (c *ctx) forward(frame []byte, d *parser.Data, tx dataplane.Sender) {
 }
 
 // complete emits slot's aggregate: one DATA on PARENT with P-BM = what was
-// received (PARTIAL on timeout), or at the root a RESULT multicast to the
-// received set, rounded once to the output format. It resets the slot's
-// accumulators; the caller releases the slot.
-func (c *ctx) complete(now int64, tb *table, slot int, partial bool, tx dataplane.Sender) {
+// received (at a domain boundary: its boundary set), or at the root a
+// RESULT multicast to the received set, rounded once to the output format;
+// PARTIAL when it timed out (timedOut) or merged a PARTIAL. It resets the
+// slot's accumulators; the caller releases the slot.
+func (c *ctx) complete(now int64, tb *table, slot int, timedOut bool, tx dataplane.Sender) {
 	u := &tb.units[slot]
 	comp := tb.t.Completion(slot)
 	_, token, _ := tb.t.Key(slot)
 	recv := comp.Received()
 	bank := tb.banks[slot]
+	partial := timedOut || u.partial
 	if c.parent >= 0 {
-		c.emitUp(token, u, recv, bank, partial, tx)
+		c.emitUp(token, u, recv, bank, partial, tb == &c.agg && c.hasBnd, tx)
 	} else {
-		c.disseminate(now, token, u, recv, bank, tx)
+		c.disseminate(now, token, u, recv, bank, partial, tx)
 	}
 	c.rec.add(token, recv, now)
-	if partial {
+	if timedOut {
 		c.s.m.Partials.Add(1)
 		c.stats.Partials++
 	} else {
@@ -508,11 +569,11 @@ func (c *ctx) complete(now int64, tb *table, slot int, partial bool, tx dataplan
 }
 
 // build writes slot's aggregate into buf as one DATA or RESULT frame for b
-// (b nil: a template whose addressing does not matter) with values in f.
-func (c *ctx) build(buf []byte, cl parser.Class, b *binding, tx dataplane.Sender, token uint64, u *unit, recv *bitmapfwd.Set,
+// (b nil: a template whose addressing does not matter) with values in f and
+// the set body set of encoding enc (P-BM or D-BM).
+func (c *ctx) build(buf []byte, cl parser.Class, b *binding, tx dataplane.Sender, token uint64, u *unit, enc uint8, set []byte,
 	bank kulisch.Bank, xf uint8, f kulisch.Format) ([]byte, bool) {
-	n := putSet(c.setBuf, recv, u.enc)
-	c.ext = parser.Ext{Encoding: u.enc.enc, XFlags: xf, Tenant: c.tenant, Token: token, Set: c.setBuf[:n]}
+	c.ext = parser.Ext{Encoding: enc, XFlags: xf, Tenant: c.tenant, Token: token, Set: set}
 	h := parser.DataFields{Class: cl, Op: c.op, First: u.first}
 	if b != nil {
 		b.pid++
@@ -596,24 +657,41 @@ func (c *ctx) addGroup(bd *parser.DataBuilder, bank kulisch.Bank, f kulisch.Form
 	return err
 }
 
-func (c *ctx) emitUp(token uint64, u *unit, recv *bitmapfwd.Set, bank kulisch.Bank, partial bool, tx dataplane.Sender) {
+// emitUp sends slot's aggregate on PARENT with P-BM = what was received, or,
+// at a domain boundary (boundary), with P-BM = the boundary set: the
+// enclosing domain knows this node only by that identity (8.10), and the
+// frame stays as small as one endpoint's whatever the A-BM's size.
+func (c *ctx) emitUp(token uint64, u *unit, recv *bitmapfwd.Set, bank kulisch.Bank, partial, boundary bool, tx dataplane.Sender) {
 	b := &c.bind[c.parent]
 	var xf uint8
 	if partial {
 		xf = parser.XFlagPartial
 	}
-	fr, ok := c.build(c.s.out[:], parser.ClassData, b, tx, token, u, recv, bank, c.xflags(xf), c.tuple.Partial)
+	enc, set := c.bndEnc, c.bndBody
+	if !boundary {
+		enc, set = u.enc.enc, c.setBuf[:putSet(c.setBuf, recv, u.enc)]
+	}
+	fr, ok := c.build(c.s.out[:], parser.ClassData, b, tx, token, u, enc, set, bank, c.xflags(xf), c.tuple.Partial)
 	if ok {
 		c.s.send(tx, b.port, fr)
 		c.s.m.FramesSent[parser.ClassData].Add(1)
+		if boundary {
+			c.s.m.BoundaryUp.Add(1)
+		}
 	}
 }
 
 // disseminate is the root's turn from aggregation to multicast: the result,
 // rounded once, goes to D-BM = what was received (the A-BM when complete;
-// on timeout exactly the contributors whose values it holds).
-func (c *ctx) disseminate(now int64, token uint64, u *unit, recv *bitmapfwd.Set, bank kulisch.Bank, tx dataplane.Sender) {
-	fr, ok := c.build(c.s.tmpl[:], parser.ClassResult, nil, tx, token, u, recv, bank, 0, c.tuple.Output)
+// on timeout exactly the contributors whose values it holds), with PARTIAL
+// when it timed out or merged a PARTIAL (8.7).
+func (c *ctx) disseminate(now int64, token uint64, u *unit, recv *bitmapfwd.Set, bank kulisch.Bank, partial bool, tx dataplane.Sender) {
+	var xf uint8
+	if partial {
+		xf = parser.XFlagPartial
+	}
+	n := putSet(c.setBuf, recv, u.enc)
+	fr, ok := c.build(c.s.tmpl[:], parser.ClassResult, nil, tx, token, u, u.enc.enc, c.setBuf[:n], bank, xf, c.tuple.Output)
 	if !ok {
 		return
 	}

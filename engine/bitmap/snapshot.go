@@ -36,6 +36,10 @@ type CtxSnapshot struct {
 	Auth     bool   `json:"auth"`
 	// ABM is the node's registered A-BM ("" without one).
 	ABM string `json:"abm,omitempty"`
+	// Boundary is the node's boundary set (section 8.10; "" when the node
+	// is no domain boundary). Partials then name the missing endpoints of
+	// its domain, which the frames above it cannot.
+	Boundary string `json:"boundary,omitempty"`
 	// Masks are the BIFT masks by RESULT_OUT binding.
 	Masks []MaskSnapshot `json:"masks,omitempty"`
 	// Slots are the open aggregations (A-BM) and soft-state entries (C-BM).
@@ -98,6 +102,9 @@ func (c *ctx) snapshot(now int64) CtxSnapshot {
 		Partials: append([]MissRecord(nil), c.miss...), Stats: c.stats}
 	if c.hasABM {
 		cs.ABM = c.abm.String()
+	}
+	if c.hasBnd {
+		cs.Boundary = c.bnd.String()
 	}
 	for _, o := range c.outs {
 		b := &c.bind[o]
