@@ -4,6 +4,7 @@
 // (or batched recvmmsg), and a second, transmit-only socket kept out of the
 // Go netpoller for batched sendmmsg (optionally PACKET_QDISC_BYPASS).
 //
-// It is the only dataplane package that uses golang.org/x/sys/unix and unsafe.
+// The batched system calls come from internal/mmsg, shared with the host
+// library's sockets; unsafe here is confined to the ring (ring_unsafe.go).
 // It knows nothing about frames, bridging or PRISM: it moves byte slices.
 package afpacket

@@ -10,6 +10,8 @@ import (
 
 	"github.com/mdlayher/packet"
 	"golang.org/x/sys/unix"
+
+	"github.com/prismd/prismd/internal/mmsg"
 )
 
 // ethPAll is ETH_P_ALL: the socket sees every EtherType, because the bridge
@@ -51,7 +53,7 @@ type Socket struct {
 	max    int
 	closed chan struct{}
 
-	rx rxState
+	rx *mmsg.Recv
 
 	// ringMu is held by RecvBatch while it walks the mapped ring, so Close can
 	// unmap it only once no reader is inside (unmapping under a reader would
@@ -69,7 +71,7 @@ type Socket struct {
 	// sending) keeps Close from closing txfd under a sender.
 	txMu   sync.RWMutex
 	txfd   int
-	txPool sync.Pool // of *txState
+	txPool sync.Pool // of *mmsg.Send
 
 	statsMu     sync.Mutex
 	kernelDrops uint64
@@ -142,12 +144,12 @@ func Open(name string, opts Options) (*Socket, error) {
 		}
 		return fail(err)
 	}
-	s.rx.init(s.max)
+	s.rx = mmsg.NewRecv(s.max)
 	if s.ring != nil {
 		r := s.ring
 		s.ringWait = func(uintptr) bool { return r.ready() }
 	}
-	s.txPool.New = func() any { return newTxState(s.max) }
+	s.txPool.New = func() any { return mmsg.NewSend(s.max) }
 	// Reset the kernel counters so frames seen before the dataplane started
 	// are not reported as drops.
 	_, _ = conn.Stats()
@@ -175,39 +177,30 @@ func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (n, truncated int, err er
 	if s.ringWait != nil {
 		return s.recvRing(bufs, sizes)
 	}
-	r := &s.rx
-	if len(bufs) > len(r.msgs) {
-		bufs = bufs[:len(r.msgs)]
+	r := s.rx
+	if len(bufs) > r.Max() {
+		bufs = bufs[:r.Max()]
 	}
-	for i, b := range bufs {
-		r.iovs[i].Base = &b[0]
-		r.iovs[i].SetLen(len(b))
-		r.msgs[i].Len = 0
-	}
-	r.want = len(bufs)
-	r.n, r.errno = 0, 0
-	if err := s.rc.Read(r.fn); err != nil {
+	r.Prepare(bufs)
+	if err := s.rc.Read(r.ReadFunc()); err != nil {
 		if s.isClosed() {
 			return 0, 0, net.ErrClosed
 		}
 		return 0, 0, err
 	}
-	if r.errno != 0 {
+	n, errno := r.Result()
+	if errno != 0 {
 		if s.isClosed() {
 			return 0, 0, net.ErrClosed
 		}
-		return 0, 0, os.NewSyscallError("recvmmsg", r.errno)
+		return 0, 0, os.NewSyscallError("recvmmsg", errno)
 	}
-	for i := 0; i < r.n; i++ {
-		l := int(r.msgs[i].Len)
-		if l > len(bufs[i]) || r.msgs[i].Hdr.Flags&unix.MSG_TRUNC != 0 {
-			sizes[i] = 0
+	for i := 0; i < n; i++ {
+		if sizes[i] = r.Size(i, len(bufs[i])); sizes[i] == 0 {
 			truncated++
-			continue
 		}
-		sizes[i] = l
 	}
-	return r.n, truncated, nil
+	return n, truncated, nil
 }
 
 func (s *Socket) recvRing(bufs [][]byte, sizes []int) (n, truncated int, err error) {
@@ -236,54 +229,24 @@ func (s *Socket) recvRing(bufs [][]byte, sizes []int) (n, truncated int, err err
 // frame does not cost the rest of the batch. It blocks while the socket send
 // buffer is full.
 func (s *Socket) SendBatch(bufs [][]byte) (int, error) {
-	t := s.txPool.Get().(*txState)
+	t := s.txPool.Get().(*mmsg.Send)
 	defer s.txPool.Put(t)
-	sent, failed := 0, 0
-	var firstErr error
-	for sent < len(bufs) {
-		chunk := bufs[sent:]
-		if len(chunk) > len(t.msgs) {
-			chunk = chunk[:len(t.msgs)]
-		}
-		for i, b := range chunk {
-			t.iovs[i].Base = &b[0]
-			t.iovs[i].SetLen(len(b))
-		}
-		n, errno := s.sendmmsg(t, len(chunk))
-		if n < 0 {
-			return sent - failed, net.ErrClosed
-		}
-		sent += n
-		switch errno {
-		case 0:
-		case unix.EAGAIN, unix.EINTR:
-			// Send buffer full past txTimeout, or a signal: retry unless closed.
-			if s.isClosed() {
-				return sent - failed, net.ErrClosed
-			}
-		default:
-			// sendmmsg stops at the first frame the kernel rejects (e.g.
-			// EMSGSIZE, or ENOBUFS when the peer's backlog is full); skip
-			// that one frame so the rest of the batch still goes.
-			if firstErr == nil {
-				firstErr = os.NewSyscallError("sendmmsg", errno)
-			}
-			failed++
-			sent++
-		}
-	}
-	return sent - failed, firstErr
+	return mmsg.SendAll(s, t, bufs, nil)
 }
 
-// sendmmsg sends t's first want messages on txfd; n < 0 means the socket is closed.
-func (s *Socket) sendmmsg(t *txState, want int) (int, unix.Errno) {
+// Sendmmsg sends t's first want messages on txfd; n < 0 means the socket is
+// closed. It implements mmsg.Sender.
+func (s *Socket) Sendmmsg(t *mmsg.Send, want int) (int, unix.Errno) {
 	s.txMu.RLock()
 	defer s.txMu.RUnlock()
 	if s.txfd < 0 {
 		return -1, 0
 	}
-	return t.sendmmsg(s.txfd, want)
+	return t.Sendmmsg(s.txfd, want)
 }
+
+// Closed implements mmsg.Sender.
+func (s *Socket) Closed() bool { return s.isClosed() }
 
 // txTimeout bounds how long a send blocks on a full send buffer, so Close
 // (which waits for senders) and a closed port are noticed.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/prismd/prismd/internal/mmsg"
 )
 
 // DefaultSocketBuffer is SO_RCVBUF and SO_SNDBUF: 8 MiB holds about 500
@@ -55,7 +57,7 @@ type Socket struct {
 	closed chan struct{}
 	once   sync.Once
 
-	rx rxState
+	rx *mmsg.Recv
 
 	// txMu is read-held while sending so Close cannot close txfd under a
 	// sender; txPool holds the pre-built message arrays of each sender.
@@ -107,8 +109,8 @@ func Open(name string, opts Options) (*Socket, error) {
 	if s.txfd, err = openTx(ifi.Index, bufSize); err != nil {
 		return fail(err)
 	}
-	s.rx.init(batch)
-	s.txPool.New = func() any { return newTxState(batch) }
+	s.rx = mmsg.NewRecv(batch)
+	s.txPool.New = func() any { return mmsg.NewSend(batch) }
 	// PACKET_STATISTICS resets on read: start counting drops from now.
 	_ = s.readDrops()
 	return s, nil
@@ -192,27 +194,28 @@ func (s *Socket) Batch() int { return s.batch }
 // length. A frame longer than its buffer is reported with sizes[i] = 0.
 // After Close it returns net.ErrClosed.
 func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (int, error) {
-	r := &s.rx
-	if len(bufs) > len(r.msgs) {
-		bufs = bufs[:len(r.msgs)]
+	r := s.rx
+	if len(bufs) > r.Max() {
+		bufs = bufs[:r.Max()]
 	}
-	r.set(bufs)
-	if err := s.rc.Read(r.fn); err != nil {
+	r.Prepare(bufs)
+	if err := s.rc.Read(r.ReadFunc()); err != nil {
 		if s.isClosed() {
 			return 0, net.ErrClosed
 		}
 		return 0, err
 	}
-	if r.errno != 0 {
+	n, errno := r.Result()
+	if errno != 0 {
 		if s.isClosed() {
 			return 0, net.ErrClosed
 		}
-		return 0, os.NewSyscallError("recvmmsg", r.errno)
+		return 0, os.NewSyscallError("recvmmsg", errno)
 	}
-	for i := 0; i < r.n; i++ {
-		sizes[i] = r.size(i, len(bufs[i]))
+	for i := 0; i < n; i++ {
+		sizes[i] = r.Size(i, len(bufs[i]))
 	}
-	return r.n, nil
+	return n, nil
 }
 
 // SendBatch transmits frames in order and returns how many were sent. A
@@ -220,50 +223,27 @@ func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (int, error) {
 // bad frame does not cost the rest; it blocks while the send buffer is full.
 // After Close it returns net.ErrClosed.
 func (s *Socket) SendBatch(frames [][]byte) (int, error) {
-	t := s.txPool.Get().(*txState)
+	t := s.txPool.Get().(*mmsg.Send)
 	defer s.txPool.Put(t)
-	sent, failed := 0, 0
-	var firstErr error
-	for sent < len(frames) {
-		chunk := frames[sent:]
-		if len(chunk) > len(t.msgs) {
-			chunk = chunk[:len(t.msgs)]
-		}
-		t.set(chunk)
-		n, errno := s.sendmmsg(t, len(chunk))
-		if n < 0 {
-			return sent - failed, net.ErrClosed
-		}
-		sent += n
-		switch errno {
-		case 0:
-		case unix.EAGAIN, unix.EINTR:
-			if s.isClosed() {
-				return sent - failed, net.ErrClosed
-			}
-		case unix.ENETDOWN, unix.ENXIO, unix.ENODEV:
-			return sent - failed, os.NewSyscallError("sendmmsg", errno)
-		default:
-			// sendmmsg stops at the first frame the kernel rejects; skip
-			// that frame so the rest of the batch still goes.
-			if firstErr == nil {
-				firstErr = os.NewSyscallError("sendmmsg", errno)
-			}
-			failed++
-			sent++
-		}
-	}
-	return sent - failed, firstErr
+	return mmsg.SendAll(s, t, frames, ifaceGone)
 }
 
-func (s *Socket) sendmmsg(t *txState, want int) (int, unix.Errno) {
+// ifaceGone: a rank's interface went away; retrying cannot help.
+func ifaceGone(e unix.Errno) bool { return e == unix.ENETDOWN || e == unix.ENXIO || e == unix.ENODEV }
+
+// Sendmmsg sends t's first want messages on txfd; n < 0 means the socket is
+// closed. It implements mmsg.Sender.
+func (s *Socket) Sendmmsg(t *mmsg.Send, want int) (int, unix.Errno) {
 	s.txMu.RLock()
 	defer s.txMu.RUnlock()
 	if s.txfd < 0 {
 		return -1, 0
 	}
-	return t.sendmmsg(s.txfd, want)
+	return t.Sendmmsg(s.txfd, want)
 }
+
+// Closed implements mmsg.Sender.
+func (s *Socket) Closed() bool { return s.isClosed() }
 
 // KernelDrops returns how many frames the kernel dropped on the receive
 // socket since Open because its buffer was full.

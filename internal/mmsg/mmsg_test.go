@@ -1,0 +1,106 @@
+package mmsg
+
+import (
+	"errors"
+	"net"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeSender accepts up to room frames per call, then refuses the next with
+// errno once, and records what it was asked to send.
+type fakeSender struct {
+	room   int
+	errno  unix.Errno
+	failAt int // frame index (over the whole call) refused with errno; -1 none
+	seen   int
+	sent   []int // lengths of frames accepted
+	t      *Send
+	closed bool
+}
+
+func (f *fakeSender) Sendmmsg(t *Send, want int) (int, unix.Errno) {
+	if f.closed {
+		return -1, 0
+	}
+	n := 0
+	for i := 0; i < want && n < f.room; i++ {
+		if f.seen == f.failAt {
+			f.seen++
+			if n == 0 {
+				return 0, f.errno
+			}
+			f.seen-- // report the frames before it first, as sendmmsg does
+			return n, 0
+		}
+		f.sent = append(f.sent, int(t.iovs[i].Len))
+		f.seen++
+		n++
+	}
+	return n, 0
+}
+func (f *fakeSender) Closed() bool { return f.closed }
+
+// SendAll against a naive model: every frame goes out in order in chunks of
+// at most Max, except the one the kernel refused, whose error is returned.
+func TestSendAll(t *testing.T) {
+	frames := make([][]byte, 23)
+	for i := range frames {
+		frames[i] = make([]byte, 60+i)
+	}
+	for _, c := range []struct {
+		name   string
+		room   int
+		failAt int
+		errno  unix.Errno
+		fatal  bool
+		want   int
+		err    bool
+	}{
+		{"all", 100, -1, 0, false, 23, false},
+		{"small chunks", 3, -1, 0, false, 23, false},
+		{"one rejected", 100, 7, unix.EMSGSIZE, false, 22, true},
+		{"rejected mid chunk", 4, 9, unix.ENOBUFS, false, 22, true},
+		{"fatal stops", 100, 7, unix.ENETDOWN, true, 7, true},
+	} {
+		f := &fakeSender{room: c.room, failAt: c.failAt, errno: c.errno}
+		var fatal func(unix.Errno) bool
+		if c.fatal {
+			fatal = func(e unix.Errno) bool { return e == unix.ENETDOWN }
+		}
+		n, err := SendAll(f, NewSend(8), frames, fatal)
+		if n != c.want || (err != nil) != c.err {
+			t.Fatalf("%s: sent %d err %v, want %d err %v", c.name, n, err, c.want, c.err)
+		}
+		k := 0
+		for i := range frames {
+			if i == c.failAt {
+				continue
+			}
+			if k >= len(f.sent) {
+				break
+			}
+			if f.sent[k] != len(frames[i]) {
+				t.Fatalf("%s: frame %d of the wire has length %d, want %d (order)", c.name, k, f.sent[k], len(frames[i]))
+			}
+			k++
+		}
+	}
+	f := &fakeSender{room: 100, failAt: -1, closed: true}
+	if _, err := SendAll(f, NewSend(8), frames, nil); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("closed socket: %v", err)
+	}
+}
+
+// A batch prepares without allocating.
+func TestPrepareAllocs(t *testing.T) {
+	r, s := NewRecv(16), NewSend(16)
+	bufs := make([][]byte, 16)
+	for i := range bufs {
+		bufs[i] = make([]byte, 64)
+	}
+	if a := testing.AllocsPerRun(100, func() { r.Prepare(bufs); s.Prepare(bufs); _ = r.ReadFunc() }); a != 0 {
+		t.Fatalf("%v allocations per batch", a)
+	}
+}
