@@ -11,7 +11,8 @@
 #      / vector bytes, vs ring allreduce's 2(N-1)/N; FP32_ARRIVAL and KULISCH
 #      on gradient-like data, KULISCH on the mixed exactness-stress data.
 #   5. OpenMPI MPI_Allreduce, 4 namespaced hosts on a Linux bridge (MTU 1500)
-#      vs prismd on spine-leaf-jumbo (MTU 9000), 1M and 16M FP32.
+#      vs prismd on spine-leaf-jumbo (MTU 9000), 1M and 16M FP32; both sum
+#      small integers (MPI: (i + rank) % 1000; prismd: --data integral).
 # A part that fails says why and the script goes on; exit 1 only if no part
 # measured anything. Everything created (labs "b?XXXX", namespaces pl-b?XXXX-*,
 # processes) is removed by name/PID on exit.
@@ -354,7 +355,7 @@ part5() {
     for acc in ${BENCH_MPI_ACCS:-fp32 kulisch}; do
       for c in $MPI_COUNTS; do
         local j0 j1; j0=$(p5_jiffies)
-        if ranks "$lab" 4 $((job++)) "$TMP/p5.$acc.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w 1 --mtu 9000 --acc $acc; then
+        if ranks "$lab" 4 $((job++)) "$TMP/p5.$acc.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w 1 --mtu 9000 --acc $acc --data integral; then
           j1=$(p5_jiffies)
           # The median of rank 0's timed runs (like MPI's), else bench's mean.
           local us; us=$(grep -m1 '^# times(us):' "$TMP/p5.$acc.$c.0" | cut -d: -f2 | tr ' ' '\n' | grep . | sort -n |
