@@ -34,7 +34,8 @@ type NodeConfig struct {
 	Metrics *engine.Metrics
 	// Bitmap configures each worker's BITMAP shard (package engine/bitmap;
 	// Worker, Counters and Logger are set by the node). Keys (per-job AUTH
-	// keys) is shared by every worker.
+	// keys) is shared by every worker; nil: the node makes an empty one,
+	// which Keys returns for the runtime channel to fill.
 	Bitmap bitmap.Config
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
@@ -69,6 +70,9 @@ func NewNode(cfg NodeConfig) *Node {
 	}
 	if cfg.Bitmap.Counters == nil {
 		cfg.Bitmap.Counters = bitmap.NewCounters()
+	}
+	if cfg.Bitmap.Keys == nil {
+		cfg.Bitmap.Keys = bitmap.NewKeyring()
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	n := &Node{cfg: cfg, records: Records(cfg.Limits), m: cfg.Metrics, cm: &Metrics{}}
@@ -116,6 +120,11 @@ func (n *Node) EngineMetrics() *engine.Metrics { return n.m }
 
 // BitmapMetrics returns the BITMAP shards' counters (a prometheus.Collector).
 func (n *Node) BitmapMetrics() *bitmap.Counters { return n.cfg.Bitmap.Counters }
+
+// Keys returns the node's per-job authentication keys (protocol 8.6),
+// shared by every worker's BITMAP shard: what a key installed here covers
+// takes effect on the next frame of the job on any worker.
+func (n *Node) Keys() *bitmap.Keyring { return n.cfg.Bitmap.Keys }
 
 // BitmapSnapshots returns every worker's newest BITMAP snapshot.
 func (n *Node) BitmapSnapshots() []*bitmap.Snapshot {

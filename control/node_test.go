@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/prismd/prismd/engine"
+	"github.com/prismd/prismd/engine/bitmap"
 	"github.com/prismd/prismd/kulisch"
 	"github.com/prismd/prismd/parser"
 )
@@ -431,5 +432,24 @@ func TestHandleAllocs(t *testing.T) {
 	}
 	if m.Duplicates.Load() < 1000 {
 		t.Fatalf("duplicates %d", m.Duplicates.Load())
+	}
+}
+
+// TestNodeKeys: a node always has a keyring for the runtime channel to
+// fill (one it makes, or the one configured), and it is the one every
+// worker's BITMAP shard was built with.
+func TestNodeKeys(t *testing.T) {
+	n := NewNode(NodeConfig{})
+	if n.Keys() == nil {
+		t.Fatal("a node without a configured keyring has none")
+	}
+	kr := bitmap.NewKeyring()
+	n = NewNode(NodeConfig{Bitmap: bitmap.Config{Keys: kr}})
+	if n.Keys() != kr {
+		t.Fatal("the configured keyring was replaced")
+	}
+	w := n.NewWorker(0, 2)
+	if w.bm.Keys() != kr {
+		t.Fatal("the worker's shard reads another keyring")
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/prismd/prismd/control/bitmapam"
 	"github.com/prismd/prismd/deploy"
 	"github.com/prismd/prismd/host/bitmap"
+	"github.com/prismd/prismd/internal/authkey"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -34,8 +35,8 @@ func init() {
 
 func runMcast(args []string) int {
 	if len(args) == 0 || (args[0] != "send" && args[0] != "recv" && args[0] != "blast") {
-		fmt.Fprintln(os.Stderr, "usage: prismctl mcast send --file F --receivers h2,h3,... --topology T --node H [--iface eth0]")
-		fmt.Fprintln(os.Stderr, "       prismctl mcast recv --out F --topology T --node H [--iface eth0]")
+		fmt.Fprintln(os.Stderr, "usage: prismctl mcast send --file F --receivers h2,h3,... --topology T --node H [--iface eth0] [--auth-key-file K]")
+		fmt.Fprintln(os.Stderr, "       prismctl mcast recv --out F --topology T --node H [--iface eth0] [--auth-key-file K]")
 		fmt.Fprintln(os.Stderr, "       prismctl mcast blast --receivers h2,h3,... --topology T --node H [--size 1500 --duration 5s] (replication load)")
 		return 2
 	}
@@ -59,6 +60,8 @@ type mcastFlags struct {
 	tenant                uint
 	timeout               time.Duration
 	cpuprofile            string
+	authKeyFile           string
+	authKey               []byte // loaded by loadKey
 }
 
 func (f *mcastFlags) register(fs *flag.FlagSet) {
@@ -69,6 +72,44 @@ func (f *mcastFlags) register(fs *flag.FlagSet) {
 	fs.UintVar(&f.tenant, "tenant", 0, "tenant ID (0 = none)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "give up after this long")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+}
+
+// registerAuth adds --auth-key-file, for the commands that send or receive
+// the job's frames.
+func (f *mcastFlags) registerAuth(fs *flag.FlagSet) {
+	fs.StringVar(&f.authKeyFile, "auth-key-file", os.Getenv("PRISM_AUTH_KEY_FILE"),
+		"the job's authentication key file (hex, mode 0600; 'prismctl keys gen' writes one): every frame of the job is signed and must arrive signed; "+
+			"every switch needs the same key ('prismctl keys set') (PRISM_AUTH_KEY_FILE)")
+}
+
+// loadKey reads --auth-key-file, if given.
+func (f *mcastFlags) loadKey() error {
+	if f.authKeyFile == "" {
+		return nil
+	}
+	k, err := authkey.ReadFile(f.authKeyFile)
+	if err != nil {
+		return fmt.Errorf("--auth-key-file: %v", err)
+	}
+	f.authKey = k
+	return nil
+}
+
+// applyKey gives port the job key loaded by loadKey (none: nothing).
+func (f *mcastFlags) applyKey(port *bitmap.Port) error {
+	if f.authKey == nil {
+		return nil
+	}
+	return port.SetKey(f.job, f.authKey)
+}
+
+// authReport is one line about the job key for the end of a run: which key
+// (by fingerprint) and how many frames failed its check here.
+func (f *mcastFlags) authReport(port *bitmap.Port) string {
+	if f.authKey == nil {
+		return ""
+	}
+	return fmt.Sprintf("job key %s: %d frames dropped here for a missing or wrong AUTH tag\n", authkey.Fingerprint(f.authKey), port.AuthDrops())
 }
 
 // profile starts the --cpuprofile profile, if asked for, and returns its
@@ -124,6 +165,7 @@ func mcastSend(args []string) int {
 	fs := flag.NewFlagSet("mcast send", flag.ContinueOnError)
 	var mf mcastFlags
 	mf.register(fs)
+	mf.registerAuth(fs)
 	file := fs.String("file", "", "file to send")
 	receivers := fs.String("receivers", "", "comma-separated receiver hosts, e.g. h2,h3,h4")
 	noAgg := fs.Bool("no-aggregation", false, "register no A-BM and send repairs without INSTALL: every receiver's ACK reaches the source (the comparison)")
@@ -146,6 +188,9 @@ func mcastSend(args []string) int {
 	}
 	if *file == "" || *receivers == "" {
 		return flagErr(fs, errors.New("--file and --receivers are required"))
+	}
+	if err := mf.loadKey(); err != nil {
+		return flagErr(fs, err)
 	}
 	fh, err := os.Open(*file)
 	if err != nil {
@@ -202,6 +247,10 @@ func mcastSend(args []string) int {
 		return 1
 	}
 	defer port.Close()
+	if err := mf.applyKey(port); err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl mcast send: %v\n", err)
+		return 1
+	}
 	opts := &bitmap.McastOptions{WindowPackets: *window, Outstanding: *outstanding, MaxOutstanding: *maxOutstanding}
 	stop, err := mf.profile()
 	if err != nil {
@@ -244,6 +293,7 @@ func mcastSend(args []string) int {
 	cmn, cmx, cn := st.CleanAcks()
 	fmt.Printf("ACK frames at the source: %d total, per window min %d max %d mean %.2f; per window without repair (%d of %d): min %d max %d\n",
 		st.AckFrames, mn, mx, float64(st.AckFrames)/float64(max(1, len(st.AcksPerWindow))), cn, len(st.AcksPerWindow), cmn, cmx)
+	fmt.Print(mf.authReport(port))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl mcast send: %v\n", err)
 		return 1
@@ -255,11 +305,12 @@ func mcastRecv(args []string) int {
 	fs := flag.NewFlagSet("mcast recv", flag.ContinueOnError)
 	var mf mcastFlags
 	mf.register(fs)
+	mf.registerAuth(fs)
 	out := fs.String("out", "", "where to write the file")
 	endpoint := fs.Int("endpoint", -1, "this receiver's endpoint ID (default: the host's index among the topology's hosts)")
 	linger := fs.Duration("linger", 2*time.Second, "after the last window, keep answering repeats until idle this long")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: prismctl mcast recv --out F --topology T --node H [--iface eth0]")
+		fmt.Fprintln(fs.Output(), "usage: prismctl mcast recv --out F --topology T --node H [--iface eth0] [--auth-key-file K]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -267,6 +318,9 @@ func mcastRecv(args []string) int {
 	}
 	if *out == "" {
 		return flagErr(fs, errors.New("--out is required"))
+	}
+	if err := mf.loadKey(); err != nil {
+		return flagErr(fs, err)
 	}
 	ep := *endpoint
 	if ep < 0 {
@@ -284,6 +338,10 @@ func mcastRecv(args []string) int {
 		return 1
 	}
 	defer port.Close()
+	if err := mf.applyKey(port); err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl mcast recv: %v\n", err)
+		return 1
+	}
 	stop, err := mf.profile()
 	if err != nil {
 		return flagErr(fs, err)
@@ -291,6 +349,7 @@ func mcastRecv(args []string) int {
 	defer stop()
 	m, st, err := bitmap.ReceiveFile(ctx, port, bitmap.ReceiverConfig{Job: mf.job, Endpoint: ep, Tenant: uint32(mf.tenant)}, *out,
 		&bitmap.McastOptions{Linger: *linger})
+	fmt.Print(mf.authReport(port))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl mcast recv: %v\n", err)
 		return 1

@@ -29,6 +29,7 @@ func mcastBlast(args []string) int {
 	fs := flag.NewFlagSet("mcast blast", flag.ContinueOnError)
 	var mf mcastFlags
 	mf.register(fs)
+	mf.registerAuth(fs)
 	receivers := fs.String("receivers", "", "comma-separated receiver hosts, e.g. h2,h3,h4,h5")
 	size := fs.Int("size", 1500, "frame size in bytes including the 14-byte Ethernet header (at most MTU + 14)")
 	dur := fs.Duration("duration", 5*time.Second, "how long to send")
@@ -47,6 +48,9 @@ func mcastBlast(args []string) int {
 	}
 	if *receivers == "" {
 		return flagErr(fs, errors.New("--receivers is required"))
+	}
+	if err := mf.loadKey(); err != nil {
+		return flagErr(fs, err)
 	}
 	var eps []bitmapam.Endpoint
 	for _, h := range strings.Split(*receivers, ",") {
@@ -82,7 +86,12 @@ func mcastBlast(args []string) int {
 		fmt.Fprintf(os.Stderr, "prismctl mcast blast: %v\n", err)
 		return 1
 	}
-	n := (*size - parser.EthLen - parser.CWLen - parser.DataHdrLen - parser.ExtHdrLen - len(body) - parser.GroupDescLen) &^ 3
+	var xf uint8
+	tag := 0
+	if mf.authKey != nil {
+		xf, tag = parser.XFlagAuth, parser.TagLen
+	}
+	n := (*size - parser.EthLen - parser.CWLen - parser.DataHdrLen - parser.ExtHdrLen - len(body) - tag - parser.GroupDescLen) &^ 3
 	if n <= 0 {
 		return flagErr(fs, fmt.Errorf("--size %d leaves no room for values next to a %d-byte endpoint set", *size, len(body)))
 	}
@@ -95,8 +104,12 @@ func mcastBlast(args []string) int {
 	h := parser.DataFields{Class: parser.ClassResult, Op: op.Op, SrcEP: l.SrcEP, DstEP: l.DstEP, PacketID: 1, Stream: l.Stream}
 	copy(h.Eth.Dst[:], l.Peer)
 	h.Eth.Src = port.MAC()
-	frame, err := parser.AppendData(nil, &h, &parser.Ext{Encoding: uint8(enc), Tenant: spec.Tenant, Token: 1, Set: body},
+	frame, err := parser.AppendData(nil, &h, &parser.Ext{Encoding: uint8(enc), XFlags: xf, Tenant: spec.Tenant, Token: 1, Set: body},
 		parser.Group{Format: parser.FormatINT8, Count: uint16(n), Values: make([]byte, n)})
+	if err == nil && mf.authKey != nil {
+		// Every copy is the same frame: signed once.
+		err = parser.NewAuthenticator(mf.authKey).Sign(frame)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl mcast blast: %v\n", err)
 		return 1

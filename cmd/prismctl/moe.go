@@ -33,7 +33,7 @@ func init() {
 func runMoE(args []string) int {
 	if len(args) == 0 || (args[0] != "register" && args[0] != "run") {
 		fmt.Fprintln(os.Stderr, "usage: prismctl moe register --spec F --topology T --node H --hosts h1,h2,... [--experts-per-host 2 --topk 2 --hidden 64]")
-		fmt.Fprintln(os.Stderr, "       prismctl moe run --spec F --topology T --node H [--tokens 64 --seed 1]")
+		fmt.Fprintln(os.Stderr, "       prismctl moe run --spec F --topology T --node H [--tokens 64 --seed 1] [--auth-key-file K]")
 		return 2
 	}
 	if args[0] == "register" {
@@ -114,6 +114,7 @@ func moeRun(args []string) int {
 	fs := flag.NewFlagSet("moe run", flag.ContinueOnError)
 	var mf mcastFlags
 	mf.register(fs)
+	mf.registerAuth(fs)
 	spec := fs.String("spec", "", "the spec 'moe register' wrote")
 	tokens := fs.Int("tokens", 64, "tokens this host dispatches")
 	seed := fs.Uint64("seed", 1, "token seed (mixed with the host name)")
@@ -125,6 +126,9 @@ func moeRun(args []string) int {
 	}
 	topo, err := mf.load()
 	if err != nil {
+		return flagErr(fs, err)
+	}
+	if err := mf.loadKey(); err != nil {
 		return flagErr(fs, err)
 	}
 	b, err := os.ReadFile(*spec)
@@ -148,6 +152,12 @@ func moeRun(args []string) int {
 		return 1
 	}
 	defer port.Close()
+	// The key goes on before NewMoE: its operations size and flag their
+	// frames when they start.
+	if err := mf.applyKey(port); err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl moe run: %v\n", err)
+		return 1
+	}
 	opts := &bitmap.MoEOptions{Unicast: *unicast, Window: *window}
 	m, err := bitmap.NewMoE(port, plan, mf.node, opts)
 	if err != nil {
@@ -190,13 +200,13 @@ func moeRun(args []string) int {
 	start := time.Now()
 	h, err := m.Dispatch(ctx, x, tk, w)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "prismctl moe run: dispatch: %v\n", err)
+		fmt.Fprintf(os.Stderr, "prismctl moe run: dispatch: %v\n%s", err, mf.authReport(port))
 		return 1
 	}
 	out, err := h.Combine(ctx)
 	took := time.Since(start)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "prismctl moe run: combine: %v\n", err)
+		fmt.Fprintf(os.Stderr, "prismctl moe run: combine: %v\n%s", err, mf.authReport(port))
 		return 1
 	}
 	want, err := bitmap.ReferenceMoE(x, tk, w, demoExpert, opts)
@@ -222,6 +232,7 @@ func moeRun(args []string) int {
 	for t0 := time.Now(); (time.Since(t0) < *linger || m.Idle() < *linger) && ctx.Err() == nil; {
 		time.Sleep(50 * time.Millisecond)
 	}
+	fmt.Print(mf.authReport(port))
 	if bad > 0 {
 		fmt.Fprintf(os.Stderr, "prismctl moe run: %d values differ from the unicast reference\n", bad)
 		return 1

@@ -1,7 +1,9 @@
 // Command prismd runs the PRISM switch daemon: it reads the YAML
 // configuration (--config), opens one AF_PACKET port per configured
-// interface, runs the dataplane, serves /metrics and a local control socket,
-// reloads on SIGHUP and shuts down cleanly on SIGTERM/SIGINT.
+// interface, runs the dataplane, serves /metrics and a local control socket
+// (introspection, and the per-job authentication keys of keys.go, which
+// only that socket takes), reloads on SIGHUP and shuts down cleanly on
+// SIGTERM/SIGINT.
 //
 // This package owns flags, the configuration file and process lifecycle; it
 // must not implement forwarding (package dataplane) or operations (engine).

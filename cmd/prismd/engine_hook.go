@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"net/http"
 
 	"github.com/prismd/prismd/control"
@@ -37,6 +38,8 @@ func init() {
 	controlRoutes = func(mux *http.ServeMux) {
 		if node != nil {
 			mux.Handle("GET /v1/ops", control.IntrospectionHandler(node))
+			// Job keys (protocol 8.6, 9.6): on this unix socket only.
+			registerKeyRoutes(mux, node.Keys(), slog.Default())
 		}
 	}
 	onReload = func(c *Config) {

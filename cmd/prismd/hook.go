@@ -21,8 +21,9 @@ var handlerFactory func(c *Config) dataplane.HandlerFactory
 // registry with s.Register; nil adds nothing.
 var registerMetrics func(s *metrics.Server) error
 
-// controlRoutes lets the engine add read-only introspection routes (GET
-// /v1/ops) to the control socket's mux; nil adds nothing.
+// controlRoutes lets the engine add its routes to the control socket's mux
+// (GET /v1/ops; the job keys of keys.go, which must never be served on the
+// metrics TCP listener); nil adds nothing.
 var controlRoutes func(mux *http.ServeMux)
 
 // onReload is told about every accepted reload (e.g. new am_sources); nil

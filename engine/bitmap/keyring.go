@@ -5,6 +5,7 @@
 package bitmap
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -61,4 +62,22 @@ func (k *Keyring) Get(job uint64) []byte {
 		return nil
 	}
 	return (*m)[job]
+}
+
+// Jobs lists the jobs that have a key, ascending. For listings (the
+// runtime channel's GET /v1/keys), not for the frame path.
+func (k *Keyring) Jobs() []uint64 {
+	if k == nil {
+		return nil
+	}
+	m := k.m.Load()
+	if m == nil {
+		return nil
+	}
+	r := make([]uint64, 0, len(*m))
+	for j := range *m {
+		r = append(r, j)
+	}
+	slices.Sort(r)
+	return r
 }

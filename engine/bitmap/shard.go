@@ -84,6 +84,9 @@ func NewShard(cfg Config) *Shard {
 // Counters returns the shard's counters (a prometheus.Collector).
 func (s *Shard) Counters() *Counters { return s.m }
 
+// Keys returns the keyring the shard reads (Config.Keys; nil: none).
+func (s *Shard) Keys() *Keyring { return s.cfg.Keys }
+
 // Owns reports whether op is an installed BITMAP context of this shard.
 func (s *Shard) Owns(op parser.OpKey) bool { return s.ops[op] != nil }
 

@@ -195,7 +195,13 @@ func runWorker(ctx context.Context, w *wire, op *bitmapam.OpPlan, hp *bitmapam.H
 				continue
 			}
 			if cs[c].tries > 0 {
-				f[parser.HdrOff+33] |= parser.FlagRetransmit
+				if f[parser.HdrOff+33]&parser.FlagRetransmit == 0 {
+					// The flag is covered by the tag (8.6): sign again.
+					f[parser.HdrOff+33] |= parser.FlagRetransmit
+					if err := w.port.sign(f); err != nil {
+						return err
+					}
+				}
 				st.Retransmits++
 			} else {
 				st.Frames++

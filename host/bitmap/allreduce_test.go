@@ -60,13 +60,14 @@ type arRun struct {
 	outs  map[string][]float32
 	errs  map[string]error
 	stats map[string]Stats
+	ports map[string]*Port
 	all   [][]float32
 }
 
 func runAllReduce(t *testing.T, f *fabric, plan *bitmapam.Plan, seed uint64, skip string, opts *Options) *arRun {
 	t.Helper()
 	n := int(plan.Spec.VectorLen)
-	r := &arRun{outs: map[string][]float32{}, errs: map[string]error{}, stats: map[string]Stats{}}
+	r := &arRun{outs: map[string][]float32{}, errs: map[string]error{}, stats: map[string]Stats{}, ports: map[string]*Port{}}
 	byHost := map[string]map[int][]float32{}
 	for _, e := range plan.Spec.Endpoints {
 		v := vecFor(seed, e.ID, n)
@@ -82,8 +83,9 @@ func runAllReduce(t *testing.T, f *fabric, plan *bitmapam.Plan, seed uint64, ski
 		if h == skip {
 			continue
 		}
-		port := NewPort(f.conn(h))
+		port := f.newPort(h)
 		t.Cleanup(func() { port.Close() })
+		r.ports[h] = port
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

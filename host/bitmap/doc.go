@@ -43,7 +43,16 @@
 // sends CONTROL), wire layouts beyond calling parser, set algebra beyond
 // calling bitmapfwd, or flags (cmd/prismctl).
 //
+// Per-job authentication (protocol 8.6) is a Port's: Port.SetKey gives it a
+// job's key, and from then on every DATA/RESULT frame of that job it builds
+// carries the AUTH tag (signed once when built, again only when a
+// retransmission sets RETRANSMIT), and every DATA/RESULT frame of the job it
+// receives is verified in the read loop, before it is copied for an
+// operation: a missing or wrong tag is dropped and counted (AuthDrops). One
+// HMAC state per key, reset per frame, so neither side allocates.
+//
 // Values are sent in host memory order, the wire's little-endian on every
 // platform prismd supports. Per-frame host code allocates (frames are built
-// with parser.AppendData); the zero-allocation rule applies to the switch.
+// with parser.AppendData); the zero-allocation rule applies to the switch,
+// and to the tag paths above.
 package bitmap

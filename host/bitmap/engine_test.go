@@ -38,7 +38,7 @@ func newEngSwitches(t testing.TB, f *fabric) map[string]*engSwitch {
 	r := map[string]*engSwitch{}
 	for _, n := range f.topo.NodesOf(deploy.KindPrismd) {
 		s := &engSwitch{name: n, f: f, ports: deploy.Ports(f.topo, n), epoch: epoch,
-			sh: ebitmap.NewShard(ebitmap.Config{Counters: cnt, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})}
+			sh: ebitmap.NewShard(ebitmap.Config{Counters: cnt, Keys: f.swKeys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})}
 		for _, o := range f.plan.Ops {
 			sp := o.Switch(n)
 			if sp == nil {

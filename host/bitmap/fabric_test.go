@@ -20,6 +20,7 @@ import (
 	"github.com/prismd/prismd/bitmapfwd"
 	"github.com/prismd/prismd/control/bitmapam"
 	"github.com/prismd/prismd/deploy"
+	ebitmap "github.com/prismd/prismd/engine/bitmap"
 	"github.com/prismd/prismd/kulisch"
 	"github.com/prismd/prismd/parser"
 )
@@ -30,15 +31,19 @@ type delivery struct {
 }
 
 type fabric struct {
-	t       testing.TB
-	topo    *deploy.Topology
-	plan    *bitmapam.Plan
-	q       chan delivery
-	hosts   map[string]*fakeConn
-	sw      map[string]*fakeSwitch
-	eng     map[string]*engSwitch // engine_test.go: real engine/bitmap shards instead
-	owner   map[[6]byte]string
-	timeout time.Duration
+	t     testing.TB
+	topo  *deploy.Topology
+	plan  *bitmapam.Plan
+	q     chan delivery
+	hosts map[string]*fakeConn
+	sw    map[string]*fakeSwitch
+	eng   map[string]*engSwitch // engine_test.go: real engine/bitmap shards instead
+	// swKeys is the engine switches' keyring and hostKeys each host's job
+	// key (auth_test.go: withKeys); nil: nobody signs.
+	swKeys   *ebitmap.Keyring
+	hostKeys map[string][]byte
+	owner    map[[6]byte]string
+	timeout  time.Duration
 
 	mu        sync.Mutex
 	rng       *rand.Rand
@@ -59,8 +64,9 @@ func newFabric(t testing.TB, topo *deploy.Topology, plan *bitmapam.Plan, loss, d
 }
 
 // newFabricWith is newFabric; with engine the switches are engine/bitmap
-// Shards staged from the plan (engine_test.go), not the fake.
-func newFabricWith(t testing.TB, topo *deploy.Topology, plan *bitmapam.Plan, loss, dup float64, seed uint64, engine bool) *fabric {
+// Shards staged from the plan (engine_test.go), not the fake. opts adjust
+// the fabric before its switches are built.
+func newFabricWith(t testing.TB, topo *deploy.Topology, plan *bitmapam.Plan, loss, dup float64, seed uint64, engine bool, opts ...func(*fabric)) *fabric {
 	f := &fabric{t: t, topo: topo, plan: plan, q: make(chan delivery, 1<<16), hosts: map[string]*fakeConn{},
 		sw: map[string]*fakeSwitch{}, owner: map[[6]byte]string{}, rng: rand.New(rand.NewPCG(seed, 1)),
 		loss: loss, dup: dup, delivered: map[string]int{}, stop: make(chan struct{})}
@@ -83,6 +89,9 @@ func newFabricWith(t testing.TB, topo *deploy.Topology, plan *bitmapam.Plan, los
 			}
 		}
 		f.sw[n] = s
+	}
+	for _, o := range opts {
+		o(f)
 	}
 	if engine {
 		f.eng = newEngSwitches(t, f)
@@ -112,6 +121,17 @@ func (f *fabric) conn(host string) *fakeConn {
 	f.hosts[host] = c
 	f.mu.Unlock()
 	return c
+}
+
+// newPort opens a Port on host's Conn with the host's job key, if any.
+func (f *fabric) newPort(host string) *Port {
+	p := NewPort(f.conn(host))
+	if k := f.hostKeys[host]; k != nil {
+		if err := p.SetKey(f.plan.Spec.Op.Job, k); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return p
 }
 
 // transmit puts a frame on the link of node:iface, with loss and dup.

@@ -397,6 +397,7 @@ func ReceiveFile(ctx context.Context, port *Port, cfg ReceiverConfig, path strin
 	defer out.Close()
 	sub := port.subscribe(cfg.Job)
 	defer port.unsubscribe(sub)
+	keyed := port.key(cfg.Job) != nil // ACKs carry the AUTH tag (8.6)
 	var (
 		have      bool // manifest known
 		op        parser.OpKey
@@ -418,8 +419,15 @@ func ReceiveFile(ctx context.Context, port *Port, cfg ReceiverConfig, path strin
 		h := parser.DataFields{Class: parser.ClassData, Op: op, SrcEP: dst, DstEP: src, PacketID: port.nextPID(op, stream, parser.ClassData), Stream: stream}
 		copy(h.Eth.Dst[:], peer)
 		h.Eth.Src = port.mac
-		fr, err := parser.AppendData(nil, &h, &parser.Ext{Encoding: enc, Tenant: d.Ext.Tenant, Token: tok, Set: body})
+		var xf uint8
+		if keyed {
+			xf = parser.XFlagAuth
+		}
+		fr, err := parser.AppendData(nil, &h, &parser.Ext{Encoding: enc, XFlags: xf, Tenant: d.Ext.Tenant, Token: tok, Set: body})
 		if err != nil {
+			return err
+		}
+		if err := port.sign(fr); err != nil {
 			return err
 		}
 		st.Acks++

@@ -57,7 +57,7 @@ func runMcast(t *testing.T, topo *deploy.Topology, p *bitmapam.Plan, f *fabric, 
 		if e.Host == skip {
 			continue
 		}
-		port := NewPort(f.conn(e.Host))
+		port := f.newPort(e.Host)
 		t.Cleanup(func() { port.Close() })
 		wg.Add(1)
 		go func() {
@@ -75,7 +75,7 @@ func runMcast(t *testing.T, topo *deploy.Topology, p *bitmapam.Plan, f *fabric, 
 			mu.Unlock()
 		}()
 	}
-	port := NewPort(f.conn(p.Ops[0].Root))
+	port := f.newPort(p.Ops[0].Root)
 	t.Cleanup(func() { port.Close() })
 	// Receivers subscribe when their goroutine runs: a manifest sent
 	// before that is a loss (repaired, but it would count a second ACK).

@@ -77,7 +77,7 @@ func runMoE(t *testing.T, f *fabric, plan *bitmapam.Plan, hosts []string, batche
 	res := &moeResult{seen: map[string]int{}, stats: map[string]MoEStats{}}
 	moes := map[string]*MoE{}
 	for _, h := range hosts {
-		port := NewPort(f.conn(h))
+		port := f.newPort(h)
 		t.Cleanup(func() { port.Close() })
 		m, err := NewMoE(port, plan, h, opts)
 		if err != nil {

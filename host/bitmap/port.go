@@ -1,7 +1,9 @@
 // This file owns the host's socket for bitmap jobs: one Port per interface,
 // the receive loop that hands frames to the operation they belong to, the
-// per-stream Packet IDs, and the building and checking of DATA/RESULT frames
-// with the endpoint-set extension (docs/protocol.md sections 6 and 8).
+// per-stream Packet IDs, the building and checking of DATA/RESULT frames
+// with the endpoint-set extension (docs/protocol.md sections 6 and 8), and
+// the per-job authentication tags of keyed jobs (8.6): signed when a frame
+// is built, verified when one arrives, before it reaches any operation.
 
 package bitmap
 
@@ -17,6 +19,7 @@ import (
 	"github.com/prismd/prismd/bitmapfwd"
 	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/control/bitmapam"
+	"github.com/prismd/prismd/internal/authkey"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -37,6 +40,22 @@ type Port struct {
 	done   chan struct{}
 
 	txDrops atomic.Uint64
+
+	// keys: the jobs with an authentication key, copy-on-write so that
+	// every frame looks its job up with one atomic load (SetKey).
+	keyMu     sync.Mutex
+	keys      atomic.Pointer[map[uint64]*jobKey]
+	authDrops atomic.Uint64
+}
+
+// jobKey is one job's key as the Port uses it. An Authenticator is one HMAC
+// state, made once per key (hmac.New) and reset per frame, so signing and
+// verifying allocate nothing; it is not safe for concurrent use: rx belongs
+// to the read loop, tx is shared by the operations' goroutines under txMu.
+type jobKey struct {
+	txMu sync.Mutex
+	tx   *parser.Authenticator
+	rx   *parser.Authenticator
 }
 
 type pidKey struct {
@@ -72,6 +91,98 @@ func (p *Port) KernelDrops() uint64 {
 		return n
 	}
 	return 0
+}
+
+// SetKey installs the authentication key of job on this Port (protocol
+// 8.6), or removes it (nil key). With a key, every DATA and RESULT frame of
+// the job this Port sends carries the AUTH tag, and every DATA and RESULT
+// frame of the job it receives must carry a valid one: others are dropped
+// before any operation sees them, and counted (AuthDrops). Every switch of
+// the job and every other host must hold the same key (prismctl keys set
+// installs it in a prismd).
+//
+// Set the key before starting the job's operations on this Port: an
+// operation decides when it starts whether its frames carry a tag (and
+// leaves room for it in every frame). The key is copied; it must be
+// authkey.MinLen to authkey.MaxLen bytes.
+func (p *Port) SetKey(job uint64, key []byte) error {
+	var jk *jobKey
+	if len(key) > 0 {
+		if err := authkey.Check(key); err != nil {
+			return fmt.Errorf("bitmap: job %d: %w", job, err)
+		}
+		jk = &jobKey{tx: parser.NewAuthenticator(key), rx: parser.NewAuthenticator(key)}
+	}
+	p.keyMu.Lock()
+	defer p.keyMu.Unlock()
+	n := map[uint64]*jobKey{}
+	if old := p.keys.Load(); old != nil {
+		for j, k := range *old {
+			n[j] = k
+		}
+	}
+	if jk == nil {
+		delete(n, job)
+	} else {
+		n[job] = jk
+	}
+	p.keys.Store(&n)
+	return nil
+}
+
+// key returns job's key, or nil when the job is not keyed on this Port.
+func (p *Port) key(job uint64) *jobKey {
+	m := p.keys.Load()
+	if m == nil {
+		return nil
+	}
+	return (*m)[job]
+}
+
+// AuthDrops is how many DATA/RESULT frames of keyed jobs this Port dropped
+// since it opened because their AUTH tag was missing or wrong: forgeries,
+// or a peer (switch or host) holding another key, or none.
+func (p *Port) AuthDrops() uint64 { return p.authDrops.Load() }
+
+// sign writes the tag of a built DATA/RESULT frame of a keyed job (one whose
+// extension has XFlagAuth and a zeroed tag); frames of other jobs are left
+// alone. Signed frames are never modified afterwards except through sign
+// again, so frames kept for retransmission can be sent from any goroutine.
+func (p *Port) sign(f []byte) error {
+	op, ok := parser.PeekOpKey(f[parser.EthLen:])
+	if !ok {
+		return nil
+	}
+	jk := p.key(op.Job)
+	if jk == nil {
+		return nil
+	}
+	jk.txMu.Lock()
+	err := jk.tx.Sign(f)
+	jk.txMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("bitmap: job %d has a key but a frame was built without room for its AUTH tag", op.Job)
+	}
+	return nil
+}
+
+// admit is the read loop's check of a frame of job: false (counted) for a
+// DATA or RESULT frame of a keyed job without a valid tag. CONTROL and
+// PROGRESS carry no tag (8.6) and pass; hosts ignore them for bitmap jobs.
+// Only the read loop calls it (jobKey.rx).
+func (p *Port) admit(job uint64, f []byte) bool {
+	jk := p.key(job)
+	if jk == nil {
+		return true
+	}
+	if c := parser.ControlWord(f[parser.CWOff:]).Class(); c != parser.ClassData && c != parser.ClassResult {
+		return true
+	}
+	if jk.rx.Verify(f) != nil {
+		p.authDrops.Add(1)
+		return false
+	}
+	return true
 }
 
 // NewPort starts a Port over conn; the Port owns conn.
@@ -160,7 +271,7 @@ func (p *Port) readLoop() {
 			continue
 		}
 		key, ok := parser.PeekOpKey(buf[parser.EthLen:n])
-		if !ok {
+		if !ok || !p.admit(key.Job, buf[:n]) {
 			continue
 		}
 		p.mu.Lock()
@@ -213,11 +324,14 @@ type wire struct {
 	tenant uint32
 	lim    parser.Limits
 	bits   int
+	// auth: the job is keyed on this Port (SetKey), so every frame carries
+	// the AUTH tag and is signed when built.
+	auth bool
 }
 
 func newWire(port *Port, plan *bitmapam.Plan, op parser.OpKey) *wire {
 	c := plan.Spec
-	w := &wire{port: port, plan: plan, op: op, tenant: c.Tenant, bits: plan.Bits}
+	w := &wire{port: port, plan: plan, op: op, tenant: c.Tenant, bits: plan.Bits, auth: port.key(op.Job) != nil}
 	// Kulisch groups arriving at a root carry the context's W/8 bytes.
 	ctx := contextOf(plan)
 	w.lim = parser.Limits{VectorLen: c.VectorLen, KulischBytes: int(ctx.KulischWidth) / 8, ListCap: int(ctx.MaxTerms)}
@@ -277,7 +391,11 @@ func (w *wire) frameBudget(k int) int {
 	if mtu == 0 {
 		mtu = parser.MTUDefault
 	}
-	return mtu - parser.CWLen - parser.DataHdrLen - parser.ExtHdrLen - w.maxSetBody(k)
+	n := mtu - parser.CWLen - parser.DataHdrLen - parser.ExtHdrLen - w.maxSetBody(k)
+	if w.auth {
+		n -= parser.TagLen
+	}
+	return n
 }
 
 // values is one NumberGroup to send.
@@ -322,8 +440,15 @@ func (w *wire) frame(c parser.Class, l *bitmapam.Link, enc bitmapfwd.Encoding, b
 	if n > 0 && uint64(first)+uint64(n) == uint64(w.plan.Spec.VectorLen) {
 		h.Flags |= parser.FlagLast
 	}
+	if w.auth {
+		xflags |= parser.XFlagAuth
+	}
 	ext := &parser.Ext{Encoding: uint8(enc), XFlags: xflags, Tenant: w.tenant, Token: token, Set: body}
-	return parser.AppendData(nil, &h, ext, gs...)
+	f, err := parser.AppendData(nil, &h, ext, gs...)
+	if err != nil || !w.auth {
+		return f, err
+	}
+	return f, w.port.sign(f)
 }
 
 // rx is a received, validated DATA or RESULT frame of this job.
