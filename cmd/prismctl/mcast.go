@@ -222,24 +222,12 @@ func mcastSend(args []string) int {
 	ctx, cancel := signalContext(mf.timeout)
 	defer cancel()
 	if *register {
-		conn, err := am.OpenConn(mf.iface)
+		release, err := registerPlan(ctx, mf.iface, plan)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "prismctl mcast send: %v\n", err)
 			return 1
 		}
-		reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{})
-		defer reg.Close()
-		if err := reg.Register(ctx, plan); err != nil {
-			fmt.Fprintf(os.Stderr, "prismctl mcast send: registration: %v\n", err)
-			return 1
-		}
-		defer func() {
-			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer rcancel()
-			if err := reg.Release(rctx, plan); err != nil {
-				fmt.Fprintf(os.Stderr, "prismctl mcast send: release: %v\n", err)
-			}
-		}()
+		defer release(func(err error) { fmt.Fprintf(os.Stderr, "prismctl mcast send: %v\n", err) })
 	}
 	port, err := bitmap.Open(mf.iface)
 	if err != nil {
@@ -357,4 +345,27 @@ func mcastRecv(args []string) int {
 	fmt.Printf("received %s (%d bytes) into %s: SHA-256 %s verified; %d frames, %d duplicates suppressed, %d ACKs sent\n",
 		m.Name, m.Size, *out, m.SHA256, st.Frames, st.Duplicates, st.Acks)
 	return 0
+}
+
+// registerPlan STAGEs and COMMITs plan on its switches from iface (the
+// caller acts as the AM) and returns the function that RELEASEs it,
+// reporting a failed release through warn.
+func registerPlan(ctx context.Context, iface string, plan *bitmapam.Plan) (release func(warn func(error)), err error) {
+	conn, err := am.OpenConn(iface)
+	if err != nil {
+		return nil, err
+	}
+	reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{})
+	if err := reg.Register(ctx, plan); err != nil {
+		reg.Close()
+		return nil, fmt.Errorf("registration: %w", err)
+	}
+	return func(warn func(error)) {
+		defer reg.Close()
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		if err := reg.Release(rctx, plan); err != nil {
+			warn(fmt.Errorf("release: %w", err))
+		}
+	}, nil
 }

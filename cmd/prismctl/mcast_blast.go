@@ -10,7 +10,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/bitmapfwd"
-	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/control/bitmapam"
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/parser"
@@ -116,24 +114,12 @@ func mcastBlast(args []string) int {
 	}
 	ctx, cancel := signalContext(mf.timeout)
 	defer cancel()
-	conn, err := am.OpenConn(mf.iface)
+	release, err := registerPlan(ctx, mf.iface, plan)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl mcast blast: %v\n", err)
 		return 1
 	}
-	reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{})
-	defer reg.Close()
-	if err := reg.Register(ctx, plan); err != nil {
-		fmt.Fprintf(os.Stderr, "prismctl mcast blast: registration: %v\n", err)
-		return 1
-	}
-	defer func() {
-		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer rcancel()
-		if err := reg.Release(rctx, plan); err != nil {
-			fmt.Fprintf(os.Stderr, "prismctl mcast blast: release: %v\n", err)
-		}
-	}()
+	defer release(func(err error) { fmt.Fprintf(os.Stderr, "prismctl mcast blast: %v\n", err) })
 	bufs := make([][]byte, *batch)
 	for i := range bufs {
 		bufs[i] = frame
