@@ -44,6 +44,7 @@ import (
 //	metrics_listen: "127.0.0.1:9100"   # empty or absent disables
 //	control_listen: "/run/prismd/prismd.sock"  # HTTP over a unix socket; empty or absent disables
 //	am_sources: ["02:00:00:00:00:aa"]  # MACs allowed to send CONTROL
+//	kulisch_partials: scaled        # scaled (default: KULISCH_SCALED where smaller) or plain (KULISCH only)
 type Config struct {
 	NodeMAC       string       `yaml:"node_mac"`
 	Ports         []PortConfig `yaml:"ports"`
@@ -52,6 +53,12 @@ type Config struct {
 	MetricsListen string       `yaml:"metrics_listen"`
 	ControlListen string       `yaml:"control_listen"`
 	AMSources     []string     `yaml:"am_sources"`
+	// KulischPartials chooses how exact partials travel to a parent:
+	// "scaled" (default) sends KULISCH_SCALED groups where they are smaller
+	// than plain KULISCH values; "plain" never does, for a parent built
+	// before format code 7 (protocol section 6). Read at start; a reload
+	// that changes it warns that it needs a restart.
+	KulischPartials string `yaml:"kulisch_partials"`
 
 	// Derived by Validate.
 	nodeMAC   *[6]byte
@@ -168,7 +175,7 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		}
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
 		msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
-		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, mac_aging, metrics_listen, control_listen, am_sources)")
+		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, mac_aging, metrics_listen, control_listen, am_sources, kulisch_partials)")
 		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, rx_ring, rx_ring_timeout, qdisc_bypass, backend, xdp_mode, fault)")
 		msg = strings.ReplaceAll(msg, "in type main.FaultConfig", "in fault (valid keys: reorder_percent, reorder_depth, delay_us, ingress, egress)")
 		msg = strings.ReplaceAll(msg, "in type main.IngressFaultConfig", "in fault.ingress (valid keys: drop_percent, duplicate_percent, reorder_percent, reorder_depth, delay_us, seed)")
@@ -212,6 +219,11 @@ func (c *Config) Validate(file string) error {
 	}
 	if len(c.Ports) == 0 {
 		return bad("ports", "no ports; list at least one interface, e.g.\n  ports:\n    - name: eth1")
+	}
+	switch c.KulischPartials {
+	case "", "scaled", "plain":
+	default:
+		return bad("kulisch_partials", "%q: use scaled (the default: KULISCH_SCALED where it is smaller) or plain (KULISCH values only, for parents without format code 7)", c.KulischPartials)
 	}
 	seen := map[string]int{}
 	for i, p := range c.Ports {
@@ -309,3 +321,7 @@ func (c *Config) Aging() time.Duration { return c.aging }
 
 // AMSourceMACs returns the parsed am_sources.
 func (c *Config) AMSourceMACs() [][6]byte { return c.amSources }
+
+// PlainKulischPartials reports whether exact partials must be sent as plain
+// KULISCH values (kulisch_partials: plain).
+func (c *Config) PlainKulischPartials() bool { return c.KulischPartials == "plain" }

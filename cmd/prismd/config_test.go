@@ -44,8 +44,11 @@ func TestParseFullConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Workers != 1 || c.Aging() != 300*time.Second || c.NodeMACAddr() != nil || c.MetricsListen != "" {
+	if c.Workers != 1 || c.Aging() != 300*time.Second || c.NodeMACAddr() != nil || c.MetricsListen != "" || c.PlainKulischPartials() {
 		t.Fatalf("defaults: %+v", c)
+	}
+	if c, err = ParseConfig("t.yaml", []byte("ports: [{name: eth1}]\nkulisch_partials: plain\n")); err != nil || !c.PlainKulischPartials() {
+		t.Fatalf("kulisch_partials: plain: %v %+v", err, c)
 	}
 }
 
@@ -57,6 +60,7 @@ func TestConfigErrors(t *testing.T) {
 		{"wrong type", "ports: [{name: a}]\nworkers: many\n", "line 2"},
 		{"empty", "", "file is empty"},
 		{"no ports", "workers: 1\n", "ports: no ports"},
+		{"kulisch partials", "ports: [{name: a}]\nkulisch_partials: tiny\n", `kulisch_partials: "tiny": use scaled`},
 		{"dup port", "ports: [{name: a}, {name: a}]\n", "ports[1].name: interface \"a\" is already ports[0]"},
 		{"long name", "ports: [{name: abcdefghijklmnop}]\n", "ports[0].name"},
 		{"mtu", "ports: [{name: a, mtu: 20000}]\n", "ports[0].mtu: 20000 is out of range"},

@@ -307,6 +307,9 @@ func (d *daemon) reload() {
 	if cfg.MetricsListen != d.cfg.MetricsListen || cfg.ControlListen != d.cfg.ControlListen {
 		d.log.Warn("metrics_listen/control_listen changed; takes effect only after a restart")
 	}
+	if cfg.PlainKulischPartials() != d.cfg.PlainKulischPartials() {
+		d.log.Warn("kulisch_partials changed; takes effect only after a restart", "configured", cfg.KulischPartials)
+	}
 	if err := d.applyPorts(cfg); err != nil {
 		d.log.Error("reload rejected; keeping the running configuration", "err", err)
 		return
