@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
 FUZZTIME ?= 10m
-FUZZTIME_SHORT ?= 3s
+FUZZTIME_SHORT ?= 20000x
 export GOFLAGS ?= -mod=mod
 # Debian packages the tests use: tshark (dissector test), nftables (loss and
 # duplication on lab links), iproute2 and ethtool (labs), promtool (metric names).
