@@ -18,18 +18,13 @@ import (
 )
 
 const (
-	// ringBlockSize is 32 KiB: a power-of-two number of pages (the kernel
-	// allocates each block as one high-order page group), holding ~230
-	// minimum-size, ~20 full-size or 3 jumbo frames. A block is handed over
-	// when full or after the retire timeout (1 ms at least), so at the
-	// tens of thousands of frames/s a rank offers, a 128 KiB block mostly
-	// waited for its timeout: each hop of a collective added up to 1 ms.
-	// Measured on a SINGLE lab, 16M FP32 ALLREDUCE: 128 KiB 206-209 ms,
-	// 32 KiB 154-157 ms, 16 KiB 165-205 ms; plain forwarding vs a bridge
-	// stayed within run-to-run noise at 32 KiB (64 B 1.12-1.23 vs
-	// 1.22-1.28, 1500 B 0.94-1.03 vs 0.94-0.96) but fell at 16 KiB
-	// (0.97 / 0.67).
-	ringBlockSize = 32 << 10
+	// minBlockSize is the smallest ring block (see blockSizeFor).
+	minBlockSize = 32 << 10
+	// framesPerBlock is how many full-size frames a block holds at least.
+	framesPerBlock = 12
+	// frameOverhead bounds what a frame takes in a block beyond its MTU:
+	// Ethernet header, VLAN tag, tpacket3_hdr, sockaddr_ll and alignment.
+	frameOverhead = 128
 	// ringFrameSize only sets the frame_nr bookkeeping value the kernel checks;
 	// V3 packs frames of any size into a block.
 	ringFrameSize = 2048
@@ -42,9 +37,31 @@ const (
 	blockStatusOff = 8
 )
 
+// blockSizeFor returns the ring block size for an interface MTU: the
+// smallest power of two of at least minBlockSize that holds framesPerBlock
+// full-size frames, so 32 KiB up to MTU 2600 and 128 KiB for jumbo frames.
+//
+// A block is handed over when full or after the retire timeout (1 ms at
+// least), so at the tens of thousands of frames/s a rank offers, a block
+// larger than needed mostly waits for its timeout and each hop of a
+// collective adds up to 1 ms; a block of too few frames costs a wakeup
+// every few frames. Measured (16M FP32 ALLREDUCE, same machine, A/B):
+// MTU 1500 SINGLE lab, 128 KiB 206-209 ms, 32 KiB 154-157 ms, 16 KiB
+// 165-205 ms with forwarding vs a bridge falling to 0.97 / 0.67 (64 B /
+// 1500 B; 32 KiB stayed within run-to-run noise of 128 KiB); MTU 9000
+// spine-leaf, 128 KiB (14 jumbo frames) 992-1040 ms, 32 KiB (3) 1186-1283 ms.
+func blockSizeFor(mtu int) int {
+	bs := minBlockSize
+	for bs < framesPerBlock*(mtu+frameOverhead) {
+		bs *= 2
+	}
+	return bs
+}
+
 // ring is the mapped RX ring. It is used by the one reading goroutine only.
 type ring struct {
 	mem     []byte
+	bs      int // block size
 	nblocks int
 	cur     int    // block the reader is at
 	owned   bool   // cur has been handed to user space and is being walked
@@ -52,8 +69,10 @@ type ring struct {
 	off     uint32 // offset of the next frame in cur
 }
 
-// setupRing switches fd to TPACKET_V3 and maps an RX ring of about total bytes.
-func setupRing(fd int, total int, timeout time.Duration) (*ring, error) {
+// setupRing switches fd to TPACKET_V3 and maps an RX ring of about total
+// bytes, in blocks sized for the interface MTU (blockSizeFor).
+func setupRing(fd int, total int, timeout time.Duration, mtu int) (*ring, error) {
+	ringBlockSize := blockSizeFor(mtu)
 	if e := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); e != nil {
 		return nil, os.NewSyscallError("setsockopt PACKET_VERSION", e)
 	}
@@ -66,7 +85,7 @@ func setupRing(fd int, total int, timeout time.Duration) (*ring, error) {
 		tov = 1
 	}
 	req := unix.TpacketReq3{
-		Block_size:     ringBlockSize,
+		Block_size:     uint32(ringBlockSize),
 		Block_nr:       uint32(nb),
 		Frame_size:     ringFrameSize,
 		Frame_nr:       uint32(nb * ringBlockSize / ringFrameSize),
@@ -79,7 +98,7 @@ func setupRing(fd int, total int, timeout time.Duration) (*ring, error) {
 	if e != nil {
 		return nil, os.NewSyscallError("mmap rx ring", e)
 	}
-	return &ring{mem: mem, nblocks: nb}, nil
+	return &ring{mem: mem, bs: ringBlockSize, nblocks: nb}, nil
 }
 
 func (r *ring) unmap() {
@@ -90,7 +109,7 @@ func (r *ring) unmap() {
 }
 
 func (r *ring) status(b int) *uint32 {
-	return (*uint32)(unsafe.Pointer(&r.mem[b*ringBlockSize+blockStatusOff]))
+	return (*uint32)(unsafe.Pointer(&r.mem[b*r.bs+blockStatusOff]))
 }
 
 // ready reports whether a frame can be read without waiting.
@@ -119,14 +138,14 @@ func (r *ring) recv(bufs [][]byte, sizes []int) (n, trunc int) {
 			if atomic.LoadUint32(st)&unix.TP_STATUS_USER == 0 {
 				break
 			}
-			bh := (*unix.TpacketHdrV1)(unsafe.Pointer(&r.mem[r.cur*ringBlockSize+blockStatusOff]))
+			bh := (*unix.TpacketHdrV1)(unsafe.Pointer(&r.mem[r.cur*r.bs+blockStatusOff]))
 			r.owned, r.left, r.off = true, bh.Num_pkts, bh.Offset_to_first_pkt
 			if r.left == 0 {
 				r.release()
 				continue
 			}
 		}
-		base := r.cur * ringBlockSize
+		base := r.cur * r.bs
 		h := (*unix.Tpacket3Hdr)(unsafe.Pointer(&r.mem[base+int(r.off)]))
 		data := r.mem[base+int(r.off)+int(h.Mac):]
 		snap, length := int(h.Snaplen), int(h.Len)

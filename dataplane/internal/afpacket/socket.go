@@ -129,7 +129,7 @@ func Open(name string, opts Options) (*Socket, error) {
 			if tov <= 0 {
 				tov = DefaultRingTimeout
 			}
-			s.ring, serr = setupRing(int(fd), bufSize, tov)
+			s.ring, serr = setupRing(int(fd), bufSize, tov, ifi.MTU)
 		}
 	})
 	if cerr != nil {
