@@ -1,6 +1,7 @@
-// Package mmsg owns the batched AF_PACKET system calls that prismd's two
-// raw-socket users share: the switch's port sockets
-// (dataplane/internal/afpacket) and the ranks' sockets (host/internal/rawio).
+// Package mmsg owns the batched AF_PACKET system calls and the
+// transmit-only socket that prismd's two raw-socket users share: the
+// switch's port sockets (dataplane/internal/afpacket) and the ranks'
+// sockets (host/internal/rawio).
 //
 // Recv and Send hold pre-built mmsghdr/iovec arrays, so a batch of frames
 // costs one recvmmsg or sendmmsg and no allocation; Recv's read function is

@@ -3,7 +3,9 @@ package mmsg
 import (
 	"errors"
 	"net"
+	"os"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -102,5 +104,38 @@ func TestPrepareAllocs(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(100, func() { r.Prepare(bufs); s.Prepare(bufs); _ = r.ReadFunc() }); a != 0 {
 		t.Fatalf("%v allocations per batch", a)
+	}
+}
+
+// A TxSocket sends, and after Close (twice is harmless) reports itself
+// closed instead of writing to a stale descriptor.
+func TestTxSocketClose(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (AF_PACKET); run the tests as root")
+	}
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenTx(lo.Index, 1<<16, 100*time.Millisecond, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := make([]byte, 60)
+	frame[12], frame[13] = 0x88, 0xB6 // local experimental EtherType
+	if n, err := SendAll(s, NewSend(4), [][]byte{frame, frame}, nil); n != 2 || err != nil {
+		t.Fatalf("send: %d %v", n, err)
+	}
+	if s.Closed() {
+		t.Fatal("closed before Close")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil || !s.Closed() {
+		t.Fatalf("second Close: %v, closed %v", err, s.Closed())
+	}
+	if n, err := SendAll(s, NewSend(4), [][]byte{frame}, nil); n != 0 || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("send after Close: %d %v", n, err)
 	}
 }

@@ -62,15 +62,9 @@ type Socket struct {
 	ring     *ring
 	ringWait func(fd uintptr) bool
 
-	// txfd is a second AF_PACKET socket, used only to transmit. It is
-	// blocking and never registered with the Go netpoller: the netpoller
-	// registers every socket for EPOLLOUT (edge-triggered), and a packet
-	// socket signals write space each time the kernel frees one of its sent
-	// skbs, so transmitting on the RX socket cost one epoll wakeup (and a
-	// context switch of an idle thread) per frame. txMu (read-held while
-	// sending) keeps Close from closing txfd under a sender.
-	txMu   sync.RWMutex
-	txfd   int
+	// tx is a second AF_PACKET socket, used only to transmit, kept out of
+	// the Go netpoller (mmsg.TxSocket says why).
+	tx     *mmsg.TxSocket
 	txPool sync.Pool // of *mmsg.Send
 
 	statsMu     sync.Mutex
@@ -87,7 +81,7 @@ func Open(name string, opts Options) (*Socket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: open %q: %w", name, err)
 	}
-	s := &Socket{conn: conn, ifi: ifi, max: opts.MaxBatch, closed: make(chan struct{}), txfd: -1}
+	s := &Socket{conn: conn, ifi: ifi, max: opts.MaxBatch, closed: make(chan struct{})}
 	if s.max <= 0 {
 		s.max = 64
 	}
@@ -138,7 +132,7 @@ func Open(name string, opts Options) (*Socket, error) {
 	if serr != nil {
 		return fail(serr)
 	}
-	if s.txfd, err = openTx(ifi.Index, bufSize, opts.QdiscBypass); err != nil {
+	if s.tx, err = mmsg.OpenTx(ifi.Index, bufSize, txTimeout, opts.QdiscBypass); err != nil {
 		if s.ring != nil {
 			s.ring.unmap()
 		}
@@ -231,55 +225,12 @@ func (s *Socket) recvRing(bufs [][]byte, sizes []int) (n, truncated int, err err
 func (s *Socket) SendBatch(bufs [][]byte) (int, error) {
 	t := s.txPool.Get().(*mmsg.Send)
 	defer s.txPool.Put(t)
-	return mmsg.SendAll(s, t, bufs, nil)
+	return mmsg.SendAll(s.tx, t, bufs, nil)
 }
-
-// Sendmmsg sends t's first want messages on txfd; n < 0 means the socket is
-// closed. It implements mmsg.Sender.
-func (s *Socket) Sendmmsg(t *mmsg.Send, want int) (int, unix.Errno) {
-	s.txMu.RLock()
-	defer s.txMu.RUnlock()
-	if s.txfd < 0 {
-		return -1, 0
-	}
-	return t.Sendmmsg(s.txfd, want)
-}
-
-// Closed implements mmsg.Sender.
-func (s *Socket) Closed() bool { return s.isClosed() }
 
 // txTimeout bounds how long a send blocks on a full send buffer, so Close
 // (which waits for senders) and a closed port are noticed.
 const txTimeout = 100 * time.Millisecond
-
-// openTx opens the transmit-only socket of interface ifindex. Protocol 0
-// registers no receive hook, so it never queues received frames.
-func openTx(ifindex, bufSize int, bypass bool) (int, error) {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, os.NewSyscallError("socket", err)
-	}
-	fail := func(op string, err error) (int, error) {
-		_ = unix.Close(fd)
-		return -1, os.NewSyscallError(op, err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
-		return fail("bind", err)
-	}
-	if e := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize); e != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
-	}
-	tv := unix.NsecToTimeval(int64(txTimeout))
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
-		return fail("setsockopt SO_SNDTIMEO", err)
-	}
-	if bypass {
-		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
-			return fail("setsockopt PACKET_QDISC_BYPASS", err)
-		}
-	}
-	return fd, nil
-}
 
 // KernelDrops returns the cumulative number of frames the kernel dropped
 // because the receive buffer was full. PACKET_STATISTICS resets on every read,
@@ -310,12 +261,7 @@ func (s *Socket) Close() error {
 	}
 	s.statsMu.Unlock()
 	err := s.conn.Close()
-	s.txMu.Lock()
-	if s.txfd >= 0 {
-		_ = unix.Close(s.txfd)
-		s.txfd = -1
-	}
-	s.txMu.Unlock()
+	_ = s.tx.Close()
 	// Closing the fd woke a blocked reader; once it has left, unmap.
 	s.ringMu.Lock()
 	if s.ring != nil {

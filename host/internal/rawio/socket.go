@@ -59,10 +59,9 @@ type Socket struct {
 
 	rx *mmsg.Recv
 
-	// txMu is read-held while sending so Close cannot close txfd under a
-	// sender; txPool holds the pre-built message arrays of each sender.
-	txMu   sync.RWMutex
-	txfd   int
+	// tx is the transmit-only socket (mmsg.TxSocket: out of the netpoller);
+	// txPool holds the pre-built message arrays of each sender.
+	tx     *mmsg.TxSocket
 	txPool sync.Pool
 	batch  int
 
@@ -98,7 +97,7 @@ func Open(name string, opts Options) (*Socket, error) {
 	// A non-blocking descriptor makes os.NewFile register it with the
 	// netpoller.
 	file := os.NewFile(uintptr(fd), "packet:"+name)
-	s := &Socket{file: file, ifi: ifi, closed: make(chan struct{}), txfd: -1, batch: batch}
+	s := &Socket{file: file, ifi: ifi, closed: make(chan struct{}), batch: batch}
 	fail := func(err error) (*Socket, error) {
 		_ = file.Close()
 		return nil, fmt.Errorf("rawio: configure %q: %w", name, err)
@@ -106,7 +105,7 @@ func Open(name string, opts Options) (*Socket, error) {
 	if s.rc, err = file.SyscallConn(); err != nil {
 		return fail(err)
 	}
-	if s.txfd, err = openTx(ifi.Index, bufSize); err != nil {
+	if s.tx, err = mmsg.OpenTx(ifi.Index, bufSize, txTimeout, false); err != nil {
 		return fail(err)
 	}
 	s.rx = mmsg.NewRecv(batch)
@@ -154,32 +153,6 @@ func (s *Socket) readDrops() uint64 {
 	return uint64(st.Drops)
 }
 
-// openTx opens the transmit-only socket. Protocol 0 registers no receive
-// hook, so nothing is ever queued on it; it is never registered with the
-// netpoller, which would otherwise be woken (EPOLLOUT) each time the kernel
-// frees one of its sent frames.
-func openTx(ifindex, bufSize int) (int, error) {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, os.NewSyscallError("socket", err)
-	}
-	fail := func(op string, err error) (int, error) {
-		_ = unix.Close(fd)
-		return -1, os.NewSyscallError(op, err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
-		return fail("bind", err)
-	}
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize) != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
-	}
-	tv := unix.NsecToTimeval(int64(txTimeout))
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
-		return fail("setsockopt SO_SNDTIMEO", err)
-	}
-	return fd, nil
-}
-
 // MAC returns the interface's hardware address.
 func (s *Socket) MAC() net.HardwareAddr { return s.ifi.HardwareAddr }
 
@@ -225,25 +198,11 @@ func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (int, error) {
 func (s *Socket) SendBatch(frames [][]byte) (int, error) {
 	t := s.txPool.Get().(*mmsg.Send)
 	defer s.txPool.Put(t)
-	return mmsg.SendAll(s, t, frames, ifaceGone)
+	return mmsg.SendAll(s.tx, t, frames, ifaceGone)
 }
 
 // ifaceGone: a rank's interface went away; retrying cannot help.
 func ifaceGone(e unix.Errno) bool { return e == unix.ENETDOWN || e == unix.ENXIO || e == unix.ENODEV }
-
-// Sendmmsg sends t's first want messages on txfd; n < 0 means the socket is
-// closed. It implements mmsg.Sender.
-func (s *Socket) Sendmmsg(t *mmsg.Send, want int) (int, unix.Errno) {
-	s.txMu.RLock()
-	defer s.txMu.RUnlock()
-	if s.txfd < 0 {
-		return -1, 0
-	}
-	return t.Sendmmsg(s.txfd, want)
-}
-
-// Closed implements mmsg.Sender.
-func (s *Socket) Closed() bool { return s.isClosed() }
 
 // KernelDrops returns how many frames the kernel dropped on the receive
 // socket since Open because its buffer was full.
@@ -264,12 +223,7 @@ func (s *Socket) Close() error {
 		close(s.closed)
 		s.statsMu.Unlock()
 		err = s.file.Close()
-		s.txMu.Lock()
-		if s.txfd >= 0 {
-			_ = unix.Close(s.txfd)
-			s.txfd = -1
-		}
-		s.txMu.Unlock()
+		_ = s.tx.Close()
 	})
 	return err
 }
