@@ -406,8 +406,15 @@ func TestFig1Repair(t *testing.T) {
 // TestAggregateEncodings: s1's A-BM and the workers' P-BMs in each
 // encoding; the merged DATA carries P-BM {w1,w2} in the A-BM's encoding,
 // byte for byte canonical, and the root's result reaches everyone.
+// TestAggregateEncodings: hosts send P-BMs in one encoding, the node's A-BM
+// is in the same or another: the node reads any encoding and its partial
+// carries the OR in its own A-BM's encoding (protocol 8.2: a node may
+// translate a host's node list into the local bitmap), and every host still
+// gets one result.
 func TestAggregateEncodings(t *testing.T) {
-	for _, enc := range []uint8{parser.EncFlat, parser.EncHier, parser.EncList} {
+	for _, c := range []struct{ host, node uint8 }{
+		{parser.EncFlat, parser.EncFlat}, {parser.EncHier, parser.EncHier}, {parser.EncList, parser.EncList},
+		{parser.EncList, parser.EncFlat}, {parser.EncHier, parser.EncFlat}, {parser.EncFlat, parser.EncList}} {
 		f := fig1(t, nil)
 		s1 := f.nodes["s1"].sh
 		s1.Abort(testOp)
@@ -419,10 +426,10 @@ func TestAggregateEncodings(t *testing.T) {
 			{kind: parser.KindParent, port: 2},
 			{kind: parser.KindResultIn, port: 2},
 		})
-		spec.Sets[2] = parser.SetRecord{BindingIndex: parser.OwnSet, Encoding: enc, Set: encodeSet(enc, 64, []uint32{0, 1})}
+		spec.Sets[2] = parser.SetRecord{BindingIndex: parser.OwnSet, Encoding: c.node, Set: encodeSet(c.node, 64, []uint32{0, 1})}
 		stg := decodeStage(t, testOp, &spec)
 		if st, _ := s1.Stage(f.now, testOp, &stg, 3); st != parser.StatusOK || s1.Commit(f.now, testOp) != parser.StatusOK {
-			t.Fatalf("%d: re-stage s1: %v", enc, st)
+			t.Fatalf("%d->%d: re-stage s1: %v", c.host, c.node, st)
 		}
 		var up []decoded
 		f.tap = func(to end, fr []byte) bool {
@@ -434,15 +441,15 @@ func TestAggregateEncodings(t *testing.T) {
 		vals := []float32{1, 2, 3}
 		for w := 0; w < 4; w++ {
 			name := fmt.Sprintf("w%d", w+1)
-			f.inject(name, f.hostFrame(name, parser.ClassData, 1, 0, encodeSet(enc, 64, []uint32{uint32(w)}), enc, 0, vals))
+			f.inject(name, f.hostFrame(name, parser.ClassData, 1, 0, encodeSet(c.host, 64, []uint32{uint32(w)}), c.host, 0, vals))
 		}
 		f.run()
-		if len(up) != 1 || up[0].d.Ext.Encoding != enc || string(up[0].d.Ext.Set) != string(encodeSet(enc, 64, []uint32{0, 1})) {
-			t.Fatalf("encoding %d: s1 sent %d frames up, set %x", enc, len(up), up[0].d.Ext.Set)
+		if len(up) != 1 || up[0].d.Ext.Encoding != c.node || string(up[0].d.Ext.Set) != string(encodeSet(c.node, 64, []uint32{0, 1})) {
+			t.Fatalf("%d->%d: s1 sent %d frames up (want 1 with the A-BM in encoding %d)", c.host, c.node, len(up), c.node)
 		}
 		for w := 0; w < 4; w++ {
 			if n := len(f.hosts[fmt.Sprintf("w%d", w+1)].got); n != 1 {
-				t.Fatalf("encoding %d: w%d got %d results", enc, w+1, n)
+				t.Fatalf("%d->%d: w%d got %d results", c.host, c.node, w+1, n)
 			}
 		}
 	}
@@ -506,52 +513,4 @@ func TestFig1LostMergedRepair(t *testing.T) {
 		t.Fatalf("duplicates %d, partials %d", f.cnt.Duplicates.Load(), f.cnt.Partials.Load())
 	}
 	checkResults(t, f, in, map[uint64][]int{1: {0, 1, 2, 3}})
-}
-
-// TestTranslateAtBoundaryEncoding: hosts send LIST (or HIER) P-BMs, the
-// node's A-BM is FLAT: the node reads any encoding and its partial carries
-// the OR in its own A-BM's encoding (protocol 8.2: a node may translate a
-// host's node list into the local bitmap), and every host still gets one
-// result.
-func TestTranslateAtBoundaryEncoding(t *testing.T) {
-	for _, c := range []struct{ host, node uint8 }{
-		{parser.EncList, parser.EncFlat}, {parser.EncHier, parser.EncFlat}, {parser.EncFlat, parser.EncList}} {
-		f := fig1(t, nil)
-		s1 := f.nodes["s1"].sh
-		s1.Abort(testOp)
-		spec := f.stageSpec("s1", baseContext(parser.RoleLeaf), "11000000", 1, []bspec{
-			{kind: parser.KindContributor, port: 0, rank: true},
-			{kind: parser.KindContributor, port: 1, rank: true},
-			{kind: parser.KindResultOut, port: 0, mask: "10000000", rank: true},
-			{kind: parser.KindResultOut, port: 1, mask: "01000000", rank: true},
-			{kind: parser.KindParent, port: 2},
-			{kind: parser.KindResultIn, port: 2},
-		})
-		spec.Sets[2] = parser.SetRecord{BindingIndex: parser.OwnSet, Encoding: c.node, Set: encodeSet(c.node, 64, []uint32{0, 1})}
-		stg := decodeStage(t, testOp, &spec)
-		if st, _ := s1.Stage(f.now, testOp, &stg, 3); st != parser.StatusOK || s1.Commit(f.now, testOp) != parser.StatusOK {
-			t.Fatalf("%d->%d: re-stage s1: %v", c.host, c.node, st)
-		}
-		var up []decoded
-		f.tap = func(to end, fr []byte) bool {
-			if to.name == "s6" && to.port == 0 {
-				up = append(up, decodeFrame(t, fr))
-			}
-			return true
-		}
-		vals := []float32{1, 2, 3}
-		for w := 0; w < 4; w++ {
-			name := fmt.Sprintf("w%d", w+1)
-			f.inject(name, f.hostFrame(name, parser.ClassData, 1, 0, encodeSet(c.host, 64, []uint32{uint32(w)}), c.host, 0, vals))
-		}
-		f.run()
-		if len(up) != 1 || up[0].d.Ext.Encoding != c.node || string(up[0].d.Ext.Set) != string(encodeSet(c.node, 64, []uint32{0, 1})) {
-			t.Fatalf("%d->%d: s1 sent %d frames up (want 1 with the A-BM in encoding %d)", c.host, c.node, len(up), c.node)
-		}
-		for w := 0; w < 4; w++ {
-			if n := len(f.hosts[fmt.Sprintf("w%d", w+1)].got); n != 1 {
-				t.Fatalf("%d->%d: w%d got %d results", c.host, c.node, w+1, n)
-			}
-		}
-	}
 }
