@@ -54,6 +54,20 @@ func runMcast(args []string) int {
 // talking.
 func endpointOf(topo *deploy.Topology, h string) int { return slices.Index(topo.Hosts(), h) }
 
+// receiverEndpoints parses --receivers (comma-separated hosts of topo).
+func receiverEndpoints(topo *deploy.Topology, list string) ([]bitmapam.Endpoint, error) {
+	var eps []bitmapam.Endpoint
+	for _, h := range strings.Split(list, ",") {
+		h = strings.TrimSpace(h)
+		id := endpointOf(topo, h)
+		if id < 0 {
+			return nil, fmt.Errorf("--receivers: %q is not a host of %s (hosts: %s)", h, topo.Name, strings.Join(topo.Hosts(), ", "))
+		}
+		eps = append(eps, bitmapam.Endpoint{ID: id, Host: h})
+	}
+	return eps, nil
+}
+
 type mcastFlags struct {
 	topology, node, iface string
 	job                   uint64
@@ -203,13 +217,9 @@ func mcastSend(args []string) int {
 		fmt.Fprintf(os.Stderr, "prismctl mcast send: %v\n", err)
 		return 1
 	}
-	var eps []bitmapam.Endpoint
-	for _, h := range strings.Split(*receivers, ",") {
-		h = strings.TrimSpace(h)
-		if endpointOf(topo, h) < 0 {
-			return flagErr(fs, fmt.Errorf("--receivers: %q is not a host of %s (hosts: %s)", h, topo.Name, strings.Join(topo.Hosts(), ", ")))
-		}
-		eps = append(eps, bitmapam.Endpoint{ID: endpointOf(topo, h), Host: h})
+	eps, err := receiverEndpoints(topo, *receivers)
+	if err != nil {
+		return flagErr(fs, err)
 	}
 	spec := bitmapam.JobSpec{Kind: bitmapam.Multicast, Op: parser.OpKey{Job: mf.job, Group: 1, GroupGen: 1, Op: 1, OpGen: uint32(time.Now().Unix())},
 		Tenant: uint32(mf.tenant), Endpoints: eps, Root: mf.node, VectorLen: bitmap.McastVectorLen(fi.Size()),

@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/prismd/prismd/bitmapfwd"
@@ -50,13 +49,9 @@ func mcastBlast(args []string) int {
 	if err := mf.loadKey(); err != nil {
 		return flagErr(fs, err)
 	}
-	var eps []bitmapam.Endpoint
-	for _, h := range strings.Split(*receivers, ",") {
-		h = strings.TrimSpace(h)
-		if endpointOf(topo, h) < 0 {
-			return flagErr(fs, fmt.Errorf("--receivers: %q is not a host of %s (hosts: %s)", h, topo.Name, strings.Join(topo.Hosts(), ", ")))
-		}
-		eps = append(eps, bitmapam.Endpoint{ID: endpointOf(topo, h), Host: h})
+	eps, err := receiverEndpoints(topo, *receivers)
+	if err != nil {
+		return flagErr(fs, err)
 	}
 	if *size < parser.EthLen+parser.CWLen+parser.DataHdrLen+parser.ExtHdrLen+parser.GroupDescLen+16 || *size > parser.EthLen+*mtu {
 		return flagErr(fs, fmt.Errorf("--size %d: must hold the PRISM headers and fit the MTU %d (+14)", *size, *mtu))
