@@ -303,7 +303,9 @@ func TestAuthNoAllocs(t *testing.T) {
 		if port.sign(f) != nil || port.write(f) != nil {
 			t.Fatal("sign/write failed")
 		}
-	}); a != 0 {
+	}); a != 0 && !raceEnabled {
+		// (Under -race sync.Pool drops objects on purpose, so the pooled
+		// signers are remade: the count means nothing there.)
 		t.Errorf("signed send: %v allocations per frame, want 0", a)
 	}
 	if w, g := oracleTag(t, key, f); !bytes.Equal(w, g) {

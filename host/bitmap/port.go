@@ -49,13 +49,13 @@ type Port struct {
 }
 
 // jobKey is one job's key as the Port uses it. An Authenticator is one HMAC
-// state, made once per key (hmac.New) and reset per frame, so signing and
-// verifying allocate nothing; it is not safe for concurrent use: rx belongs
-// to the read loop, tx is shared by the operations' goroutines under txMu.
+// state, made once (hmac.New) and reset per frame, so signing and verifying
+// allocate nothing; it is not safe for concurrent use: rx belongs to the
+// read loop, and the operations' goroutines take signers from tx, a pool
+// (one per P in steady state), so signing neither locks nor serializes.
 type jobKey struct {
-	txMu sync.Mutex
-	tx   *parser.Authenticator
-	rx   *parser.Authenticator
+	tx sync.Pool // of *parser.Authenticator
+	rx *parser.Authenticator
 }
 
 type pidKey struct {
@@ -111,7 +111,9 @@ func (p *Port) SetKey(job uint64, key []byte) error {
 		if err := authkey.Check(key); err != nil {
 			return fmt.Errorf("bitmap: job %d: %w", job, err)
 		}
-		jk = &jobKey{tx: parser.NewAuthenticator(key), rx: parser.NewAuthenticator(key)}
+		k := append([]byte(nil), key...)
+		jk = &jobKey{rx: parser.NewAuthenticator(k)}
+		jk.tx.New = func() any { return parser.NewAuthenticator(k) }
 	}
 	p.keyMu.Lock()
 	defer p.keyMu.Unlock()
@@ -157,9 +159,9 @@ func (p *Port) sign(f []byte) error {
 	if jk == nil {
 		return nil
 	}
-	jk.txMu.Lock()
-	err := jk.tx.Sign(f)
-	jk.txMu.Unlock()
+	a := jk.tx.Get().(*parser.Authenticator)
+	err := a.Sign(f)
+	jk.tx.Put(a)
 	if err != nil {
 		return fmt.Errorf("bitmap: job %d has a key but a frame was built without room for its AUTH tag", op.Job)
 	}
