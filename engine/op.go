@@ -870,12 +870,26 @@ func (o *op) relayRoomGrew() bool {
 	if ib.advZero {
 		return true
 	}
-	room, _ := ib.rw.Credits()
-	for i := range o.outs {
-		fr, _ := o.outs[i].sw.Room()
-		room = min(room, fr)
-	}
+	room, _ := o.relayCredits(ib.rw.Credits())
 	return room-ib.advCI >= max(4, ib.rw.Intervals()/4)
+}
+
+// relayCredits bounds the result path's own credits (ci, cb) by the room of
+// every RESULT_OUT. A relay copies each accepted RESULT onto every output,
+// so it promises upstream no more than its fullest output can take:
+// advertising its own receive window instead let the parent send frames
+// the relay then refused (NO_CREDIT) and resent on timeout (measured: 5177
+// refusals and 5526 resends in a 1M spine-leaf ALLREDUCE, 2.9x the vector
+// on one spine link).
+func (o *op) relayCredits(ci int, cb uint32) (int, uint32) {
+	for i := range o.outs {
+		fr, by := o.outs[i].sw.Room()
+		ci = min(ci, fr)
+		if by >= 0 {
+			cb = min(cb, uint32(by))
+		}
+	}
+	return ci, cb
 }
 
 func (o *op) retransmit(now int64, ob *outbound, tx dataplane.Sender) {
@@ -921,19 +935,7 @@ func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.Progress
 	var flags uint8
 	if ib == o.result {
 		flags |= parser.ProgressFlagResult
-		// A relay copies each accepted RESULT onto every output, so it
-		// promises upstream no more than its fullest output can take:
-		// advertising its own receive window instead let the parent send
-		// frames the relay then refused (NO_CREDIT) and resent on timeout
-		// (measured: 5177 refusals and 5526 resends in a 1M spine-leaf
-		// ALLREDUCE, 2.9x the vector on one spine link).
-		for i := range o.outs {
-			fr, by := o.outs[i].sw.Room()
-			ci = min(ci, fr)
-			if by >= 0 {
-				cb = min(cb, uint32(by))
-			}
-		}
+		ci, cb = o.relayCredits(ci, cb)
 	}
 	if ib.rw.Done() {
 		flags |= parser.ProgressFlagComplete
