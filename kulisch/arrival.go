@@ -45,8 +45,9 @@ func (a *ArrivalVector) ResetRange(first, n int) error {
 	if first < 0 || n < 0 || first+n > len(a.s) {
 		return ErrRange
 	}
-	for i := first; i < first+n; i++ {
-		a.s[i] = negZero
+	r := a.s[first : first+n]
+	for i := fillBulk(r, 0x80000000); i < len(r); i++ {
+		r[i] = negZero
 	}
 	return nil
 }
@@ -69,7 +70,7 @@ func (a *ArrivalVector) AddFP32LE(first int, values []byte) error {
 	if err != nil {
 		return err
 	}
-	for j := range s {
+	for j := addFP32Bulk(s, values); j < len(s); j++ {
 		s[j] += math.Float32frombits(binary.LittleEndian.Uint32(values[4*j:]))
 	}
 	return nil
@@ -245,8 +246,9 @@ func (a *ArrivalVector) PutValues(dst []byte, first, count int, f Format) (int, 
 		// The common case (every RESULT of an FP32 job) without the
 		// per-element format switch: it is most of a switch's work per frame.
 		d := dst[:count*4]
-		for k, x := range a.s[first : first+count] {
-			b := math.Float32bits(x)
+		src := a.s[first : first+count]
+		for k := putFP32Bulk(d, src); k < len(src); k++ {
+			b := math.Float32bits(src[k])
 			if b&0x7FFFFFFF > 0x7F800000 {
 				b = NaN32
 			}
