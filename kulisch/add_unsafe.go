@@ -19,6 +19,7 @@ func (v *Vector) addFP32Rows(first, n int, vals []byte, bf16 bool) {
 		return
 	}
 	fl := v.flags[first : first+n]
+	lo, hi := v.nlo[first:first+n:first+n], v.hi[first:first+n:first+n]
 	_ = v.digits[(first+n)*v.d-1] // the last row exists
 	base := unsafe.Pointer(&v.digits[first*v.d])
 	stride := uintptr(v.d) * 8
@@ -46,6 +47,8 @@ func (v *Vector) addFP32Rows(first, n int, vals []byte, bf16 bool) {
 		q := (*[2]int64)(unsafe.Add(base, off+uintptr(sh>>5)*8))
 		q[0] += (int64(x&digitMask) ^ neg) - neg
 		q[1] += (int64(x>>32) ^ neg) - neg
+		lo[j] = max(lo[j], ^uint8(sh>>5))
+		hi[j] = max(hi[j], uint8(sh>>5+1))
 		z := b ^ 0x80000000 // zero only for -0
 		fl[j] |= uint8((z | -z) >> 31)
 		off += stride
@@ -58,6 +61,7 @@ func (v *Vector) addFP16Rows(first, n int, vals []byte) {
 		return
 	}
 	fl := v.flags[first : first+n]
+	lo, hi := v.nlo[first:first+n:first+n], v.hi[first:first+n:first+n]
 	_ = v.digits[(first+n)*v.d-1]
 	base := unsafe.Pointer(&v.digits[first*v.d])
 	stride := uintptr(v.d) * 8
@@ -79,6 +83,8 @@ func (v *Vector) addFP16Rows(first, n int, vals []byte) {
 		q := (*[2]int64)(unsafe.Add(base, off+uintptr(sh>>5)*8))
 		q[0] += (int64(x&digitMask) ^ neg) - neg
 		q[1] += (int64(x>>32) ^ neg) - neg
+		lo[j] = max(lo[j], ^uint8(sh>>5))
+		hi[j] = max(hi[j], uint8(sh>>5+1))
 		z := h ^ 0x8000
 		fl[j] |= uint8((z | -z) >> 31)
 		off += stride

@@ -365,9 +365,17 @@ func (v *Vector) putFP32(dst []byte, first, count int) (int, error) {
 	for k := 0; k < count; k++ {
 		i := first + k
 		dg := v.digits[i*d : i*d+d : i*d+d]
+		// Resolve digits lo..hi only (the rest are zero) when the row has
+		// a zero digit above hi to take the carry: that digit becomes the
+		// signed top of the shorter row dg[:t+1], which holds the same
+		// value. Otherwise resolve the whole row.
+		lo, t := 0, d-1
+		if h := int(v.hi[i]); h < d-1 {
+			lo, t = int(^v.nlo[i]), h+1
+		}
 		var c int64
-		low, hiNZ, hiNM := d, -1, -1 // lowest nonzero; highest nonzero; highest not all ones
-		for j := 0; j < d-1; j++ {
+		low, hiNZ, hiNM := t+1, -1, lo-1 // lowest nonzero; highest nonzero; highest not all ones
+		for j := lo; j < t; j++ {
 			x := dg[j] + c
 			c = x >> digitBits
 			x &= digitMask
@@ -380,25 +388,28 @@ func (v *Vector) putFP32(dst []byte, first, count int) (int, error) {
 				hiNM = j
 			}
 		}
-		top := dg[d-1] + c
-		dg[d-1] = top
+		top := dg[t] + c
+		dg[t] = top
 		if top != 0 {
-			low = min(low, d-1)
-			hiNZ = d - 1
+			low = min(low, t)
+			hiNZ = t
+			if t < d-1 {
+				v.hi[i] = uint8(t)
+			}
 		}
 		if top != -1 {
-			hiNM = d - 1
+			hiNM = t
 		}
 		if top > hugeLimit || top < -hugeLimit {
 			v.flags[i] |= fHuge
 		}
 		r, ok := uint32(0), false
-		if v.flags[i]&(fNaN|fPosInf|fNegInf|fHuge) == 0 && low < d {
+		if v.flags[i]&(fNaN|fPosInf|fNegInf|fHuge) == 0 && low <= t {
 			h := hiNZ
 			if top < 0 {
 				h = max(hiNM, low)
 			}
-			r, ok = roundFP32(dg, low, h, v.w)
+			r, ok = roundFP32(dg[:t+1], low, h, v.w)
 		}
 		if !ok {
 			var err error

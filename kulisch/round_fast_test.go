@@ -1,6 +1,7 @@
 package kulisch
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -57,11 +58,108 @@ func TestRoundFP32MatchesRound(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			want, werr := v.Round(0, FP32)
+			// PutValues first: Round resolves the whole row, which would
+			// hide the short-row path PutValues takes after FP32 adds.
 			_, gerr := v.PutValues(out, 0, 1, FP32)
+			want, werr := v.Round(0, FP32)
 			got := uint32(out[0]) | uint32(out[1])<<8 | uint32(out[2])<<16 | uint32(out[3])<<24
 			if (werr == nil) != (gerr == nil) || werr == nil && got != want {
 				t.Fatalf("W=%d iteration %d: PutValues %#08x (%v), Round %#08x (%v)", w, it, got, gerr, want, werr)
+			}
+		}
+	}
+}
+
+// TestPutFP32Interleaved holds PutValues to FP32 to the math/big reference
+// while rows go through every kind of write, in random order: FP32, FP16,
+// BF16 and INT8 adds (which keep a row short), exact KULISCH merges and
+// Round (which widen it to every digit), PutValues itself (which resolves
+// in place and moves the row's top up), resets of a range.
+func TestPutFP32Interleaved(t *testing.T) {
+	const n, w = 48, 280
+	rng := rand.New(rand.NewPCG(11, 12))
+	v, err := NewVector(n, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := make([]refSum, n)
+	// moderate draws a finite binary32 whose sums of a few hundred terms
+	// stay far inside W = 280, of either sign, across the whole exponent
+	// range below 2^100 (subnormals included).
+	moderate := func() uint32 {
+		return rng.Uint32()&0x807FFFFF | uint32(rng.IntN(227))<<23
+	}
+	out := make([]byte, 4*n)
+	for it := 0; it < 4000; it++ {
+		first := rng.IntN(n)
+		cnt := 1 + rng.IntN(n-first)
+		switch op := rng.IntN(10); {
+		case op < 4:
+			vals := make([]byte, 4*cnt)
+			for k := range cnt {
+				b := moderate()
+				if rng.IntN(8) == 0 && k > 0 { // cancel the previous element's value
+					b = binary.LittleEndian.Uint32(vals[4*(k-1):]) ^ 0x80000000
+				}
+				binary.LittleEndian.PutUint32(vals[4*k:], b)
+				refs[first+k].addFP32(b)
+			}
+			if err := v.AddFP32LE(first, vals); err != nil {
+				t.Fatal(err)
+			}
+		case op == 4:
+			vals := make([]byte, 2*cnt)
+			for k := range cnt {
+				h := uint16(rng.Uint32()) &^ 0x7C00 | uint16(rng.IntN(31))<<10 // finite
+				binary.LittleEndian.PutUint16(vals[2*k:], h)
+				refs[first+k].addFP16(h)
+			}
+			if err := v.AddFP16LE(first, vals); err != nil {
+				t.Fatal(err)
+			}
+		case op == 5:
+			vals := make([]byte, cnt)
+			for k := range cnt {
+				vals[k] = byte(rng.Uint32())
+				refs[first+k].addINT8(int8(vals[k]))
+			}
+			if err := v.AddINT8(first, vals); err != nil {
+				t.Fatal(err)
+			}
+		case op == 6: // an exact partial from another switch
+			var vals []byte
+			for k := range cnt {
+				var r refSum
+				for range 1 + rng.IntN(3) {
+					r.addFP32(moderate())
+				}
+				vals = append(vals, r.wire(w)...)
+				refs[first+k].merge(&r)
+			}
+			if err := v.MergeKulisch(first, vals); err != nil {
+				t.Fatal(err)
+			}
+		case op == 7:
+			if _, err := v.Round(first, FP32); err != nil {
+				t.Fatal(err)
+			}
+		case op == 8 && rng.IntN(4) == 0:
+			if err := v.ResetRange(first, cnt); err != nil {
+				t.Fatal(err)
+			}
+			for k := range cnt {
+				refs[first+k] = refSum{}
+			}
+		}
+		// Read a random range back after every step.
+		first = rng.IntN(n)
+		cnt = 1 + rng.IntN(n-first)
+		if _, err := v.PutValues(out, first, cnt, FP32); err != nil {
+			t.Fatalf("iteration %d: PutValues: %v", it, err)
+		}
+		for k := range cnt {
+			if got, want := binary.LittleEndian.Uint32(out[4*k:]), refs[first+k].fp32(); got != want {
+				t.Fatalf("iteration %d: element %d = %#08x, want %#08x", it, first+k, got, want)
 			}
 		}
 	}

@@ -237,6 +237,7 @@ func (v *Vector) MergeScaled(first, shift, b int, values []byte) error {
 		case Finite:
 			v.flags[i] |= fNonNegZero
 			addShiftedInt(v.digits[i*v.d:(i+1)*v.d], val[1:], b, shift)
+			v.wide(i)
 		}
 	}
 	return nil

@@ -75,6 +75,13 @@ type Vector struct {
 	n, w, d int
 	digits  []int64
 	flags   []uint8
+	// Row i's digits outside [^nlo[i], hi[i]] are zero: the FP32 and FP16
+	// adds touch two digits, so rounding an element resolves two or three
+	// digits instead of d (PutValues to FP32 is most of a KULISCH switch's
+	// work). nlo holds the complement so that cleared memory (nlo 0, lo
+	// 255 > hi 0) reads as an empty row. Every other writer of digits
+	// widens the bounds to the whole row.
+	nlo, hi []uint8
 	pending uint32 // batches since the last full carry resolution
 	// mag is scratch for rounding: a local would be zeroed (1 KiB) on
 	// every call.
@@ -93,7 +100,8 @@ func NewVector(n, w int) (*Vector, error) {
 	if d < fp32Digits {
 		d = fp32Digits
 	}
-	return &Vector{n: n, w: w, d: d, digits: make([]int64, n*d), flags: make([]uint8, n)}, nil
+	return &Vector{n: n, w: w, d: d, digits: make([]int64, n*d), flags: make([]uint8, n),
+		nlo: make([]uint8, n), hi: make([]uint8, n)}, nil
 }
 
 // Len is the number of accumulators.
@@ -109,7 +117,11 @@ func (v *Vector) WireSize() int { return WireSize(v.w) }
 func (v *Vector) Reset(i int) {
 	clear(v.digits[i*v.d : (i+1)*v.d])
 	v.flags[i] = 0
+	v.nlo[i], v.hi[i] = 0, 0
 }
+
+// wide marks row i as possibly nonzero in every digit.
+func (v *Vector) wide(i int) { v.nlo[i], v.hi[i] = ^uint8(0), uint8(v.d-1) }
 
 // ResetRange empties accumulators first..first+n-1.
 func (v *Vector) ResetRange(first, n int) error {
@@ -118,6 +130,8 @@ func (v *Vector) ResetRange(first, n int) error {
 	}
 	clear(v.digits[first*v.d : (first+n)*v.d])
 	clear(v.flags[first : first+n])
+	clear(v.nlo[first : first+n])
+	clear(v.hi[first : first+n])
 	return nil
 }
 
@@ -156,6 +170,7 @@ func (v *Vector) resolve(i int) {
 	if top > hugeLimit || top < -hugeLimit {
 		v.flags[i] |= fHuge
 	}
+	v.wide(i) // a negative value is all ones up to the top
 }
 
 func (v *Vector) special(i int, nan, neg bool) {
@@ -243,6 +258,8 @@ func (v *Vector) AddINT8(first int, values []byte) error {
 	for j := range fl {
 		dg[j*d+4] += int64(int8(values[j])) << 21
 		fl[j] |= fNonNegZero // INT8 has no -0
+		v.nlo[first+j] = max(v.nlo[first+j], ^uint8(4))
+		v.hi[first+j] = max(v.hi[first+j], 4)
 	}
 	return nil
 }
@@ -309,6 +326,7 @@ func (v *Vector) MergeKulisch(first int, values []byte) error {
 		case Finite:
 			v.flags[i] |= fNonNegZero
 			addWireInt(v.digits[i*v.d:(i+1)*v.d], val[1:], nb)
+			v.wide(i)
 		}
 	}
 	return nil
