@@ -110,7 +110,7 @@ func TestPutFP32Interleaved(t *testing.T) {
 		case op == 4:
 			vals := make([]byte, 2*cnt)
 			for k := range cnt {
-				h := uint16(rng.Uint32()) &^ 0x7C00 | uint16(rng.IntN(31))<<10 // finite
+				h := uint16(rng.Uint32())&^0x7C00 | uint16(rng.IntN(31))<<10 // finite
 				binary.LittleEndian.PutUint16(vals[2*k:], h)
 				refs[first+k].addFP16(h)
 			}
