@@ -372,6 +372,15 @@ func (v *Vector) putFP32(dst []byte, first, count int) (int, error) {
 		lo, t := 0, d-1
 		if h := int(v.hi[i]); h < d-1 {
 			lo, t = int(^v.nlo[i]), h+1
+			// The common case, every input of one binade or two: three
+			// digits make one 128-bit integer, rounded without resolving
+			// anything (the row stays as it is).
+			if h-lo <= 2 && lo+2 < d && v.flags[i]&(fNaN|fPosInf|fNegInf|fHuge) == 0 {
+				if r, ok := roundShort(dg[lo], dg[lo+1], dg[lo+2], lo, v.w); ok {
+					binary.LittleEndian.PutUint32(dst[4*k:], r)
+					continue
+				}
+			}
 		}
 		var c int64
 		low, hiNZ, hiNM := t+1, -1, lo-1 // lowest nonzero; highest nonzero; highest not all ones
@@ -420,6 +429,77 @@ func (v *Vector) putFP32(dst []byte, first, count int) (int, error) {
 		binary.LittleEndian.PutUint32(dst[4*k:], r)
 	}
 	return 4 * count, nil
+}
+
+// roundShort rounds V = a0 + a1*2^32 + a2*2^64 units to FP32, ties to
+// even, where a0..a2 are the carry-save digits lo..lo+2 of a row whose
+// other digits are zero. Each |a| < 2^62, so V fits a signed 128-bit
+// integer. ok is false for V = 0 (its sign lives in the flags) and where
+// roundFP32 would also decline (out of FP32's finite range, or reaching
+// bit w-1): the caller takes the general path.
+func roundShort(a0, a1, a2 int64, lo, w int) (uint32, bool) {
+	l, h := uint64(a0), uint64(a0>>63)
+	var c uint64
+	l, c = bits.Add64(l, uint64(a1)<<digitBits, 0)
+	h += uint64(a1>>digitBits) + c
+	h += uint64(a2)
+	var sign uint32
+	neg := int64(h) < 0
+	if neg {
+		sign = 1 << 31
+		l, c = bits.Sub64(0, l, 0)
+		h = -h - c
+	}
+	m := bits.Len64(l) - 1 // local msb
+	if h != 0 {
+		m = 64 + bits.Len64(h) - 1
+	} else if l == 0 {
+		return 0, false
+	}
+	msb := lo*digitBits + m
+	if msb-ScaleExp > fmt32.emax || msb >= w-1 {
+		return 0, false
+	}
+	q := max(msb-23, 0) // quantum: FP32's last significand bit (0 = subnormal range)
+	sh := q - lo*digitBits
+	var sv uint64
+	if sh <= 0 {
+		sv = l << uint(-sh) // fewer than 24 bits: exact
+	} else {
+		// sv = V >> sh (< 2^24); round bit sh-1; sticky: bits below it.
+		us := uint(sh)
+		if us >= 64 {
+			sv = h >> (us - 64)
+		} else {
+			sv = l>>us | h<<(64-us)
+		}
+		rb := us - 1
+		var rbit uint64
+		var sticky bool
+		if rb >= 64 {
+			rbit = h >> (rb - 64) & 1
+			sticky = l != 0 || h&(1<<(rb-64)-1) != 0
+		} else {
+			rbit = l >> rb & 1
+			sticky = l&(1<<rb-1) != 0
+		}
+		sv &= 1<<24 - 1
+		if rbit == 1 && (sv&1 == 1 || sticky) {
+			sv++
+			if sv == 1<<24 {
+				sv >>= 1
+				q++
+			}
+		}
+	}
+	if sv < 1<<23 { // subnormal: biased exponent 0
+		return sign | uint32(sv), true
+	}
+	be := q + 1
+	if be >= 0xFF {
+		return fmt32.inf(neg), true
+	}
+	return sign | uint32(be)<<23 | uint32(sv)&(1<<23-1), true
 }
 
 // roundFP32 rounds the resolved, nonzero digits dg to FP32, ties to even,
