@@ -4,9 +4,10 @@
 #   1. Go micro-benchmarks (-benchmem): validate vs copy, exact add vs float
 #      add, engine absorb vs copy, replication vs copy.
 #   2. Plain forwarding prismd vs Linux bridge (scripts/bench-forward.sh).
-#   3. Single lab: DATA frames/s one prismd absorbs during an ALLREDUCE
-#      (FP32_ARRIVAL, KULISCH_FIXED) vs the same node's forwarding frames/s
-#      (prismd-blast). Issue #5 bar: >= 0.8x (FP32_ARRIVAL), >= 0.5x (KULISCH).
+#   3. Single lab: DATA frames/s one prismd absorbs during ALLREDUCE and
+#      REDUCE (FP32_ARRIVAL, KULISCH_FIXED), fed by two 'prismd-blast
+#      contribute' ranks, vs the same node's forwarding frames/s (prismd-blast
+#      send/recv). Issue #5 bar: >= 0.8x (FP32_ARRIVAL), >= 0.5x (KULISCH).
 #   4. Spine-leaf, 4 ranks: bytes per link per direction during one ALLREDUCE
 #      / vector bytes, vs ring allreduce's 2(N-1)/N; FP32_ARRIVAL and KULISCH
 #      on gradient-like data, KULISCH on the mixed exactness-stress data.
@@ -23,9 +24,17 @@
 #   BENCH_QUICK=1       smaller everything (~3 min): benchtime 200ms, forward
 #                       DURATION=2 ROUNDS=1, smaller vectors, MPI 1M only
 #   BENCH_TIME=1s       go test -benchtime
-#   BENCH_AGG_COUNT=4194304   FP32 elements per rank in part 3
-#   BENCH_AGG_ITERS=3   allreduce iterations in part 3
-#   BENCH_BLAST_SECS=5  prismd-blast duration in part 3
+#   BENCH_AGG_SOURCE=blast    part 3's DATA source: blast (two 'prismd-blast
+#                       contribute' ranks, as fast as the protocol allows, for
+#                       BENCH_BLAST_SECS) or ranks (two 'prismctl allreduce' ranks
+#                       through the host library, BENCH_AGG_ITERS iterations: its
+#                       ~4 us of CPU per frame, not the switch, bounds that rate)
+#   BENCH_CONTRIBUTE_ARGS="" more flags for 'prismd-blast contribute' in part 3,
+#                       e.g. "--rx-ring" (fewer wakeups, longer round trips)
+#   BENCH_AGG_COUNT=16777216  FP32 elements per rank and operation in part 3
+#                       (default 4194304 with BENCH_AGG_SOURCE=ranks; QUICK: /4)
+#   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
+#   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
 #   BENCH_TRAFFIC_COUNTS="65536 1048576 4194304"  vector sizes (elements), part 4
 #   BENCH_TRAFFIC_CFGS="fp32:gradient kulisch:gradient kulisch:mixed"  accumulator:data runs, part 4
 #   BENCH_MPI_COUNTS="1048576 16777216"           part 5 sizes (FP32 elements)
@@ -42,15 +51,21 @@ ROOT=$PWD
 BIN=${PRISMD_BIN:-$ROOT/bin}
 QUICK=${BENCH_QUICK:-0}
 PARTS=${BENCH_PARTS:-"1 2 3 4 5"}
+AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
+case $AGG_SOURCE in
+  blast) agg_count=16777216 ;;
+  ranks) agg_count=4194304 ;;
+  *) echo "bench: BENCH_AGG_SOURCE=$AGG_SOURCE: use blast (prismd-blast contribute) or ranks (prismctl allreduce)"; exit 2 ;;
+esac
 if [[ $QUICK == 1 ]]; then
   BENCH_TIME=${BENCH_TIME:-200ms}
-  AGG_COUNT=${BENCH_AGG_COUNT:-1048576}; AGG_ITERS=${BENCH_AGG_ITERS:-2}; BLAST_SECS=${BENCH_BLAST_SECS:-2}
+  AGG_COUNT=${BENCH_AGG_COUNT:-$((agg_count / 4))}; AGG_ITERS=${BENCH_AGG_ITERS:-2}; BLAST_SECS=${BENCH_BLAST_SECS:-2}
   TRAFFIC_COUNTS=${BENCH_TRAFFIC_COUNTS:-"65536 1048576"}
   MPI_COUNTS=${BENCH_MPI_COUNTS:-"1048576"}; MPI_REPS=${BENCH_MPI_REPS:-3}
   export DURATION=${DURATION:-2} ROUNDS=${ROUNDS:-1}
 else
   BENCH_TIME=${BENCH_TIME:-1s}
-  AGG_COUNT=${BENCH_AGG_COUNT:-4194304}; AGG_ITERS=${BENCH_AGG_ITERS:-3}; BLAST_SECS=${BENCH_BLAST_SECS:-5}
+  AGG_COUNT=${BENCH_AGG_COUNT:-$agg_count}; AGG_ITERS=${BENCH_AGG_ITERS:-3}; BLAST_SECS=${BENCH_BLAST_SECS:-5}
   TRAFFIC_COUNTS=${BENCH_TRAFFIC_COUNTS:-"65536 1048576 4194304"}
   MPI_COUNTS=${BENCH_MPI_COUNTS:-"1048576 16777216"}; MPI_REPS=${BENCH_MPI_REPS:-5}
 fi
@@ -187,16 +202,17 @@ part2() {
 data_frames() { metrics "$1" "$2" | awk '/^prismd_frames_total\{/ && /class="data"/{s+=$2} END{printf "%.0f\n", s}'; }
 
 part3() {
-  hdr "3. Single lab: DATA frames/s absorbed while reducing vs plain forwarding frames/s, same node, same run"
+  hdr "3. Single lab: DATA frames/s absorbed while reducing vs plain forwarding frames/s, same node, same run (DATA from: $AGG_SOURCE)"
   local lab=bs$HEX f
   lab_up single "$lab" || return 1; f=$LAB_FILE
   am_start "$lab" || { lab_down "$f"; return 1; }
-  local h2mac fwd_fps blast_size acc job=10 d0 d1 tsum res=()
+  local h2mac blast_size job=10
   h2mac=$(ip netns exec "$(ns "$lab" h2)" cat /sys/class/net/eth0/address)
   blast_size=1500
   # Forwarding peer: prismd-blast h1 -> h2 through sw1 for BLAST_SECS, full-size frames (DATA frames at MTU 1500 are full size).
   HZ=$(getconf CLK_TCK)
   sw_jiffies() { awk '{print $14+$15}' /proc/"$(cat "$STATE/$lab/sw1.pid")"/stat 2>/dev/null || echo 0; }
+  cpu_ns() { awk -v j="$1" -v hz="$HZ" -v n="$2" 'BEGIN{printf "%.0f", (n > 0 ? j*1e9/hz/n : 0)}'; } # JIFFIES FRAMES -> ns/frame
   fwd() {
     ip netns exec "$(ns "$lab" h2)" "$BIN/prismd-blast" recv --iface eth0 --duration $((BLAST_SECS + 1))s >"$TMP/p3.recv" 2>&1 &
     local rp=$!; PIDS+=("$rp"); sleep 0.3
@@ -206,58 +222,95 @@ part3() {
     local j1; j1=$(sw_jiffies)
     awk -v d="$BLAST_SECS" -v j=$((j1 - j0)) -v hz="$HZ" '{printf "%.0f %.0f\n", $2/d, ($2 > 0 ? j*1e9/hz/$2 : 0)}' "$TMP/p3.recv"
   }
-  # agg ACC -> DATA frames/s absorbed by sw1 over the summed transfer time of all ranks' iterations (rank 0's).
-  agg() {
-    local acc=$1 job=$2 d0 d1 t
-    d0=$(data_frames "$lab" sw1); local j0 j1; j0=$(sw_jiffies)
-    ranks "$lab" 2 "$job" "$TMP/p3.$acc" allreduce --count "$AGG_COUNT" --acc "$acc" --iters "$AGG_ITERS" || return 1
+  # agg_blast ACC COLL JOB -> "DATA_FRAMES SECONDS CPU_NS": two 'prismd-blast contribute' ranks (h1 rank 0, h2 rank 1;
+  # REDUCE to rank 0) back to back for BLAST_SECS. DATA_FRAMES is sw1's prismd_frames_total{class="data"} delta,
+  # SECONDS the mean of the ranks' data-phase time (grant to last frame, summed over their operations).
+  agg_blast() {
+    local acc=$1 coll=$2 job=$3 d0 d1 j0 j1 i t rc=0 pids=() out=$TMP/p3.$1.$2
+    d0=$(data_frames "$lab" sw1); j0=$(sw_jiffies)
+    for i in 0 1; do
+      timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$BIN/prismd-blast" contribute --coordinator "$AM_URL" \
+        --rank $i --size 2 --job "$job" --node h$((i + 1)) --iface eth0 --coll "$coll" --root 0 --acc "$acc" \
+        --count "$AGG_COUNT" --duration "${BLAST_SECS}s" ${BENCH_CONTRIBUTE_ARGS:-} >"$out.$i" 2>&1 &
+      pids+=($!)
+    done
+    for i in 0 1; do wait "${pids[$i]}" || { rc=1; echo "rank $i failed: $(grep -v '^contribute ' "$out.$i" | tail -1 | cut -c1-600)" >&2; }; done
     d1=$(data_frames "$lab" sw1); j1=$(sw_jiffies)
-    # transfer time per iteration, max over ranks (the switch absorbs until the slowest rank's last DATA)
-    t=$(cat "$TMP/p3.$acc".* | sed -n 's/.*transfer \([^)]*\)).*/\1/p' | awk '
+    (( rc == 0 )) || return 1
+    t=$(sed -n 's/^contribute .* seconds=\([0-9.]*\) .*verified=yes.*/\1/p' "$out".[01] | awk '{s += $1; n++} END{if (n == 2) printf "%.6f", s / 2}')
+    [[ -n $t ]] || { echo "no verified summary line from both ranks: $(cat "$out".[01])" >&2; return 1; }
+    echo "$((d1 - d0)) $t $(cpu_ns $((j1 - j0)) $((d1 - d0)))"
+  }
+  # agg_ranks ACC COLL JOB -> the same through the host library: two 'prismctl allreduce' ranks, AGG_ITERS iterations;
+  # SECONDS is the ranks' transfer time (grant to done) summed over iterations, mean of the 2 ranks.
+  agg_ranks() {
+    local acc=$1 coll=$2 job=$3 d0 d1 j0 j1 t root=() out=$TMP/p3.$1.$2
+    [[ $coll == reduce ]] && root=(--root 0)
+    d0=$(data_frames "$lab" sw1); j0=$(sw_jiffies)
+    ranks "$lab" 2 "$job" "$out" allreduce --count "$AGG_COUNT" --acc "$acc" --iters "$AGG_ITERS" "${root[@]}" >&2 || return 1
+    d1=$(data_frames "$lab" sw1); j1=$(sw_jiffies)
+    t=$(cat "$out".[01] | sed -n 's/.*transfer \([^)]*\)).*/\1/p' | awk '
       function sec(s) { if (s ~ /ms$/) return substr(s,1,length(s)-2)/1e3; if (s ~ /µs$|us$/) return substr(s,1,length(s)-2)/1e6;
         if (s ~ /m[0-9.]+s$/) { split(s,a,"m"); return a[1]*60 + substr(a[2],1,length(a[2])-1) } return substr(s,1,length(s)-1)+0 }
-      { v = sec($1); k = NR; tot += v } END { printf "%.6f\n", tot / 2 }')
-    echo "$((d1 - d0)) $t $(awk -v j=$((j1 - j0)) -v hz="$HZ" -v n=$((d1 - d0)) 'BEGIN{printf "%.0f", (n > 0 ? j*1e9/hz/n : 0)}')"
+      { tot += sec($1) } END { printf "%.6f\n", tot / 2 }')
+    echo "$((d1 - d0)) $t $(cpu_ns $((j1 - j0)) $((d1 - d0)))"
   }
-  local rows=() r a fw fps
-  for r in 1 2; do   # interleave: fwd, fp32, kulisch, then kulisch, fp32, fwd
-    if (( r == 1 )); then order="fwd fp32 kulisch"; else order="kulisch fp32 fwd"; fi
-    for a in $order; do
-      if [[ $a == fwd ]]; then fw=$(fwd); rows+=("fwd $fw"); echo "round $r forward: ${fw% *} fps, prismd CPU ${fw#* } ns/frame (prismd-blast ${blast_size}B, ${BLAST_SECS}s)"
-      else
-        job=$((job + 1))
-        if res=$(agg "$a" $job); then
-          fps=$(awk '{ if ($2 > 0) printf "%.0f", $1/$2; else print 0 }' <<<"$res")
-          rows+=("$a $fps $(awk '{print $3}' <<<"$res")"); echo "round $r $a: $(awk '{print $1}' <<<"$res") DATA frames absorbed in $(awk '{print $2}' <<<"$res") s of transfer = $fps fps, prismd CPU $(awk '{print $3}' <<<"$res") ns/frame (whole run incl. setup)"
-        else echo "round $r $a: allreduce failed"; fi
+  # Interleave so drift hits both sides alike: fwd, every aggregation, then every aggregation in reverse, fwd.
+  local runs=() order=() rows=() r i x a c fw res n t cpu fps
+  for a in fp32 kulisch; do for c in allreduce reduce; do runs+=("$a:$c"); done; done
+  for r in 1 2; do
+    if (( r == 1 )); then order=(fwd "${runs[@]}")
+    else order=(); for ((i = ${#runs[@]} - 1; i >= 0; i--)); do order+=("${runs[$i]}"); done; order+=(fwd); fi
+    for x in "${order[@]}"; do
+      if [[ $x == fwd ]]; then
+        fw=$(fwd); rows+=("fwd - $fw")
+        echo "round $r forward: ${fw% *} fps, prismd CPU ${fw#* } ns/frame (prismd-blast ${blast_size}B, ${BLAST_SECS}s)"
+        continue
       fi
+      a=${x%%:*} c=${x##*:} job=$((job + 1))
+      if res=$(agg_"$AGG_SOURCE" "$a" "$c" $job); then
+        read -r n t cpu <<<"$res"
+        fps=$(awk -v n="$n" -v t="$t" 'BEGIN{ if (t > 0) printf "%.0f", n/t; else print 0 }')
+        rows+=("$a $c $fps $cpu")
+        echo "round $r $a $c: $n DATA frames absorbed in $t s of data phase = $fps fps, prismd CPU $cpu ns/frame (whole run incl. setup)"
+      else echo "round $r $a $c: failed"; fi
     done
   done
   am_stop; lab_down "$f"
   printf '%s\n' "${rows[@]}" >"$TMP/p3.rows"
-  local fmed fcpu
-  fmed=$(awk '$1=="fwd"{s+=$2;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
-  fcpu=$(awk '$1=="fwd"{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
+  local fmed fcpu v q bar
+  fmed=$(awk '$1=="fwd"{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
+  fcpu=$(awk '$1=="fwd"{s+=$4;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
   echo
-  printf '%-14s %12s %12s %8s %6s %s\n' accumulator data_fps fwd_fps ratio bar verdict
-  for a in fp32 kulisch; do
-    local v bar
-    v=$(awk -v a=$a '$1==a{s+=$2;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
+  printf '%-14s %-10s %12s %12s %8s %6s %s\n' accumulator collective data_fps fwd_fps ratio bar verdict
+  for x in "${runs[@]}"; do
+    a=${x%%:*} c=${x##*:}
+    v=$(awk -v a="$a" -v c="$c" '$1==a && $2==c{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
     bar=0.8; [[ $a == kulisch ]] && bar=0.5
-    [[ -n $v && -n $fmed && $fmed -gt 0 ]] || { printf '%-14s %12s %12s %8s %6s %s\n' $a "${v:-n/a}" "${fmed:-n/a}" n/a $bar "not measured"; continue; }
-    local q; q=$(ratio "$v" "$fmed")
-    printf '%-14s %12s %12s %8s %6s %s\n' "$([[ $a == fp32 ]] && echo FP32_ARRIVAL || echo KULISCH_FIXED)" "$v" "$fmed" "$q" "$bar" \
-      "$(awk -v q=$q -v b=$bar 'BEGIN{print (q >= b ? "PASS" : "BELOW BAR")}')"
+    local name=FP32_ARRIVAL; [[ $a == kulisch ]] && name=KULISCH_FIXED
+    if [[ -z $v || -z $fmed || $fmed -le 0 ]]; then
+      printf '%-14s %-10s %12s %12s %8s %6s %s\n' $name "$c" "${v:-n/a}" "${fmed:-n/a}" n/a $bar "not measured"; continue
+    fi
+    q=$(ratio "$v" "$fmed")
+    printf '%-14s %-10s %12s %12s %8s %6s %s\n' $name "$c" "$v" "$fmed" "$q" "$bar" \
+      "$(awk -v q="$q" -v b=$bar 'BEGIN{print (q >= b ? "PASS" : "BELOW BAR")}')"
     MEASURED=1
   done
   echo
-  printf '%-14s %18s %17s %17s\n' accumulator cpu_ns/data_frame cpu_ns/fwd_frame fwd_cpu/data_cpu
-  for a in fp32 kulisch; do
-    local c; c=$(awk -v a=$a '$1==a{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
-    printf '%-14s %18s %17s %17s\n' $a "${c:-n/a}" "${fcpu:-n/a}" "$([[ -n $c && -n $fcpu ]] && ratio "$fcpu" "$c" || echo n/a)"
+  printf '%-14s %-10s %18s %17s %17s\n' accumulator collective cpu_ns/data_frame cpu_ns/fwd_frame fwd_cpu/data_cpu
+  for x in "${runs[@]}"; do
+    a=${x%%:*} c=${x##*:}
+    v=$(awk -v a="$a" -v c="$c" '$1==a && $2==c{s+=$4;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
+    printf '%-14s %-10s %18s %17s %17s\n' $a "$c" "${v:-n/a}" "${fcpu:-n/a}" "$([[ -n $v && -n $fcpu ]] && ratio "$fcpu" "$v" || echo n/a)"
   done
-  echo "(frame-rate ratio is bounded by the 2 host ranks' send rate; CPU ratio = prismd's own cost per frame: the fraction of its forwarding rate it could absorb if fed and CPU-bound)"
-  echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean transfer time of the 2 ranks summed over $AGG_ITERS iterations of $AGG_COUNT FP32; fwd_fps = mean of 2 blast runs received in h2)"
+  echo "(CPU ratio = prismd's own cost per frame: the fraction of its forwarding rate it could absorb if fed and CPU-bound)"
+  if [[ $AGG_SOURCE == blast ]]; then
+    echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean data-phase time of the 2 'prismd-blast contribute' ranks," \
+      "operations of $AGG_COUNT FP32 back to back for ${BLAST_SECS}s; REDUCE to rank 0; fwd_fps = mean of 2 blast runs received in h2)"
+  else
+    echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean transfer time of the 2 'prismctl allreduce' ranks" \
+      "summed over $AGG_ITERS iterations of $AGG_COUNT FP32: bounded by the host library's send rate; fwd_fps = mean of 2 blast runs received in h2)"
+  fi
 }
 
 # ---------------------------------------------------------------- part 4

@@ -1,10 +1,13 @@
 // Command prismd-blast is a small AF_PACKET traffic generator and counter for
-// scripts/bench-forward.sh: "send" transmits fixed-size frames as fast as
-// sendmmsg allows, "recv" counts the ones that arrive. It uses the
-// dataplane's batched AF_PACKET port, so it needs CAP_NET_RAW.
+// scripts/bench-forward.sh and scripts/bench.sh: "send" transmits fixed-size
+// frames as fast as sendmmsg allows, "recv" counts the ones that arrive, and
+// "contribute" is one rank of a PRISM ALLREDUCE or REDUCE sending DATA as
+// fast as the protocol allows (contribute.go). It uses the dataplane's
+// batched AF_PACKET port, so it needs CAP_NET_RAW.
 //
 //	prismd-blast send --iface h1v0a --dst 02:..:02 --size 64 --duration 5s
 //	prismd-blast recv --iface h2v1a --duration 7s
+//	prismd-blast contribute --coordinator http://10.0.0.1:7000 --rank 0 --size 2 --job 7 --node h1
 //
 // Frames carry EtherType 0x88B6 (IEEE local experimental 2) so the receiver
 // counts only generator traffic.
@@ -24,8 +27,12 @@ import (
 const etherType = 0x88B6
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "contribute" {
+		os.Exit(runContribute(os.Args[2:]))
+	}
 	if len(os.Args) < 2 || (os.Args[1] != "send" && os.Args[1] != "recv") {
 		fmt.Fprintln(os.Stderr, "usage: prismd-blast send|recv --iface IF [--dst MAC --size N] --duration D")
+		fmt.Fprintln(os.Stderr, "       prismd-blast contribute --coordinator URL --rank R --size N --job J --node H [-h for more]")
 		os.Exit(2)
 	}
 	mode := os.Args[1]
