@@ -78,6 +78,7 @@ func (c FrameClass) String() string {
 type portCounters struct {
 	rxFrames, rxBytes atomic.Uint64
 	txFrames, txBytes atomic.Uint64
+	ringWaits         atomic.Uint64
 	drops             [numDropReasons]atomic.Uint64
 	classes           [numFrameClasses]atomic.Uint64
 }
@@ -87,6 +88,9 @@ type PortSample struct {
 	Name                                 string
 	RxFrames, RxBytes, TxFrames, TxBytes uint64
 	KernelDrops                          uint64
+	// RingWaits counts local PRISM frames the receive loop held until a
+	// busy engine worker made room (RingWait), instead of dropping them.
+	RingWaits uint64
 	// Drops is indexed by DropReason (index 0 unused): the dataplane's own
 	// counts plus what the port counted itself (PortStats).
 	Drops [numDropReasons]uint64

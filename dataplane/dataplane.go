@@ -296,7 +296,7 @@ func (d *Dataplane) Stats() Stats {
 		ks := ps.port.Stats()
 		ps2 := PortSample{Name: ps.port.Name(), KernelDrops: ks.KernelDrops,
 			RxFrames: ps.ctr.rxFrames.Load(), RxBytes: ps.ctr.rxBytes.Load(),
-			TxFrames: ps.ctr.txFrames.Load(), TxBytes: ps.ctr.txBytes.Load()}
+			TxFrames: ps.ctr.txFrames.Load(), TxBytes: ps.ctr.txBytes.Load(), RingWaits: ps.ctr.ringWaits.Load()}
 		for r := range ps2.Drops {
 			ps2.Drops[r] = ps.ctr.drops[r].Load() + ks.Drops[r]
 		}
@@ -339,18 +339,24 @@ func (d *Dataplane) sweep() {
 
 // rx is the per-RX-goroutine state: its batch buffers and TX queues.
 type rx struct {
-	d     *Dataplane
-	ps    *portState
-	bufs  [][]byte
-	sizes []int
-	snap  *snapshot
-	txq   [][][]byte // per output port index: frames (aliases of bufs) to send
-	woke  []bool     // per worker: a frame was pushed this batch
+	// waitTimer bounds waitPush; made on the first wait.
+	waitTimer *time.Timer
+	d         *Dataplane
+	ps        *portState
+	bufs      [][]byte
+	sizes     []int
+	snap      *snapshot
+	txq       [][][]byte // per output port index: frames (aliases of bufs) to send
+	woke      []bool     // per worker: a frame was pushed this batch
+	// stuck[w]: a wait for worker w timed out while its ring's head was
+	// stuckAt[w]; until the head moves, full-ring frames drop at once.
+	stuck   []bool
+	stuckAt []uint64
 }
 
 func (d *Dataplane) newRx(ps *portState) *rx {
 	r := &rx{d: d, ps: ps, bufs: make([][]byte, d.opts.Batch), sizes: make([]int, d.opts.Batch),
-		woke: make([]bool, len(d.workers))}
+		woke: make([]bool, len(d.workers)), stuck: make([]bool, len(d.workers)), stuckAt: make([]uint64, len(d.workers))}
 	for i := range r.bufs {
 		r.bufs[i] = getBuffer(ps.frameSize)
 	}
@@ -493,11 +499,66 @@ func (r *rx) local(s *snapshot, in int, f []byte) {
 	}
 	c.classes[class].Add(1)
 	w := int(shardHash(f) % uint32(len(r.d.workers)))
-	if !r.ps.rings[w].push(in, f) {
+	if !r.ps.rings[w].push(in, f) && !r.waitPush(w, in, f) {
 		c.drops[DropRingFull].Add(1)
 		return
 	}
 	r.woke[w] = true
+}
+
+// RingWait bounds how long a receive loop holds a local PRISM frame for a
+// worker whose ring is full. A sender only has in flight what the engine
+// granted it credit for, so a full ring is a worker that lost its core
+// for a moment, not an overload: dropping there would cost a
+// retransmission timeout (tens of milliseconds) for a frame the engine
+// would have taken microseconds later. While the loop waits, the kernel's
+// own ring keeps receiving. Beyond the bound the worker is stuck or
+// overloaded: the frame is dropped as ring_full, and so is every frame
+// that finds the ring full before the worker takes one, without waiting
+// (a stuck worker costs the port one RingWait, not one per frame).
+const RingWait = 5 * time.Millisecond
+
+// waitPush wakes worker w and waits, up to RingWait, for it to free a
+// slot. The worker signals through the ring only while a producer waits,
+// so the common path pays one atomic load per frame and a wait burns no
+// CPU the worker needs.
+func (r *rx) waitPush(w, in int, f []byte) bool {
+	rg := r.ps.rings[w]
+	if r.stuck[w] {
+		// The last wait on this worker timed out and it has not taken a
+		// frame since: drop at once rather than stall the port for
+		// every frame of a worker that is stuck.
+		if rg.head.Load() == r.stuckAt[w] {
+			return false
+		}
+		r.stuck[w] = false
+	}
+	r.ps.ctr.ringWaits.Add(1)
+	rg.waiting.Store(true)
+	defer rg.waiting.Store(false)
+	r.d.workers[w].wake()
+	if r.waitTimer == nil {
+		r.waitTimer = time.NewTimer(RingWait)
+	} else {
+		r.waitTimer.Reset(RingWait)
+	}
+	defer r.waitTimer.Stop()
+	for {
+		// Checked after waiting is set: a slot freed before that
+		// sent no signal, but is seen here.
+		if rg.push(in, f) {
+			return true
+		}
+		select {
+		case <-rg.space:
+		case <-r.waitTimer.C:
+			if rg.push(in, f) {
+				return true
+			}
+			r.stuck[w], r.stuckAt[w] = true, rg.head.Load()
+			return false
+		}
+	}
 }
 
 // classifyLocal checks the control word of a locally addressed PRISM frame.

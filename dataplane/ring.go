@@ -19,15 +19,20 @@ type ringSlot struct {
 }
 
 type spscRing struct {
-	head  atomic.Uint64 // next slot to read; written by the consumer
-	_     [56]byte      // keep head and tail on separate cache lines
-	tail  atomic.Uint64 // next slot to write; written by the producer
-	_     [56]byte
-	slots [ringSize]ringSlot
+	head atomic.Uint64 // next slot to read; written by the consumer
+	_    [56]byte      // keep head and tail on separate cache lines
+	tail atomic.Uint64 // next slot to write; written by the producer
+	_    [56]byte
+	// waiting is set by a producer blocked on a full ring (rx.waitPush);
+	// the consumer then signals space after freeing a slot. One atomic
+	// load per frame when nobody waits.
+	waiting atomic.Bool
+	space   chan struct{}
+	slots   [ringSize]ringSlot
 }
 
 func newRing(frameSize int) *spscRing {
-	r := &spscRing{}
+	r := &spscRing{space: make(chan struct{}, 1)}
 	for i := range r.slots {
 		r.slots[i].buf = getBuffer(frameSize)
 	}
@@ -60,4 +65,12 @@ func (r *spscRing) peek() *ringSlot {
 	return &r.slots[h&(ringSize-1)]
 }
 
-func (r *spscRing) advance() { r.head.Add(1) }
+func (r *spscRing) advance() {
+	r.head.Add(1)
+	if r.waiting.Load() {
+		select {
+		case r.space <- struct{}{}:
+		default:
+		}
+	}
+}

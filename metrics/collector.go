@@ -20,6 +20,7 @@ type Collector struct {
 	src Source
 
 	rxFrames, rxBytes, txFrames, txBytes *prometheus.Desc
+	ringWaits                            *prometheus.Desc
 	drops, kernelDrops, frames, macs     *prometheus.Desc
 	faultDrops, faultDups                *prometheus.Desc
 }
@@ -62,14 +63,16 @@ func NewCollector(src Source) *Collector {
 			"ingress frames were lost before prismd counted them as received; egress frames did not fit the fault's queue and are not counted as transmitted.",
 			[]string{"port", "direction"}),
 		faultDups: d("port_fault_duplicates_total", "Extra copies of received frames the port's ingress fault injection delivered; each copy is counted as received.", port),
-		frames:    d("frames_total", "Received frames by classification.", []string{"class"}),
-		macs:      d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
+		ringWaits: d("port_ring_waits_total", "Local PRISM frames the port's receive loop held (up to dataplane.RingWait) until a busy engine worker had room, "+
+			"instead of dropping them as ring_full.", port),
+		frames: d("frames_total", "Received frames by classification.", []string{"class"}),
+		macs:   d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups} {
+	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.ringWaits} {
 		ch <- d
 	}
 }
@@ -86,6 +89,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		cnt(c.txFrames, p.TxFrames, p.Name)
 		cnt(c.txBytes, p.TxBytes, p.Name)
 		cnt(c.kernelDrops, p.KernelDrops, p.Name)
+		cnt(c.ringWaits, p.RingWaits, p.Name)
 		// Every reason is exported, zero or not, so rate() works from the
 		// first drop on; the label set is closed (dataplane.DropReasons).
 		for _, r := range dataplane.DropReasons() {

@@ -33,6 +33,7 @@
 #                       e.g. "--rx-ring" (fewer wakeups, longer round trips)
 #   BENCH_AGG_COUNT=16777216  FP32 elements per rank and operation in part 3
 #                       (default 4194304 with BENCH_AGG_SOURCE=ranks; QUICK: /4)
+#   BENCH_AGG_WINDOW=128  frames in flight per stream in part 3 (AM --window)
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
 #   BENCH_TRAFFIC_COUNTS="65536 1048576 4194304"  vector sizes (elements), part 4
@@ -52,6 +53,7 @@ BIN=${PRISMD_BIN:-$ROOT/bin}
 QUICK=${BENCH_QUICK:-0}
 PARTS=${BENCH_PARTS:-"1 2 3 4 5"}
 AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
+AGG_WINDOW=${BENCH_AGG_WINDOW:-128}
 case $AGG_SOURCE in
   blast) agg_count=16777216 ;;
   ranks) agg_count=4194304 ;;
@@ -117,10 +119,11 @@ lab_down() {
 ns() { echo "pl-$1-$2"; }
 metrics() { ip netns exec "$(ns "$1" "$2")" curl -s --max-time 5 http://127.0.0.1:9100/metrics; }
 
-# am_start LAB -> starts 'prismctl am' in h1, waits until it answers; sets AM_PID, AM_URL.
+# am_start LAB [AM FLAGS] -> starts 'prismctl am' in h1, waits until it answers; sets AM_PID, AM_URL.
 am_start() {
   local lab=$1 addr=10.0.0.1:7000 i
-  ip netns exec "$(ns "$lab" h1)" "$PRISMCTL" am --topology "$STATE/$lab/topology.yaml" --listen $addr --iface eth0 \
+  shift
+  ip netns exec "$(ns "$lab" h1)" "$PRISMCTL" am --topology "$STATE/$lab/topology.yaml" --listen $addr --iface eth0 "$@" \
     >"$TMP/$lab.am.log" 2>&1 &
   AM_PID=$!; PIDS+=("$AM_PID"); AM_URL=http://$addr
   for i in $(seq 1 200); do
@@ -205,7 +208,10 @@ part3() {
   hdr "3. Single lab: DATA frames/s absorbed while reducing vs plain forwarding frames/s, same node, same run (DATA from: $AGG_SOURCE)"
   local lab=bs$HEX f
   lab_up single "$lab" || return 1; f=$LAB_FILE
-  am_start "$lab" || { lab_down "$f"; return 1; }
+  # A window of AGG_WINDOW frames per stream: at the AM's default of 64 a
+  # contributor waits for PROGRESS every 64 frames, and that round trip
+  # through two processes on 2 cores, not the switch's work, sets the rate.
+  am_start "$lab" --window "$AGG_WINDOW" || { lab_down "$f"; return 1; }
   local h2mac blast_size job=10
   h2mac=$(ip netns exec "$(ns "$lab" h2)" cat /sys/class/net/eth0/address)
   blast_size=1500

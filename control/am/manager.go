@@ -436,7 +436,10 @@ func (m *Manager) runInvocation(inv *invocation) {
 		win.Intervals = 64
 	}
 	if win.ReplayDepth == 0 {
-		win.ReplayDepth = 64
+		// A sender holds every unacknowledged frame for replay, so the
+		// replay depth is what it can have in flight: a window deeper
+		// than it would be unusable.
+		win.ReplayDepth = win.Intervals
 	}
 	if win.Bytes == 0 {
 		win.Bytes = uint32(win.Intervals) * uint32(inv.p.MTU)

@@ -638,3 +638,24 @@ func TestWatchdog(t *testing.T) {
 		t.Errorf("node state %v, want ABORTED", s)
 	}
 }
+
+// TestWindowSetsReplayDepth: a configured window is what a sender may
+// have in flight, so the replay depth (the frames it holds for
+// retransmission) follows it; the bytes and element bounds too. The
+// default stays 64 everywhere.
+func TestWindowSetsReplayDepth(t *testing.T) {
+	for _, tc := range []struct{ set, want uint16 }{{0, 64}, {200, 200}} {
+		r := newRig(t, "single", Config{Window: Window{Intervals: tc.set}})
+		res := r.beginAll(reqsFor(7, 0, "allreduce", "h1", "h2"))
+		for i, x := range res {
+			if x.err != nil {
+				t.Fatalf("window %d rank %d: %v", tc.set, i, x.err)
+			}
+			w := x.g.Window
+			if w.Intervals != tc.want || w.ReplayDepth != tc.want || w.Bytes != uint32(tc.want)*1500 ||
+				w.Elements != uint32(tc.want)*uint32(parser.MaxPacketElements(1500)) {
+				t.Fatalf("window %d: grant window %+v", tc.set, w)
+			}
+		}
+	}
+}

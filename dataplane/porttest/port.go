@@ -128,6 +128,9 @@ func (p *Port) WriteBatch(bufs [][]byte) (int, error) {
 }
 
 // Written is the number of frames the dataplane wrote to this port.
+// Pending is how many injected frames the dataplane has not read yet.
+func (p *Port) Pending() int { return len(p.rx) }
+
 func (p *Port) Written() uint64 { return p.written.Load() }
 
 func (p *Port) Stats() dataplane.PortStats {
