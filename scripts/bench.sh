@@ -29,11 +29,14 @@
 #                       BENCH_BLAST_SECS) or ranks (two 'prismctl allreduce' ranks
 #                       through the host library, BENCH_AGG_ITERS iterations: its
 #                       ~4 us of CPU per frame, not the switch, bounds that rate)
-#   BENCH_CONTRIBUTE_ARGS="" more flags for 'prismd-blast contribute' in part 3,
-#                       e.g. "--rx-ring" (fewer wakeups, longer round trips)
+#   BENCH_CONTRIBUTE_ARGS="--rx-ring" flags for 'prismd-blast contribute' in part 3:
+#                       by default the ranks read through the TPACKET_V3 ring,
+#                       as the forwarding peer's receiver does (with recvmmsg
+#                       every delivered frame wakes the rank, and the switch's
+#                       sendmmsg pays for that wakeup); "" for recvmmsg
 #   BENCH_AGG_COUNT=16777216  FP32 elements per rank and operation in part 3
 #                       (default 4194304 with BENCH_AGG_SOURCE=ranks; QUICK: /4)
-#   BENCH_AGG_WINDOW=128  frames in flight per stream in part 3 (AM --window)
+#   BENCH_AGG_WINDOW=256  frames in flight per stream in part 3 (AM --window)
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
 #   BENCH_TRAFFIC_COUNTS="65536 1048576 4194304"  vector sizes (elements), part 4
@@ -53,7 +56,7 @@ BIN=${PRISMD_BIN:-$ROOT/bin}
 QUICK=${BENCH_QUICK:-0}
 PARTS=${BENCH_PARTS:-"1 2 3 4 5"}
 AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
-AGG_WINDOW=${BENCH_AGG_WINDOW:-128}
+AGG_WINDOW=${BENCH_AGG_WINDOW:-256}
 case $AGG_SOURCE in
   blast) agg_count=16777216 ;;
   ranks) agg_count=4194304 ;;
@@ -237,7 +240,7 @@ part3() {
     for i in 0 1; do
       timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$BIN/prismd-blast" contribute --coordinator "$AM_URL" \
         --rank $i --size 2 --job "$job" --node h$((i + 1)) --iface eth0 --coll "$coll" --root 0 --acc "$acc" \
-        --count "$AGG_COUNT" --duration "${BLAST_SECS}s" ${BENCH_CONTRIBUTE_ARGS:-} >"$out.$i" 2>&1 &
+        --count "$AGG_COUNT" --duration "${BLAST_SECS}s" ${BENCH_CONTRIBUTE_ARGS---rx-ring} >"$out.$i" 2>&1 &
       pids+=($!)
     done
     for i in 0 1; do wait "${pids[$i]}" || { rc=1; echo "rank $i failed: $(grep -v '^contribute ' "$out.$i" | tail -1 | cut -c1-600)" >&2; }; done
