@@ -427,6 +427,7 @@ func (r *rx) process(n int) {
 	for w, woke := range r.woke {
 		if woke {
 			r.woke[w] = false
+			r.ps.rings[w].publish()
 			r.d.workers[w].wake()
 		}
 	}
@@ -534,6 +535,7 @@ func (r *rx) waitPush(w, in int, f []byte) bool {
 		r.stuck[w] = false
 	}
 	r.ps.ctr.ringWaits.Add(1)
+	rg.publish() // what this batch pushed so far is what the worker must drain
 	rg.waiting.Store(true)
 	defer rg.waiting.Store(false)
 	r.d.workers[w].wake()
