@@ -842,7 +842,11 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 	for i := range h {
 		h[i] = stream.Hole(p.Holes[i])
 	}
-	ob.sw.OnProgress(now, p.PacketID, p.Committed, h, int(p.IntervalCredits), int(p.ByteCredits))
+	if p.Status == parser.ProgressStatusOK || p.Status == parser.ProgressStatusDuplicate {
+		ob.sw.OnProgressAccepted(now, p.PacketID, p.Committed, h, int(p.IntervalCredits), int(p.ByteCredits))
+	} else {
+		ob.sw.OnProgress(now, p.PacketID, p.Committed, h, int(p.IntervalCredits), int(p.ByteCredits))
+	}
 	if p.Status == parser.ProgressStatusNoCredit {
 		ob.sw.OnRejected(p.PacketID)
 	}

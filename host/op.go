@@ -396,7 +396,11 @@ func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 		for i := 0; i < p.NHoles; i++ {
 			op.holes[i] = stream.Hole{Start: p.Holes[i].Start, End: p.Holes[i].End}
 		}
-		op.sw.OnProgress(now, p.PacketID, p.Committed, op.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
+		if p.Status == parser.ProgressStatusOK || p.Status == parser.ProgressStatusDuplicate {
+			op.sw.OnProgressAccepted(now, p.PacketID, p.Committed, op.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
+		} else {
+			op.sw.OnProgress(now, p.PacketID, p.Committed, op.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
+		}
 		if p.Status == parser.ProgressStatusNoCredit {
 			op.sw.OnRejected(p.PacketID)
 		}

@@ -274,6 +274,22 @@ func (w *SendWindow) Frame(pid uint32) ([]byte, bool) {
 // after it. Frames the peer holds above a hole are never resent. The named
 // frame is taken as received; OnRejected corrects that for NO_CREDIT.
 func (w *SendWindow) OnProgress(now int64, pid, committed uint32, holes []Hole, intervalCredits, byteCredits int) {
+	w.onProgress(now, pid, committed, holes, intervalCredits, byteCredits, false)
+}
+
+// OnProgressAccepted is OnProgress for a PROGRESS whose status says frame
+// pid was accepted (OK or DUPLICATE). The peer's holes then cover every
+// element it lacks below the end of pid's range, unless the list is full
+// (MaxHoles: it may stop short), so every frame ending there that overlaps
+// no hole is held, not only those below the last hole. Without this, the
+// frames accepted between the last hole and pid, sent before pid, looked
+// lost and were resent: eleven duplicates per ring_full drop in a
+// measured KULISCH run.
+func (w *SendWindow) OnProgressAccepted(now int64, pid, committed uint32, holes []Hole, intervalCredits, byteCredits int) {
+	w.onProgress(now, pid, committed, holes, intervalCredits, byteCredits, len(holes) < MaxHoles)
+}
+
+func (w *SendWindow) onProgress(now int64, pid, committed uint32, holes []Hole, intervalCredits, byteCredits int, heldToPID bool) {
 	w.lastHeard = now
 	progressed := committed > w.committed
 	if progressed {
@@ -310,6 +326,14 @@ func (w *SendWindow) OnProgress(now int64, pid, committed uint32, holes []Hole, 
 	known := w.committed
 	if len(holes) > 0 {
 		known = max(known, holes[len(holes)-1].End)
+	}
+	if heldToPID && pid != 0 {
+		for i := 0; i < w.n; i++ {
+			if e := &w.ring[i]; e.pid == pid {
+				known = max(known, e.end)
+				break
+			}
+		}
 	}
 	// Release acknowledged frames, keeping the rest in Packet ID order.
 	k := 0

@@ -833,3 +833,49 @@ func TestRearmedBeforeNewFrames(t *testing.T) {
 		t.Fatal("no new frame admitted once the refused one was accepted")
 	}
 }
+
+// TestCoalescedProgressHoldsBelowPID: one PROGRESS answers a batch (the
+// engine coalesces them), naming its newest frame. Frame 1 was lost,
+// frames 2..5 accepted: the PROGRESS for 5 says committed 0 and holes
+// inside frame 1's range. Frames 2..4 were sent before 5 and overlap no
+// hole, so an accepted 5 proves the peer holds them; only frame 1 may be
+// resent. OnProgress alone cannot know 5 was accepted (a NO_CREDIT answer
+// names the frame too) and resends 2..4 as well, as a refusal-safe sender
+// must; and with a full hole list (it may stop short) nothing above the
+// last hole is known either.
+func TestCoalescedProgressHoldsBelowPID(t *testing.T) {
+	run := func(accepted bool, holes []Hole) (resent []byte) {
+		sw := NewSendWindow(SendConfig{ReplayDepth: 8, FrameSize: 64, RTO: 1e6, MaxRTO: 4e6, Deadline: -1})
+		for i := uint32(0); i < 5; i++ {
+			buf, _, _ := sw.Reserve(int64(i), i*100, 100, 10)
+			buf[0] = byte(i + 1)
+			sw.Commit(int64(i), 10)
+		}
+		if accepted {
+			sw.OnProgressAccepted(10, 5, 0, holes, 8, 1000)
+		} else {
+			sw.OnProgress(10, 5, 0, holes, 8, 1000)
+		}
+		for {
+			f, ok := sw.NextRetransmit(20)
+			if !ok {
+				return resent
+			}
+			resent = append(resent, f[0])
+		}
+	}
+	one := []Hole{{0, 100}}
+	if got := run(true, one); string(got) != "\x01" {
+		t.Fatalf("accepted PROGRESS: resent frames %v, want only [1]", got)
+	}
+	if got := run(false, one); string(got) != "\x01\x02\x03\x04" {
+		t.Fatalf("plain PROGRESS: resent frames %v, want [1 2 3 4]", got)
+	}
+	full := make([]Hole, MaxHoles) // 32 holes, all inside frame 1: [0,1), [2,3), ... [62,63)
+	for i := range full {
+		full[i] = Hole{Start: uint32(2 * i), End: uint32(2*i + 1)}
+	}
+	if got := run(true, full); string(got) != "\x01\x02\x03\x04" {
+		t.Fatalf("accepted PROGRESS with a full hole list: resent frames %v, want [1 2 3 4]", got)
+	}
+}

@@ -757,7 +757,11 @@ func (c *contributor) handle(o *op, now int64, f []byte) (wake bool, err error) 
 		for i := 0; i < p.NHoles; i++ {
 			o.holes[i] = stream.Hole{Start: p.Holes[i].Start, End: p.Holes[i].End}
 		}
-		o.sw.OnProgress(now, p.PacketID, p.Committed, o.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
+		if p.Status == parser.ProgressStatusOK || p.Status == parser.ProgressStatusDuplicate {
+			o.sw.OnProgressAccepted(now, p.PacketID, p.Committed, o.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
+		} else {
+			o.sw.OnProgress(now, p.PacketID, p.Committed, o.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
+		}
 		if p.Status == parser.ProgressStatusNoCredit {
 			o.sw.OnRejected(p.PacketID)
 		}
