@@ -391,7 +391,7 @@ part5() {
       for c in $MPI_COUNTS; do
         timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h1)" mpirun --allow-run-as-root --oversubscribe -np 4 \
           --hostfile "$TMP/hostfile" --mca plm_rsh_agent "$ROOT/scripts/bench/mpi-agent.sh" \
-          --mca mpi_yield_when_idle 1 --mca btl tcp,self --mca btl_tcp_if_include 10.0.0.0/24 \
+          --mca mpi_yield_when_idle 1 --mca routed direct --mca btl tcp,self --mca btl_tcp_if_include 10.0.0.0/24 \
           --mca oob_tcp_if_include 10.0.0.0/24 "$TMP/mpi_allreduce" "$c" "$MPI_REPS" >"$TMP/mpi.$c" 2>&1
         local ms; ms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' "$TMP/mpi.$c")
         mpi_cpu[$c]=$(sed -n 's/.*cpu_ms=\([0-9.]*\).*/\1/p' "$TMP/mpi.$c")
