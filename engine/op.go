@@ -182,16 +182,10 @@ func frameElements(s *Spec, b *Binding) uint32 {
 	case b.Kind == parser.KindResultIn:
 		f = s.Tuple.Output
 	}
-	if f == kulisch.AUTO {
-		return uint32(parser.MaxPacketElements(s.MTU))
-	}
-	n := kulisch.MaxCount(f, s.KulischWidth, kulisch.BodyBudget(s.MTU, 0))
-	if f == kulisch.KULISCH && b.Kind == parser.KindContributor {
-		// A child switch may send its KULISCH partials as KULISCH_SCALED
-		// groups, which carry up to one value per two bytes.
-		n = max(n, kulisch.MaxScaledCount(kulisch.BodyBudget(s.MTU, 0)))
-	}
-	return uint32(max(1, n))
+	// A child switch may send its KULISCH partials as KULISCH_SCALED
+	// groups (docs/protocol.md section 6).
+	scaled := b.Kind == parser.KindContributor && !b.Rank
+	return uint32(kulisch.FrameElements(f, s.KulischWidth, s.MTU, scaled))
 }
 
 // allowed reports whether an inbound group format is legal on binding b:

@@ -286,3 +286,20 @@ plan:
 	}
 	return out, pos, nil
 }
+
+// FrameElements is the most values one frame of format f carries at mtu
+// (W = w for KULISCH): how many elements a receive window must allow per
+// interval on a stream of f. AUTO may pick any concrete format, INT8 the
+// densest. With scaled, KULISCH may also arrive as KULISCH_SCALED groups,
+// up to one value per two bytes.
+func FrameElements(f Format, w, mtu int, scaled bool) int {
+	budget := BodyBudget(mtu, 0)
+	if f == AUTO {
+		f = INT8
+	}
+	n := MaxCount(f, w, budget)
+	if f == KULISCH && scaled {
+		n = max(n, MaxScaledCount(budget))
+	}
+	return max(1, n)
+}

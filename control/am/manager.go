@@ -444,9 +444,8 @@ func (m *Manager) runInvocation(inv *invocation) {
 	if win.Bytes == 0 {
 		win.Bytes = uint32(win.Intervals) * uint32(inv.p.MTU)
 	}
-	if win.Elements == 0 {
-		win.Elements = uint32(win.Intervals) * uint32(parser.MaxPacketElements(inv.p.MTU))
-	}
+	// win.Elements 0: each node's element window is sized in setup for
+	// the formats it receives (nodeElements).
 	var op *operation
 	var pl *plan
 	var retryID *uint16
@@ -507,6 +506,9 @@ func (m *Manager) runInvocation(inv *invocation) {
 			Data: pl.ranks[r].data, Result: pl.ranks[r].result,
 			RankMAC: rp.HostMAC.String(), Leaf: rp.Leaf, LeafMAC: rp.LeafMAC.String(), LeafPort: rp.LeafPort,
 			Tree: tree.Kind(), Window: pl.win}
+		// The rank's streams are its leaf's: DATA into the leaf's window,
+		// RESULT sized like it.
+		grants[r].Window.Elements = pl.nodes[rp.Leaf].ctx.WindowElems
 	}
 	op.mu.Lock()
 	op.state = "active"

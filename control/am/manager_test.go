@@ -641,9 +641,10 @@ func TestWatchdog(t *testing.T) {
 
 // TestWindowSetsReplayDepth: a configured window is what a sender may
 // have in flight, so the replay depth (the frames it holds for
-// retransmission) follows it; the bytes and element bounds too. The
-// default stays 64 everywhere.
+// retransmission) follows it, and so does the element bound: Intervals
+// frames of the input format on a SINGLE node. The default stays 64.
 func TestWindowSetsReplayDepth(t *testing.T) {
+	perFrame := uint32((1500 - parser.CWLen - parser.DataHdrLen - parser.GroupDescLen) / 4) // FP32 values in one group
 	for _, tc := range []struct{ set, want uint16 }{{0, 64}, {200, 200}} {
 		r := newRig(t, "single", Config{Window: Window{Intervals: tc.set}})
 		res := r.beginAll(reqsFor(7, 0, "allreduce", "h1", "h2"))
@@ -653,8 +654,48 @@ func TestWindowSetsReplayDepth(t *testing.T) {
 			}
 			w := x.g.Window
 			if w.Intervals != tc.want || w.ReplayDepth != tc.want || w.Bytes != uint32(tc.want)*1500 ||
-				w.Elements != uint32(tc.want)*uint32(parser.MaxPacketElements(1500)) {
-				t.Fatalf("window %d: grant window %+v", tc.set, w)
+				w.Elements != uint32(tc.want)*perFrame {
+				t.Fatalf("window %d: grant window %+v, want %d elements", tc.set, w, uint32(tc.want)*perFrame)
+			}
+		}
+	}
+}
+
+// TestElementWindowPerNode: every node's element window holds Intervals
+// frames of the densest stream it receives, no more: a leaf receives FP32
+// from ranks and FP32 RESULT (363 values a frame at MTU 1500), the spine
+// KULISCH partials that may come as KULISCH_SCALED (up to one value per two
+// bytes: 724), AUTO partials (the KULISCH default) INT8 (1452) and
+// FP32_ARRIVAL's FP32 partials 363. The ranks' grants carry their leaf's
+// window. An element window is the size
+// of the node's ring of accumulators, so a larger one only costs cache.
+func TestElementWindowPerNode(t *testing.T) {
+	budget := 1500 - parser.CWLen - parser.DataHdrLen // body bytes of one frame
+	fp32 := uint32((budget - parser.GroupDescLen) / 4)
+	scaled := uint32((((budget - parser.GroupDescLen) &^ 3) - 4) / 2) // minus the Scale Word
+	int8s := uint32(parser.MaxPacketElements(1500))
+	for _, tc := range []struct {
+		acc, partial string
+		leaf, spine  uint32
+	}{{"kulisch", "kulisch", 64 * fp32, 64 * scaled}, {"kulisch", "", 64 * fp32, 64 * int8s}, {"fp32", "", 64 * fp32, 64 * fp32}} {
+		r := newRig(t, "spine-leaf", Config{})
+		q := reqsFor(8, 0, "allreduce", "h1", "h2", "h3", "h4")
+		for i := range q {
+			q[i].AccPolicy, q[i].PartialPolicy = tc.acc, tc.partial
+		}
+		res := r.beginAll(q)
+		for i, x := range res {
+			if x.err != nil {
+				t.Fatalf("%s/%s rank %d: %v", tc.acc, tc.partial, i, x.err)
+			}
+			if x.g.Window.Elements != tc.leaf {
+				t.Errorf("%s/%s rank %d: grant elements %d, want the leaf's %d", tc.acc, tc.partial, i, x.g.Window.Elements, tc.leaf)
+			}
+		}
+		op := res[0].g.Op
+		for n, want := range map[string]uint32{"l1": tc.leaf, "l2": tc.leaf, "s1": tc.spine} {
+			if got := r.nodes[n].staged(op).rec.WindowElems; got != want {
+				t.Errorf("%s/%s: %s staged %d window elements, want %d", tc.acc, tc.partial, n, got, want)
 			}
 		}
 	}
