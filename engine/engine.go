@@ -235,13 +235,17 @@ func (e *Engine) HandleData(now int64, in int, frame []byte, tx dataplane.Sender
 		e.m.drop(DropUnknownOperation)
 		return
 	}
-	if o.state != parser.StateActive && o.state != parser.StateComplete {
+	if o.state != parser.StateActive && o.state != parser.StateComplete && o.state != parser.StateFailed {
 		e.m.drop(DropNotActive)
 		return
 	}
 	d := &e.d
 	if err := d.Decode(frame, parser.Limits{VectorLen: o.spec.VectorLen, KulischBytes: o.kbytes, MTU: o.spec.MTU}); err != nil {
 		e.m.decodeDrop(err)
+		return
+	}
+	if o.state == parser.StateFailed {
+		o.answerFailed(now, in, frame, d, tx)
 		return
 	}
 	o.handleData(now, in, frame, d, tx)

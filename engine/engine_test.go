@@ -313,3 +313,45 @@ prism_engine_progress_sent_total 2
 		}
 	}
 }
+
+// TestFailedContextAnswersPeers: once a context has FAILED (a contributor
+// went silent), a rank still sending DATA gets PROGRESS status FAILED at
+// once, naming its stream, instead of silence until its own timer fires. A
+// frame that does not come from the binding's peer gets no answer (the
+// context never reflects to an unverified source) and is counted as what
+// is wrong with it.
+func TestFailedContextAnswersPeers(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 1<<20)
+	r.tx.keep = true
+	r.e.HandleData(r.now, 0, r.data[0], r.tx) // rank 0 contributes, rank 1 never does
+	r.now += int64(2 * time.Hour)
+	r.e.Tick(r.now, r.tx)
+	if s, _ := r.e.Status(r.key); s.State != parser.StateFailed {
+		t.Fatalf("state %v after the contributor timeout, want FAILED", s.State)
+	}
+	r.tx.frames = nil
+	h := parser.DataHeader(r.data[0][parser.HdrOff:parser.DataBodyOff])
+	h.SetPacketID(2)
+	h.SetFirst(363)
+	r.e.HandleData(r.now, 0, r.data[0], r.tx)
+	if len(r.tx.frames) != 1 {
+		t.Fatalf("%d frames answered a DATA frame to a FAILED context, want one PROGRESS", len(r.tx.frames))
+	}
+	var p parser.Progress
+	if err := p.Decode(r.tx.frames[0], parser.Limits{VectorLen: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status != parser.ProgressStatusFailed || p.Stream != 10 || p.PacketID != 2 || [6]byte(r.tx.frames[0][0:6]) != rank0 {
+		t.Fatalf("answer %+v to %x, want status FAILED for stream 10 packet 2 to rank 0", p, r.tx.frames[0][0:6])
+	}
+	m := r.e.Metrics()
+	notActive, wrongMAC := m.Drops[DropNotActive].Load(), m.Drops[DropWrongMAC].Load()
+	spoof := append([]byte(nil), r.data[0]...)
+	copy(spoof[6:12], rank1[:])
+	r.tx.frames = nil
+	r.e.HandleData(r.now, 0, spoof, r.tx)
+	if len(r.tx.frames) != 0 || m.Drops[DropWrongMAC].Load() != wrongMAC+1 || m.Drops[DropNotActive].Load() != notActive {
+		t.Fatalf("spoofed frame: %d answers, wrong_mac +%d, not_active +%d; want no answer, wrong_mac +1",
+			len(r.tx.frames), m.Drops[DropWrongMAC].Load()-wrongMAC, m.Drops[DropNotActive].Load()-notActive)
+	}
+}

@@ -244,6 +244,31 @@ func (o *op) checkPeer(b *Binding, in int, frame []byte, src, dst uint16) bool {
 	return true
 }
 
+// answerFailed tells the peer of a bound stream that this context FAILED
+// (PROGRESS status FAILED, docs/protocol.md section 7), so a rank or child
+// switch still sending stops at once with that reason instead of
+// retransmitting into silence until its own timer fires. Frames from anyone
+// but the binding's peer get no answer: the context never reflects to an
+// unverified source. A frame from the peer counts as a not_active drop,
+// any other as what checkPeer finds wrong with it.
+func (o *op) answerFailed(now int64, in int, frame []byte, d *parser.Data, tx dataplane.Sender) {
+	var ib *inbound
+	if d.Class == parser.ClassData {
+		ib = o.findIn(d.Stream)
+	} else if o.result != nil && o.result.b.Stream == d.Stream {
+		ib = o.result
+	}
+	if ib == nil {
+		o.e.m.drop(DropNotActive)
+		return
+	}
+	if !o.checkPeer(&ib.b, in, frame, d.SrcEP, d.DstEP) {
+		return
+	}
+	o.e.m.drop(DropNotActive)
+	o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusFailed, tx)
+}
+
 func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx dataplane.Sender) {
 	m := o.e.m
 	var ib *inbound
