@@ -252,12 +252,7 @@ func (o *op) checkPeer(b *Binding, in int, frame []byte, src, dst uint16) bool {
 // unverified source. A frame from the peer counts as a not_active drop,
 // any other as what checkPeer finds wrong with it.
 func (o *op) answerFailed(now int64, in int, frame []byte, d *parser.Data, tx dataplane.Sender) {
-	var ib *inbound
-	if d.Class == parser.ClassData {
-		ib = o.findIn(d.Stream)
-	} else if o.result != nil && o.result.b.Stream == d.Stream {
-		ib = o.result
-	}
+	ib := o.inboundFor(d)
 	if ib == nil {
 		o.e.m.drop(DropNotActive)
 		return
@@ -269,15 +264,22 @@ func (o *op) answerFailed(now int64, in int, frame []byte, d *parser.Data, tx da
 	o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusFailed, tx)
 }
 
+// inboundFor is the binding a DATA or RESULT frame arrives on: a
+// CONTRIBUTOR stream for DATA, RESULT_IN for RESULT (a RESULT is never
+// reduced), nil for any other stream.
+func (o *op) inboundFor(d *parser.Data) *inbound {
+	if d.Class == parser.ClassData {
+		return o.findIn(d.Stream)
+	}
+	if o.result != nil && o.result.b.Stream == d.Stream {
+		return o.result
+	}
+	return nil
+}
+
 func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx dataplane.Sender) {
 	m := o.e.m
-	var ib *inbound
-	if d.Class == parser.ClassData {
-		ib = o.findIn(d.Stream)
-	} else if o.result != nil && o.result.b.Stream == d.Stream {
-		// A RESULT is only ever taken on RESULT_IN: it is never reduced.
-		ib = o.result
-	}
+	ib := o.inboundFor(d)
 	if ib == nil {
 		m.drop(DropUnknownStream)
 		return
