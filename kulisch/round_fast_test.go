@@ -2,6 +2,7 @@ package kulisch
 
 import (
 	"encoding/binary"
+	"math/big"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -164,3 +165,52 @@ func TestPutFP32Interleaved(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveShortRowCarries: a short row whose carry out of its top
+// digit is large and negative (thousands of large negative terms in one
+// digit pair), at every exponent, so at every digit position up to the
+// row's top, resolved through
+// every reader (Round, State, the wire value, scaled spans) and checked
+// against the math/big reference.
+func TestResolveShortRowCarries(t *testing.T) {
+	for _, w := range []int{280, 320} {
+		for e := uint32(1); e < 0xFF; e++ {
+			for _, terms := range []int{1, 3, 700, 3000} {
+				v, err := NewVector(1, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ref refSum
+				b := 0x80000000 | e<<23 | 0x7FFFFF // the largest negative of exponent e
+				vals := make([]byte, 4)
+				binary.LittleEndian.PutUint32(vals, b)
+				for range terms {
+					if err := v.AddFP32LE(0, vals); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ref.addFP32(b)
+				ref.sum.Mul(&ref.sum, big.NewInt(int64(terms)))
+				name := func() string { return "W=" + itoa(w) + " e=" + itoa(int(e)) + " terms=" + itoa(terms) }
+				st, err := v.State(0)
+				if !ref.fits(w) {
+					if err == nil {
+						t.Fatalf("%s: State %v, want an overflow", name(), st)
+					}
+					continue
+				}
+				if err != nil || st != ref.state() {
+					t.Fatalf("%s: State %v, %v; want %v", name(), st, err, ref.state())
+				}
+				if got, err := v.Round(0, FP32); err != nil || got != ref.fp32() {
+					t.Fatalf("%s: Round %#08x, %v; want %#08x", name(), got, err, ref.fp32())
+				}
+				wire := make([]byte, v.WireSize())
+				if err := v.PutWire(wire, 0); err != nil || string(wire) != string(ref.wire(w)) {
+					t.Fatalf("%s: wire %x, %v; want %x", name(), wire, err, ref.wire(w))
+				}
+			}
+		}
+	}
+}
+

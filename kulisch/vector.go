@@ -159,6 +159,35 @@ func (v *Vector) resolveAll() {
 // the top digit carries the sign.
 func (v *Vector) resolve(i int) {
 	dg := v.digits[i*v.d : (i+1)*v.d]
+	if h := int(v.hi[i]); h < len(dg)-1 {
+		// A short row (digits outside lo..h are zero): resolve lo..h and
+		// put the carry in digit h+1. A non-negative value is then fully
+		// resolved and stays short; a negative one is all ones above.
+		var c int64
+		for j := int(^v.nlo[i]); j <= h; j++ {
+			x := dg[j] + c
+			c = x >> digitBits
+			dg[j] = x & digitMask
+		}
+		if c >= 0 { // |c| < 2^31: it fits digit h+1 as it is
+			if c != 0 {
+				dg[h+1] = c
+				v.hi[i] = uint8(h + 1)
+			}
+			return
+		}
+		if h+1 == len(dg)-1 {
+			dg[h+1] = c // the top digit holds the sign itself
+		} else {
+			dg[h+1] = c & digitMask
+			for j := h + 2; j < len(dg)-1; j++ {
+				dg[j] = digitMask
+			}
+			dg[len(dg)-1] = -1
+		}
+		v.wide(i)
+		return
+	}
 	var c int64
 	for j := 0; j < len(dg)-1; j++ {
 		x := dg[j] + c
