@@ -2,8 +2,8 @@ package kulisch
 
 import (
 	"encoding/binary"
-	"math/big"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 )
@@ -213,4 +213,3 @@ func TestResolveShortRowCarries(t *testing.T) {
 		}
 	}
 }
-
