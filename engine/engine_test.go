@@ -355,3 +355,28 @@ func TestFailedContextAnswersPeers(t *testing.T) {
 			len(r.tx.frames), m.Drops[DropWrongMAC].Load()-wrongMAC, m.Drops[DropNotActive].Load()-notActive)
 	}
 }
+
+// TestPeerFailedFailsOp: a RESULT receiver (here a rank) that answers
+// FAILED or UNKNOWN_OPERATION ends the operation at once, and the error
+// names the stream and the peer; a PROGRESS from anyone else changes
+// nothing.
+func TestPeerFailedFailsOp(t *testing.T) {
+	for _, st := range []parser.ProgressStatus{parser.ProgressStatusFailed, parser.ProgressStatusUnknownOperation} {
+		r := newRig(t, kulisch.FP32Arrival, 1<<20)
+		spoof := append([]byte(nil), r.prog[0]...)
+		parser.ProgressHeader(spoof[parser.HdrOff : parser.HdrOff+parser.ProgressHdrLen]).SetStatus(st)
+		copy(spoof[6:12], rank1[:]) // not rank 0's MAC
+		r.e.HandleProgress(r.now, 0, spoof, r.tx)
+		if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
+			t.Fatalf("%v from a stranger: state %v, want ACTIVE", st, s.State)
+		}
+		p := append([]byte(nil), r.prog[0]...)
+		parser.ProgressHeader(p[parser.HdrOff : parser.HdrOff+parser.ProgressHdrLen]).SetStatus(st)
+		r.e.HandleProgress(r.now, 0, p, r.tx)
+		s, _ := r.e.Status(r.key)
+		if s.State != parser.StateFailed || s.Err == nil || !strings.Contains(s.Err.Error(), "stream 20") ||
+			!strings.Contains(s.Err.Error(), mac(rank0)) {
+			t.Fatalf("%v from rank 0: state %v, err %v; want FAILED naming stream 20 and rank 0", st, s.State, s.Err)
+		}
+	}
+}

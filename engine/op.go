@@ -859,6 +859,19 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 		return
 	}
 	m.Frames[parser.ClassProgress].Add(1)
+	if p.Status == parser.ProgressStatusFailed || p.Status == parser.ProgressStatusUnknownOperation {
+		// The receiver of this transfer has given up on the operation
+		// (its context FAILED) or no longer has it: nothing sent on it
+		// can complete, so fail now, naming it, rather than when the
+		// stream's own timer gives up.
+		what := "FAILED"
+		if p.Status == parser.ProgressStatusUnknownOperation {
+			what = "UNKNOWN_OPERATION"
+		}
+		o.fail(now, fmt.Errorf("%s stream %d: peer %s answered %s", ob.b.Kind, ob.b.Stream,
+			mac(ob.b.PeerMAC), what))
+		return
+	}
 	h := o.e.holes[:p.NHoles]
 	for i := range h {
 		h[i] = stream.Hole(p.Holes[i])
