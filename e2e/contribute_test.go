@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,38 +14,8 @@ import (
 	"github.com/prismd/prismd/deploy"
 )
 
-var (
-	blastOnce sync.Once
-	blastBin  string
-	blastErr  error
-)
-
-// prismdBlast returns a prismd-blast binary: $PRISMD_BIN/prismd-blast when
-// the Makefile set it, else one built once from this module.
-func prismdBlast(t *testing.T) string {
-	t.Helper()
-	if d := os.Getenv("PRISMD_BIN"); d != "" {
-		if p := filepath.Join(d, "prismd-blast"); fileExists(p) {
-			return p
-		}
-	}
-	blastOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "e2e-prismd-blast-")
-		if err != nil {
-			blastErr = err
-			return
-		}
-		blastBin = filepath.Join(dir, "prismd-blast")
-		out, err := exec.Command("go", "build", "-o", blastBin, "github.com/prismd/prismd/cmd/prismd-blast").CombinedOutput()
-		if err != nil {
-			blastErr = fmt.Errorf("%v: %s", err, out)
-		}
-	})
-	if blastErr != nil {
-		t.Fatalf("building prismd-blast: %v", blastErr)
-	}
-	return blastBin
-}
+// prismdBlast returns the prismd-blast binary (see tool).
+func prismdBlast(t *testing.T) string { return tool(t, "prismd-blast") }
 
 // dataFrames is sw's prismd_frames_total{class="data"}: every DATA frame
 // the switch received, retransmissions included.

@@ -317,38 +317,47 @@ func TestLossAndDuplication(t *testing.T) {
 
 // ---- failures ----
 
-var (
-	ctlOnce sync.Once
-	ctlBin  string
-	ctlErr  error
-)
+// builtTool is one command of this module built once for the whole run.
+type builtTool struct {
+	once sync.Once
+	path string
+	err  error
+}
 
-// prismctl returns a prismctl binary: $PRISMD_BIN/prismctl when the
-// Makefile set it, else one built once from this module.
-func prismctl(t *testing.T) string {
+var tools sync.Map // command name -> *builtTool
+
+// tool returns the binary of command name (prismctl, prismd-blast):
+// $PRISMD_BIN/name when the Makefile set it, else one built once from this
+// module.
+func tool(t *testing.T, name string) string {
 	t.Helper()
 	if d := os.Getenv("PRISMD_BIN"); d != "" {
-		if p := filepath.Join(d, "prismctl"); fileExists(p) {
+		if p := filepath.Join(d, name); fileExists(p) {
 			return p
 		}
 	}
-	ctlOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "e2e-prismctl-")
+	v, _ := tools.LoadOrStore(name, &builtTool{})
+	b := v.(*builtTool)
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "e2e-"+name+"-")
 		if err != nil {
-			ctlErr = err
+			b.err = err
 			return
 		}
-		ctlBin = filepath.Join(dir, "prismctl")
-		out, err := exec.Command("go", "build", "-o", ctlBin, "github.com/prismd/prismd/cmd/prismctl").CombinedOutput()
+		b.path = filepath.Join(dir, name)
+		out, err := exec.Command("go", "build", "-o", b.path, "github.com/prismd/prismd/cmd/"+name).CombinedOutput()
 		if err != nil {
-			ctlErr = fmt.Errorf("%v: %s", err, out)
+			b.err = fmt.Errorf("%v: %s", err, out)
 		}
 	})
-	if ctlErr != nil {
-		t.Fatalf("building prismctl: %v", ctlErr)
+	if b.err != nil {
+		t.Fatalf("building %s: %v", name, b.err)
 	}
-	return ctlBin
+	return b.path
 }
+
+// prismctl returns the prismctl binary (see tool).
+func prismctl(t *testing.T) string { return tool(t, "prismctl") }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 

@@ -872,18 +872,7 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 			mac(ob.b.PeerMAC), what))
 		return
 	}
-	h := o.e.holes[:p.NHoles]
-	for i := range h {
-		h[i] = stream.Hole(p.Holes[i])
-	}
-	if p.Status == parser.ProgressStatusOK || p.Status == parser.ProgressStatusDuplicate {
-		ob.sw.OnProgressAccepted(now, p.PacketID, p.Committed, h, int(p.IntervalCredits), int(p.ByteCredits))
-	} else {
-		ob.sw.OnProgress(now, p.PacketID, p.Committed, h, int(p.IntervalCredits), int(p.ByteCredits))
-	}
-	if p.Status == parser.ProgressStatusNoCredit {
-		ob.sw.OnRejected(p.PacketID)
-	}
+	ob.sw.ApplyProgress(now, p, &o.e.holes)
 	o.retransmit(now, ob, tx)
 	if o.state != parser.StateActive {
 		return

@@ -393,17 +393,7 @@ func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 		case parser.ProgressStatusInvalid:
 			return fmt.Errorf("%w: leaf %s rejected DATA packet %d as invalid", ErrFailed, g.Leaf, p.PacketID)
 		}
-		for i := 0; i < p.NHoles; i++ {
-			op.holes[i] = stream.Hole{Start: p.Holes[i].Start, End: p.Holes[i].End}
-		}
-		if p.Status == parser.ProgressStatusOK || p.Status == parser.ProgressStatusDuplicate {
-			op.sw.OnProgressAccepted(now, p.PacketID, p.Committed, op.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
-		} else {
-			op.sw.OnProgress(now, p.PacketID, p.Committed, op.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
-		}
-		if p.Status == parser.ProgressStatusNoCredit {
-			op.sw.OnRejected(p.PacketID)
-		}
+		op.sw.ApplyProgress(now, p, &op.holes)
 	case parser.ClassResult:
 		if op.rw == nil {
 			return nil

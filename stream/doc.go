@@ -6,8 +6,10 @@
 // It knows element ranges, Packet IDs, content hashes, credits and time. It
 // must not touch frame bytes beyond storing and handing back encoded frames
 // (package parser builds and decodes them), arithmetic (package kulisch),
-// operation state (package engine) or sockets (package dataplane). It imports
-// only the standard library. Nothing here locks: a window belongs to one
+// operation state (package engine) or sockets (package dataplane). Besides
+// the standard library it imports only package parser, for the decoded
+// PROGRESS that ApplyProgress reads (one reading of the statuses for the
+// engine, the host library and prismd-blast). Nothing here locks: a window belongs to one
 // goroutine (one dataplane worker, or one rank's sender loop).
 //
 // # Time and units

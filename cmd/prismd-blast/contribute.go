@@ -754,17 +754,7 @@ func (c *contributor) handle(o *op, now int64, f []byte) (wake bool, err error) 
 		case parser.ProgressStatusInvalid:
 			return true, fmt.Errorf("leaf %s rejected DATA packet %d as invalid", g.Leaf, p.PacketID)
 		}
-		for i := 0; i < p.NHoles; i++ {
-			o.holes[i] = stream.Hole{Start: p.Holes[i].Start, End: p.Holes[i].End}
-		}
-		if p.Status == parser.ProgressStatusOK || p.Status == parser.ProgressStatusDuplicate {
-			o.sw.OnProgressAccepted(now, p.PacketID, p.Committed, o.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
-		} else {
-			o.sw.OnProgress(now, p.PacketID, p.Committed, o.holes[:p.NHoles], int(p.IntervalCredits), int(p.ByteCredits))
-		}
-		if p.Status == parser.ProgressStatusNoCredit {
-			o.sw.OnRejected(p.PacketID)
-		}
+		o.sw.ApplyProgress(now, p, &o.holes)
 		return true, nil
 	case parser.ClassResult:
 		if o.rw == nil {
