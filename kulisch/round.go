@@ -492,14 +492,21 @@ func roundShort(a0, a1, a2 int64, lo, w int) (uint32, bool) {
 			}
 		}
 	}
-	if sv < 1<<23 { // subnormal: biased exponent 0
-		return sign | uint32(sv), true
+	return packFP32(sign, neg, sv, q), true
+}
+
+// packFP32 is the binary32 of the rounded significand s (< 2^24) with
+// quantum bit q (units of 2^-149), sign bit sign: subnormal below 2^23,
+// infinity when the exponent overflows.
+func packFP32(sign uint32, neg bool, s uint64, q int) uint32 {
+	if s < 1<<23 { // subnormal: biased exponent 0
+		return sign | uint32(s)
 	}
-	be := q + 1
+	be := q + 1 // q - ScaleExp + (p-1) + emax
 	if be >= 0xFF {
-		return fmt32.inf(neg), true
+		return fmt32.inf(neg)
 	}
-	return sign | uint32(be)<<23 | uint32(sv)&(1<<23-1), true
+	return sign | uint32(be)<<23 | uint32(s)&(1<<23-1)
 }
 
 // roundFP32 rounds the resolved, nonzero digits dg to FP32, ties to even,
@@ -567,12 +574,5 @@ func roundFP32(dg []int64, low, h, w int) (uint32, bool) {
 			}
 		}
 	}
-	if s < 1<<23 { // subnormal: biased exponent 0
-		return sign | uint32(s), true
-	}
-	be := q + 1 // q - ScaleExp + (p-1) + emax
-	if be >= 0xFF {
-		return fmt32.inf(neg), true
-	}
-	return sign | uint32(be)<<23 | uint32(s)&(1<<23-1), true
+	return packFP32(sign, neg, s, q), true
 }
