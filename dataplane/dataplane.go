@@ -49,6 +49,13 @@ type Options struct {
 	Clock func() int64
 	// Logger receives port errors; nil uses slog.Default().
 	Logger *slog.Logger
+	// NoInline makes every local PRISM frame wait for its worker goroutine.
+	// By default an RX goroutine that hands frames to a worker nobody is
+	// running runs that worker's handler itself (see runInline), which
+	// saves a thread wakeup per batch; with a core for every port and
+	// every worker, handing off keeps receiving and aggregating in
+	// parallel instead.
+	NoInline bool
 }
 
 // portState is one port inside the dataplane. It outlives port-set changes
@@ -428,7 +435,11 @@ func (r *rx) process(n int) {
 		if woke {
 			r.woke[w] = false
 			r.ps.rings[w].publish()
-			r.d.workers[w].wake()
+			if r.d.opts.NoInline {
+				r.d.workers[w].wake()
+			} else {
+				r.d.workers[w].runInline()
+			}
 		}
 	}
 }
@@ -534,8 +545,15 @@ func (r *rx) waitPush(w, in int, f []byte) bool {
 		}
 		r.stuck[w] = false
 	}
-	r.ps.ctr.ringWaits.Add(1)
 	rg.publish() // what this batch pushed so far is what the worker must drain
+	if !r.d.opts.NoInline {
+		// Nobody may be running the worker: drain it from here.
+		r.d.workers[w].runInline()
+		if rg.push(in, f) {
+			return true
+		}
+	}
+	r.ps.ctr.ringWaits.Add(1)
 	rg.waiting.Store(true)
 	defer rg.waiting.Store(false)
 	r.d.workers[w].wake()

@@ -1,7 +1,10 @@
 // Package dataplane owns ports and frames: it reads batches of Ethernet frames
 // from each Port, runs the L2 learning bridge (MAC table with aging, flooding,
 // no hairpin), and hands locally addressed PRISM frames (EtherType 0x88B5)
-// to per-worker Handlers through lock-free SPSC rings.
+// to per-worker Handlers through lock-free SPSC rings. A Handler runs on
+// one goroutine at a time: its worker's, or (unless Options.NoInline) the
+// RX goroutine that just gave it frames while nobody ran it, which saves
+// a thread wakeup per batch (worker.go, runInline).
 //
 // It must not decode PRISM class headers (package parser knows bytes; the
 // Handler, i.e. package engine, knows operations), parse configuration files

@@ -31,7 +31,8 @@ func (h *gateHandler) Handle(now int64, in int, frame []byte, tx dataplane.Sende
 }
 func (h *gateHandler) Tick(now int64, tx dataplane.Sender) {}
 
-// TestRingWaitHoldsFrames: a worker that loses its core for less than
+// TestRingWaitHoldsFrames (hand-off mode, NoInline: an inline run would
+// stall the RX goroutine itself): a worker that loses its core for less than
 // RingWait costs no frame. More frames than the worker's ring holds arrive
 // while it is stalled; the receive loop holds them (counting the waits)
 // and every one reaches the handler, none dropped as ring_full.
@@ -57,7 +58,7 @@ func ringWaitRun(t *testing.T) uint64 {
 	// plus a moment, and never longer than half of RingWait.
 	h := &gateHandler{stall: dataplane.RingWait / 2}
 	node := [6]byte{2, 0, 0, 0, 0, 1}
-	d, ports := setup(t, 1, dataplane.Options{Workers: 1, NodeMAC: &node,
+	d, ports := setup(t, 1, dataplane.Options{Workers: 1, NodeMAC: &node, NoInline: true,
 		Handler: func(w, n int) dataplane.Handler { return h }})
 	defer d.Close()
 	var full time.Time
@@ -81,13 +82,13 @@ func ringWaitRun(t *testing.T) uint64 {
 	return st.RingWaits
 }
 
-// TestRingWaitBounded: a worker stuck for longer than RingWait does not
+// TestRingWaitBounded (hand-off mode): a worker stuck for longer than RingWait does not
 // stall the port forever; the frames it cannot take are dropped as
 // ring_full, and plain forwarding on the port goes on.
 func TestRingWaitBounded(t *testing.T) {
 	h := &gateHandler{open: make(chan struct{})}
 	node := [6]byte{2, 0, 0, 0, 0, 1}
-	d, ports := setup(t, 2, dataplane.Options{Workers: 1, NodeMAC: &node,
+	d, ports := setup(t, 2, dataplane.Options{Workers: 1, NodeMAC: &node, NoInline: true,
 		Handler: func(w, n int) dataplane.Handler { return h }})
 	const frames = 300
 	for i := 0; i < frames; i++ {

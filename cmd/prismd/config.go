@@ -40,6 +40,7 @@ import (
 //	        reorder_percent: 0      #   reorder_depth, delay_us and seed (reproducible)
 //	      # egress: {reorder_percent, reorder_depth, delay_us, seed} instead of the keys above
 //	workers: 1                      # engine workers (default 1)
+//	worker_handoff: false           # true: every local PRISM frame waits for its worker goroutine
 //	mac_aging: 300s                 # default 300s
 //	metrics_listen: "127.0.0.1:9100"   # empty or absent disables
 //	control_listen: "/run/prismd/prismd.sock"  # HTTP over a unix socket; empty or absent disables
@@ -59,6 +60,12 @@ type Config struct {
 	// before format code 7 (protocol section 6). Read at start; a reload
 	// that changes it warns that it needs a restart.
 	KulischPartials string `yaml:"kulisch_partials"`
+	// WorkerHandoff turns off inline runs (dataplane.Options.NoInline): by
+	// default a port's receive loop runs an idle worker's engine itself,
+	// which saves a thread wakeup per batch on hosts with fewer cores than
+	// ports plus workers; with a core for each, handing off keeps receiving
+	// and aggregating in parallel.
+	WorkerHandoff bool `yaml:"worker_handoff"`
 
 	// Derived by Validate.
 	nodeMAC   *[6]byte
@@ -175,7 +182,7 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		}
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
 		msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
-		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, mac_aging, metrics_listen, control_listen, am_sources, kulisch_partials)")
+		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, worker_handoff, mac_aging, metrics_listen, control_listen, am_sources, kulisch_partials)")
 		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, rx_ring, rx_ring_timeout, qdisc_bypass, backend, xdp_mode, fault)")
 		msg = strings.ReplaceAll(msg, "in type main.FaultConfig", "in fault (valid keys: reorder_percent, reorder_depth, delay_us, ingress, egress)")
 		msg = strings.ReplaceAll(msg, "in type main.IngressFaultConfig", "in fault.ingress (valid keys: drop_percent, duplicate_percent, reorder_percent, reorder_depth, delay_us, seed)")

@@ -20,6 +20,7 @@ ports:
       delay_us: 50
   - name: p2
 workers: 2
+worker_handoff: true
 mac_aging: 300s
 metrics_listen: "127.0.0.1:9100"
 control_listen: "/run/prismd/prismd.sock"
@@ -32,7 +33,7 @@ func TestParseFullConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if *c.NodeMACAddr() != [6]byte{2, 0, 0, 0, 0, 1} || len(c.Ports) != 2 || c.Ports[0].MTU != 1500 ||
-		c.Ports[0].Fault.DelayUS != 50 || c.Workers != 2 || c.Aging() != 300*time.Second ||
+		c.Ports[0].Fault.DelayUS != 50 || c.Workers != 2 || !c.WorkerHandoff || c.Aging() != 300*time.Second ||
 		c.AMSourceMACs()[0] != [6]byte{2, 0, 0, 0, 0, 0xaa} {
 		t.Fatalf("parsed %+v", c)
 	}
@@ -44,7 +45,7 @@ func TestParseFullConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Workers != 1 || c.Aging() != 300*time.Second || c.NodeMACAddr() != nil || c.MetricsListen != "" || c.PlainKulischPartials() {
+	if c.Workers != 1 || c.WorkerHandoff || c.Aging() != 300*time.Second || c.NodeMACAddr() != nil || c.MetricsListen != "" || c.PlainKulischPartials() {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c, err = ParseConfig("t.yaml", []byte("ports: [{name: eth1}]\nkulisch_partials: plain\n")); err != nil || !c.PlainKulischPartials() {

@@ -127,7 +127,7 @@ type daemon struct {
 }
 
 func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
-	opts := dataplane.Options{Workers: cfg.Workers, MACAging: cfg.Aging(), NodeMAC: cfg.NodeMACAddr(), Logger: log}
+	opts := dataplane.Options{Workers: cfg.Workers, NoInline: cfg.WorkerHandoff, MACAging: cfg.Aging(), NodeMAC: cfg.NodeMACAddr(), Logger: log}
 	if handlerFactory != nil {
 		opts.Handler = handlerFactory(cfg)
 	}
@@ -304,6 +304,9 @@ func (d *daemon) reload() {
 	if cfg.Workers != d.cfg.Workers {
 		d.log.Warn("workers changed; takes effect only after a restart", "running", d.cfg.Workers, "configured", cfg.Workers)
 	}
+	if cfg.WorkerHandoff != d.cfg.WorkerHandoff {
+		d.log.Warn("worker_handoff changed; takes effect only after a restart", "running", d.cfg.WorkerHandoff, "configured", cfg.WorkerHandoff)
+	}
 	if cfg.MetricsListen != d.cfg.MetricsListen || cfg.ControlListen != d.cfg.ControlListen {
 		d.log.Warn("metrics_listen/control_listen changed; takes effect only after a restart")
 	}
@@ -316,9 +319,9 @@ func (d *daemon) reload() {
 	}
 	d.dp.SetMACAging(cfg.Aging())
 	d.dp.SetNodeMAC(cfg.NodeMACAddr())
-	keepW, keepM, keepC := d.cfg.Workers, d.cfg.MetricsListen, d.cfg.ControlListen
+	keepW, keepH, keepM, keepC := d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen
 	d.cfg = cfg
-	d.cfg.Workers, d.cfg.MetricsListen, d.cfg.ControlListen = keepW, keepM, keepC
+	d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen = keepW, keepH, keepM, keepC
 	if onReload != nil {
 		onReload(cfg)
 	}
