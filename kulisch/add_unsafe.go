@@ -8,6 +8,7 @@ package kulisch
 
 import (
 	"encoding/binary"
+	"math"
 	"unsafe"
 )
 
@@ -19,11 +20,13 @@ func (v *Vector) addFP32Rows(first, n int, vals []byte, bf16 bool) {
 		return
 	}
 	fl := v.flags[first : first+n]
+	lane := v.lane[first : first+n : first+n]
 	lo, hi := v.nlo[first:first+n:first+n], v.hi[first:first+n:first+n]
 	_ = v.digits[(first+n)*v.d-1] // the last row exists
 	base := unsafe.Pointer(&v.digits[first*v.d])
 	stride := uintptr(v.d) * 8
 	vp := unsafe.Pointer(unsafe.SliceData(vals))
+	lim := v.laneLim
 	var off uintptr
 	for j := range fl {
 		var b uint32
@@ -38,19 +41,30 @@ func (v *Vector) addFP32Rows(first, n int, vals []byte, bf16 bool) {
 			off += stride
 			continue
 		}
+		z := b ^ 0x80000000 // zero only for -0
+		fl[j] |= uint8((z | -z) >> 31)
+		// The lane first: a float64 holds the sum exactly while the
+		// error of the addition (TwoSum) is zero.
+		a, x := lane[j], float64(math.Float32frombits(b))
+		if s := a + x; math.Abs(s) < lim {
+			bb := s - a
+			if (a-(s-bb))+(x-bb) == 0 {
+				lane[j] = s
+				off += stride
+				continue
+			}
+		}
 		// value = m * 2^s units with s = max(e-1, 0), m = fraction plus
 		// the hidden bit for normal numbers; m<<(s%32) spans two digits.
 		m := uint64(b&0x7FFFFF | ((e+0xFF)>>8)<<23)
 		sh := e - 1 + (e-1)>>31
 		neg := -int64(b >> 31)
-		x := m << (sh & 31)
+		x64 := m << (sh & 31)
 		q := (*[2]int64)(unsafe.Add(base, off+uintptr(sh>>5)*8))
-		q[0] += (int64(x&digitMask) ^ neg) - neg
-		q[1] += (int64(x>>32) ^ neg) - neg
+		q[0] += (int64(x64&digitMask) ^ neg) - neg
+		q[1] += (int64(x64>>32) ^ neg) - neg
 		lo[j] = max(lo[j], ^uint8(sh>>5))
 		hi[j] = max(hi[j], uint8(sh>>5+1))
-		z := b ^ 0x80000000 // zero only for -0
-		fl[j] |= uint8((z | -z) >> 31)
 		off += stride
 	}
 }

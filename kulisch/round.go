@@ -6,6 +6,7 @@ package kulisch
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 )
 
@@ -364,6 +365,16 @@ func (v *Vector) putFP32(dst []byte, first, count int) (int, error) {
 	d := v.d
 	for k := 0; k < count; k++ {
 		i := first + k
+		if x := v.lane[i]; x != 0 {
+			// The lane alone is the exact value: one conversion rounds it.
+			if v.empty(i) && v.flags[i]&(fNaN|fPosInf|fNegInf|fHuge) == 0 {
+				if f := float32(x); !math.IsInf(float64(f), 0) {
+					binary.LittleEndian.PutUint32(dst[4*k:], math.Float32bits(f))
+					continue
+				}
+			}
+			v.fold(i)
+		}
 		dg := v.digits[i*d : i*d+d : i*d+d]
 		// Resolve digits lo..hi only (the rest are zero) when the row has
 		// a zero digit above hi to take the carry: that digit becomes the
@@ -402,9 +413,10 @@ func (v *Vector) putFP32(dst []byte, first, count int) (int, error) {
 		if top != 0 {
 			low = min(low, t)
 			hiNZ = t
-			if t < d-1 {
-				v.hi[i] = uint8(t)
-			}
+			// The signed top now sits in digit t: the bounds must say
+			// so even when t is the row's last digit, or resolve would
+			// take the row as short and overwrite digit t with a carry.
+			v.hi[i] = uint8(t)
 		}
 		if top != -1 {
 			hiNM = t

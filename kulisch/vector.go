@@ -7,6 +7,7 @@ package kulisch
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 )
 
 // Per-element flag bits.
@@ -82,6 +83,19 @@ type Vector struct {
 	// 255 > hi 0) reads as an empty row. Every other writer of digits
 	// widens the bounds to the whole row.
 	nlo, hi []uint8
+	// lane[i] is a float64 part of element i's value, which is the lane
+	// plus the digits: FP32 and BF16 adds go to the lane while it holds
+	// the sum exactly (the TwoSum error is zero and the magnitude is below
+	// laneLim), and to the digits otherwise. For a few contributors of
+	// similar magnitude, as gradients are, the digits are never touched:
+	// 8 bytes an element instead of a row of d digits, which is what the
+	// exact add cost in a switch (memory, not arithmetic: 2.4 ns a value
+	// in cache, 9 in the switch's accumulator ring). Readers fold the lane
+	// into the digits first (fold), except putFP32, which rounds a lane
+	// alone with one float64 -> float32 conversion, as exact as rounding
+	// the digits since the lane is the exact sum.
+	lane    []float64
+	laneLim float64
 	pending uint32 // batches since the last full carry resolution
 	// mag is scratch for rounding: a local would be zeroed (1 KiB) on
 	// every call.
@@ -100,8 +114,13 @@ func NewVector(n, w int) (*Vector, error) {
 	if d < fp32Digits {
 		d = fp32Digits
 	}
+	// A lane value stays below 2^127 (so its bits fit digits 0..8 when
+	// folded, and FP32 rounding sees no overflow it would not) and two
+	// binades below what the width holds (so the width's range check
+	// sees the same values either way).
+	lim := math.Ldexp(1, min(127, w-ScaleExp-3))
 	return &Vector{n: n, w: w, d: d, digits: make([]int64, n*d), flags: make([]uint8, n),
-		nlo: make([]uint8, n), hi: make([]uint8, n)}, nil
+		nlo: make([]uint8, n), hi: make([]uint8, n), lane: make([]float64, n), laneLim: lim}, nil
 }
 
 // Len is the number of accumulators.
@@ -118,6 +137,46 @@ func (v *Vector) Reset(i int) {
 	clear(v.digits[i*v.d : (i+1)*v.d])
 	v.flags[i] = 0
 	v.nlo[i], v.hi[i] = 0, 0
+	v.lane[i] = 0
+}
+
+// empty reports whether row i's digits are all zero by its bounds.
+func (v *Vector) empty(i int) bool { return int(^v.nlo[i]) > int(v.hi[i]) }
+
+// fold adds element i's lane into its digits, exactly, and empties the
+// lane. A lane value is a sum of FP32-domain values, so it is a multiple
+// of the unit 2^-ScaleExp and below 2^127: its 53-bit significand, placed
+// at that unit, spans at most three digits, the highest at most 8.
+func (v *Vector) fold(i int) {
+	x := v.lane[i]
+	if x == 0 {
+		return
+	}
+	v.lane[i] = 0
+	b := math.Float64bits(x)
+	m := b&(1<<52-1) | 1<<52 // normal: lane values are at least 2^-149
+	sh := int(b>>52&0x7FF) - 1075 + ScaleExp
+	if sh < 0 {
+		m >>= uint(-sh) // exact: the bits shifted out are zero
+		sh = 0
+	}
+	k, s := sh/digitBits, uint(sh%digitBits)
+	lo, hi := m<<s, m>>(64-s) // m>>64 is 0 in Go
+	dg := v.digits[i*v.d : (i+1)*v.d]
+	parts := [3]int64{int64(lo & digitMask), int64(lo >> digitBits), int64(hi)}
+	neg := b>>63 != 0
+	for j, p := range parts {
+		if neg {
+			p = -p
+		}
+		dg[k+j] += p
+	}
+	v.nlo[i] = max(v.nlo[i], ^uint8(k))
+	v.hi[i] = max(v.hi[i], uint8(k+2))
+	// No resolve needed for headroom: a fold needs a lane add since the
+	// last one, and each batch adds at most once per element, so between
+	// two full resolutions (normLimit batches) a digit takes at most
+	// 2*normLimit adds below 2^32: 2^62.
 }
 
 // wide marks row i as possibly nonzero in every digit.
@@ -128,10 +187,17 @@ func (v *Vector) ResetRange(first, n int) error {
 	if first < 0 || n < 0 || first+n > v.n {
 		return ErrRange
 	}
-	clear(v.digits[first*v.d : (first+n)*v.d])
+	// Only rows with digits need clearing: the digits outside a row's
+	// bounds are zero, and with the lane most rows have none.
+	for i := first; i < first+n; i++ {
+		if !v.empty(i) {
+			clear(v.digits[i*v.d : (i+1)*v.d])
+		}
+	}
 	clear(v.flags[first : first+n])
 	clear(v.nlo[first : first+n])
 	clear(v.hi[first : first+n])
+	clear(v.lane[first : first+n])
 	return nil
 }
 
@@ -390,6 +456,7 @@ type value struct {
 
 // get resolves element i and classifies it.
 func (v *Vector) get(i int) value {
+	v.fold(i)
 	v.resolve(i)
 	f := v.flags[i]
 	dg := v.digits[i*v.d : (i+1)*v.d]
