@@ -19,6 +19,25 @@ func (v *Vector) addFP32Rows(first, n int, vals []byte, bf16 bool) {
 	if n == 0 {
 		return
 	}
+	if bf16 || !haveAVX2 {
+		v.addFP32Scalar(first, n, vals, bf16)
+		return
+	}
+	// The AVX2 kernel takes groups of four while all four stay in the
+	// lane; a group it stops at (a spill, an infinity, a NaN) goes through
+	// the scalar loop, then the kernel resumes.
+	for j := 0; j < n; {
+		k := laneAddBulk(v.lane[first+j:first+n], vals[4*j:4*n], v.flags[first+j:first+n], v.laneLim)
+		j += k
+		if m := min(4, n-j); m > 0 {
+			v.addFP32Scalar(first+j, m, vals[4*j:4*(j+m)], false)
+			j += m
+		}
+	}
+}
+
+// addFP32Scalar is addFP32Rows one value at a time.
+func (v *Vector) addFP32Scalar(first, n int, vals []byte, bf16 bool) {
 	fl := v.flags[first : first+n]
 	lane := v.lane[first : first+n : first+n]
 	lo, hi := v.nlo[first:first+n:first+n], v.hi[first:first+n:first+n]

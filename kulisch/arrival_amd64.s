@@ -109,3 +109,125 @@ floop8:
 fdone:
 	VZEROUPPER
 	RET
+
+// func laneAddAVX2(lane *float64, vals *byte, flags *uint8, n int, lim float64) int
+// Four binary32 terms at a time: x widened exactly to float64, s = lane+x,
+// and the TwoSum error (lane-(s-(s-lane)))+(x-(s-lane)). The group is
+// stored only if every error is zero and every |s| < lim (an infinity or
+// NaN fails one of the two); otherwise the kernel stops there and returns
+// how many it stored. flags[i] |= 1 (fNonNegZero) unless the term is -0.
+// n is a multiple of 4.
+TEXT ·laneAddAVX2(SB), NOSPLIT, $0-48
+	MOVQ   lane+0(FP), DI
+	MOVQ   vals+8(FP), SI
+	MOVQ   flags+16(FP), BX
+	MOVQ   n+24(FP), CX
+	MOVSD  lim+32(FP), X9
+	VBROADCASTSD X9, Y9
+	MOVQ   $0x7FFFFFFFFFFFFFFF, AX
+	MOVQ   AX, X10
+	VPBROADCASTQ X10, Y10
+	MOVL   $0x80000000, AX
+	MOVL   AX, X11
+	VPBROADCASTD X11, X11
+	MOVL   $1, AX
+	MOVL   AX, X12
+	VPBROADCASTD X12, X12
+	VXORPD Y7, Y7, Y7
+	XORQ   R9, R9
+
+lloop:
+	CMPQ      CX, $4
+	JB        ldone
+	VMOVDQU   (SI), X0
+	VCVTPS2PD X0, Y1          // x
+	VMOVUPD   (DI), Y2        // a
+	VADDPD    Y1, Y2, Y3      // s = a + x
+	VSUBPD    Y2, Y3, Y4      // bb = s - a
+	VSUBPD    Y4, Y3, Y5      // s - bb
+	VSUBPD    Y5, Y2, Y5      // a - (s - bb)
+	VSUBPD    Y4, Y1, Y6      // x - bb
+	VADDPD    Y6, Y5, Y5      // err
+	VCMPPD    $0, Y7, Y5, Y5  // err == 0 (ordered)
+	VANDPD    Y10, Y3, Y6     // |s|
+	VCMPPD    $1, Y9, Y6, Y6  // |s| < lim (ordered)
+	VANDPD    Y6, Y5, Y5
+	VMOVMSKPD Y5, AX
+	CMPL      AX, $15
+	JNE       ldone
+	VMOVUPD   Y3, (DI)
+	VPCMPEQD  X11, X0, X8     // -0
+	VPANDN    X12, X8, X8     // 1 where not -0
+	VPACKUSDW X8, X8, X8
+	VPACKUSWB X8, X8, X8
+	MOVL      X8, AX
+	ORL       AX, (BX)
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	ADDQ      $4, BX
+	ADDQ      $4, R9
+	SUBQ      $4, CX
+	JMP       lloop
+
+ldone:
+	VZEROUPPER
+	MOVQ R9, ret+40(FP)
+	RET
+
+// func laneOutAVX2(dst *byte, lane *float64, flags *uint8, nlo *uint8, hi *uint8, n int, special uint32) int
+// Rounds Vector elements that are lane-only to FP32 four at a time: all
+// four lanes nonzero, no flag of special (four copies of the byte mask of
+// the infinity, NaN and overflow flags), no digits (bounds bytes zero) and
+// no result rounding to infinity. Stops at the first group that is not
+// such and returns how many it wrote (a multiple of 4); n is a multiple of 4.
+TEXT ·laneOutAVX2(SB), NOSPLIT, $0-64
+	MOVQ   dst+0(FP), DI
+	MOVQ   lane+8(FP), SI
+	MOVQ   flags+16(FP), BX
+	MOVQ   nlo+24(FP), R10
+	MOVQ   hi+32(FP), R11
+	MOVQ   n+40(FP), CX
+	MOVL   special+48(FP), DX
+	MOVL   $0x7FFFFFFF, AX
+	MOVL   AX, X10
+	VPBROADCASTD X10, X10
+	MOVL   $0x7F800000, AX
+	MOVL   AX, X11
+	VPBROADCASTD X11, X11
+	VXORPD Y7, Y7, Y7
+	XORQ   R9, R9
+
+oloop:
+	CMPQ       CX, $4
+	JB         odone
+	VMOVUPD    (SI), Y0
+	VCMPPD     $4, Y7, Y0, Y1 // lane != 0
+	VMOVMSKPD  Y1, AX
+	CMPL       AX, $15
+	JNE        odone
+	MOVL       (BX), AX
+	TESTL      DX, AX
+	JNZ        odone
+	MOVL       (R10), AX
+	ORL        (R11), AX
+	JNZ        odone
+	VCVTPD2PSY Y0, X2
+	VPAND      X10, X2, X3
+	VPCMPEQD   X11, X3, X3 // rounded to infinity
+	VMOVMSKPS  X3, AX
+	TESTL      AX, AX
+	JNZ        odone
+	VMOVUPS    X2, (DI)
+	ADDQ       $16, DI
+	ADDQ       $32, SI
+	ADDQ       $4, BX
+	ADDQ       $4, R10
+	ADDQ       $4, R11
+	ADDQ       $4, R9
+	SUBQ       $4, CX
+	JMP        oloop
+
+odone:
+	VZEROUPPER
+	MOVQ R9, ret+56(FP)
+	RET

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -28,8 +29,8 @@ func TestLaneAgainstReference(t *testing.T) {
 			return f32(float32(rng.NormFloat64() * 1e-20))
 		},
 		"subnormal": func(int) uint32 { return rng.Uint32()&0x807FFFFF | uint32(rng.IntN(3))<<23 },
-		"limit": func(int) uint32 { return f32(float32(rng.NormFloat64() * 1e38)) },
-		"wide":  func(int) uint32 { return rng.Uint32()&0x807FFFFF | uint32(rng.IntN(254))<<23 },
+		"limit":     func(int) uint32 { return f32(float32(rng.NormFloat64() * 1e38)) },
+		"wide":      func(int) uint32 { return rng.Uint32()&0x807FFFFF | uint32(rng.IntN(254))<<23 },
 	}
 	for name, draw := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -94,5 +95,130 @@ func TestLaneCancelsToSignedZero(t *testing.T) {
 	}
 	if got := binary.LittleEndian.Uint32(out[4:]); got != 0x80000000 {
 		t.Errorf("-0 + -0 = %#08x, want -0", got)
+	}
+}
+
+// TestLaneKernelMatchesScalar: the AVX2 lane kernel leaves every field of
+// the Vector (lanes to the bit, flags, digits, bounds) as the scalar loop
+// does, for batches of every length and offset mixing lane-friendly terms
+// with -0, +0, infinities, NaNs, spills and terms at the lane's limit.
+func TestLaneKernelMatchesScalar(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 on this machine: the scalar loop is all there is")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	draw := func() uint32 {
+		switch rng.IntN(40) {
+		case 0:
+			return 0x80000000 // -0
+		case 1:
+			return 0
+		case 2:
+			return 0x7F800000 | uint32(rng.IntN(2))<<31 // ±Inf
+		case 3:
+			return 0x7FC00000 | rng.Uint32()&0x803FFFFF // NaN
+		case 4:
+			return rng.Uint32()&0x807FFFFF | 0xFE<<23 // near FP32's top: beyond the lane's limit in sums
+		case 5:
+			return rng.Uint32()&0x807FFFFF | uint32(rng.IntN(254))<<23 // anywhere: spills
+		case 6, 7, 8:
+			return 0x7E800000 // 2^126: two make 2^127, the lane's limit itself
+		}
+		return math.Float32bits(float32(rng.NormFloat64()))
+	}
+	const n = 80
+	for it := 0; it < 300; it++ {
+		fast, _ := NewVector(n, 280)
+		slow, _ := NewVector(n, 280)
+		for batch := 0; batch < 4; batch++ {
+			first := rng.IntN(n)
+			cnt := rng.IntN(n - first + 1)
+			vals := make([]byte, 4*cnt)
+			for k := range cnt {
+				binary.LittleEndian.PutUint32(vals[4*k:], draw())
+			}
+			if err := fast.AddFP32LE(first, vals); err != nil {
+				t.Fatal(err)
+			}
+			haveAVX2 = false
+			err := slow.AddFP32LE(first, vals)
+			haveAVX2 = true
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range n {
+			if math.Float64bits(fast.lane[i]) != math.Float64bits(slow.lane[i]) || fast.flags[i] != slow.flags[i] ||
+				fast.nlo[i] != slow.nlo[i] || fast.hi[i] != slow.hi[i] ||
+				!slices.Equal(fast.digits[i*fast.d:(i+1)*fast.d], slow.digits[i*slow.d:(i+1)*slow.d]) {
+				t.Fatalf("iteration %d element %d: kernel lane %x flags %x bounds %d..%d digits %v; scalar lane %x flags %x bounds %d..%d digits %v",
+					it, i, math.Float64bits(fast.lane[i]), fast.flags[i], ^fast.nlo[i], fast.hi[i], fast.digits[i*fast.d:(i+1)*fast.d],
+					math.Float64bits(slow.lane[i]), slow.flags[i], ^slow.nlo[i], slow.hi[i], slow.digits[i*slow.d:(i+1)*slow.d])
+			}
+		}
+	}
+}
+
+// TestLaneOutKernelMatchesScalar: PutValues to FP32 writes the same bytes,
+// and leaves the same Vector, with the AVX2 lane kernel as without it,
+// over ranges of every offset and length that mix lane-only elements with
+// zero sums, -0, infinities, NaNs, rows with digits and empty elements.
+func TestLaneOutKernelMatchesScalar(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 on this machine: the scalar loop is all there is")
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	const n = 72
+	for it := 0; it < 300; it++ {
+		var vs [2]*Vector
+		for k := range vs {
+			vs[k], _ = NewVector(n, 280)
+		}
+		for batch := 0; batch < 3; batch++ {
+			first := rng.IntN(n)
+			cnt := rng.IntN(n - first + 1)
+			vals := make([]byte, 4*cnt)
+			for k := range cnt {
+				b := math.Float32bits(float32(rng.NormFloat64()))
+				switch rng.IntN(30) {
+				case 0:
+					b = 0x80000000
+				case 1:
+					b = 0x7F800000
+				case 2:
+					b = 0x7FC00001
+				case 3:
+					b = rng.Uint32()&0x807FFFFF | uint32(rng.IntN(254))<<23
+				case 4:
+					b = 0 // with a later -x: a zero sum in the lane
+				}
+				binary.LittleEndian.PutUint32(vals[4*k:], b)
+			}
+			i8 := []byte{byte(rng.IntN(256))}
+			at, digits := rng.IntN(n), rng.IntN(4) == 0
+			for _, v := range vs {
+				if err := v.AddFP32LE(first, vals); err != nil {
+					t.Fatal(err)
+				}
+				if digits {
+					_ = v.AddINT8(at, i8) // a row with digits
+				}
+			}
+		}
+		first := rng.IntN(n)
+		cnt := rng.IntN(n - first + 1)
+		var outs [2][]byte
+		for k, v := range vs {
+			outs[k] = make([]byte, 4*cnt)
+			haveAVX2 = k == 0
+			_, err := v.PutValues(outs[k], first, cnt, FP32)
+			haveAVX2 = true
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(outs[0], outs[1]) {
+			t.Fatalf("iteration %d [%d, %d): kernel %x, scalar %x", it, first, first+cnt, outs[0], outs[1])
+		}
 	}
 }

@@ -363,7 +363,18 @@ func putBits(out []byte, f Format, r uint32) {
 // element: the switch rounds every element of every RESULT.)
 func (v *Vector) putFP32(dst []byte, first, count int) (int, error) {
 	d := v.d
+	next := 0 // where the AVX2 kernel takes over again
 	for k := 0; k < count; k++ {
+		if k == next && haveAVX2 {
+			// Lane-only elements four at a time; the group the kernel
+			// stops at goes through this loop, then it resumes.
+			end := first + count
+			k += laneOutBulk(dst[4*k:4*count], v.lane[first+k:end], v.flags[first+k:end], v.nlo[first+k:end], v.hi[first+k:end])
+			next = k + 4
+			if k == count {
+				break
+			}
+		}
 		i := first + k
 		if x := v.lane[i]; x != 0 {
 			// The lane alone is the exact value: one conversion rounds it.
