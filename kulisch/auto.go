@@ -181,6 +181,25 @@ func (p *planner) window(pos int, open Format, mod int) (Format, int) {
 	return best.first, best.flen
 }
 
+// AutoMaxCount bounds how many of the values with these AUTO sets any
+// PlanAuto plan can carry in budget bytes: each takes at least its
+// narrowest format's width, and the frame at least one descriptor. A
+// caller comparing AUTO with another encoding by values carried can skip
+// planning AUTO when the other one already carries more (planning is a
+// small dynamic program per group, and a leaf plans every frame).
+func AutoMaxCount(sets []FormatSet, w, budget int) int {
+	p := planner{}
+	p.allow = 1<<INT8 | 1<<FP16 | 1<<BF16 | 1<<FP32 | 1<<KULISCH
+	p.width[KULISCH] = KULISCH.Width(w)
+	room := budget - DescriptorSize
+	for k, s := range sets {
+		if room -= p.minWidth(s); room < 0 {
+			return k
+		}
+	}
+	return len(sets)
+}
+
 // PlanAuto plans one packet's NumberGroups for the values whose lossless
 // format sets are sets (sets[k] for position first+k, from AutoSet), within
 // budget body bytes (BodyBudget). base is the policy's base format

@@ -222,3 +222,154 @@ func TestLaneOutKernelMatchesScalar(t *testing.T) {
 		}
 	}
 }
+
+// TestLaneReadersMatchDigits: AutoSet, Spans and PutScaled read a
+// lane-only element from its float64 (lane.go); they must give what the
+// digits give once the lane is folded in. Two vectors take the same adds,
+// one is folded element by element, and all three readers are compared,
+// for lane values across the whole range: integers (INT8), FP16 and BF16
+// values, sums that need FP32 or only KULISCH, subnormal units, powers of
+// two of both signs (where the signed width of a negative is a bit less).
+func TestLaneReadersMatchDigits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	draw := func() uint32 {
+		switch rng.IntN(8) {
+		case 0:
+			return math.Float32bits(float32(rng.IntN(300) - 150))
+		case 1:
+			return math.Float32bits(float32(math.Ldexp(1, rng.IntN(250)-149)) * float32(1-2*rng.IntN(2)))
+		case 2:
+			return rng.Uint32()&0x807FFFFF | uint32(rng.IntN(3))<<23
+		case 3:
+			return math.Float32bits(float32(rng.NormFloat64() * 1000))
+		}
+		return math.Float32bits(float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(60)-30)))
+	}
+	const n, w = 64, 280
+	spansL, spansD := make([]Span, n), make([]Span, n)
+	for it := 0; it < 200; it++ {
+		lane, dig := func() (*Vector, *Vector) { a, _ := NewVector(n, w); b, _ := NewVector(n, w); return a, b }()
+		for range 1 + rng.IntN(3) {
+			vals := make([]byte, 4*n)
+			for k := range n {
+				binary.LittleEndian.PutUint32(vals[4*k:], draw())
+			}
+			_ = lane.AddFP32LE(0, vals)
+			_ = dig.AddFP32LE(0, vals)
+		}
+		for i := range n {
+			dig.fold(i)
+		}
+		for i := range n {
+			a, aerr := lane.AutoSet(i)
+			b, berr := dig.AutoSet(i)
+			if a != b || (aerr == nil) != (berr == nil) {
+				t.Fatalf("iteration %d element %d (lane %g): AutoSet %b (%v) from the lane, %b (%v) from the digits", it, i, lane.lane[i], a, aerr, b, berr)
+			}
+		}
+		if err := lane.Spans(0, spansL); err != nil {
+			t.Fatal(err)
+		}
+		if err := dig.Spans(0, spansD); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if spansL[i] != spansD[i] {
+				t.Fatalf("iteration %d element %d (lane %g): span %v from the lane, %v from the digits", it, i, lane.lane[i], spansL[i], spansD[i])
+			}
+			// Scaled at the element's own extent and one byte wider, both
+			// readers; and one bit too narrow must fail for both.
+			s := spansD[i]
+			if s.Hi == 0 {
+				continue
+			}
+			for _, extra := range []int{0, 8} {
+				shift, b := ScaleFor(int(s.Lo), int(s.Hi)+extra, w)
+				bl, bd := make([]byte, 1+b), make([]byte, 1+b)
+				el, ed := lane.PutScaled(bl, i, 1, shift, b), dig.PutScaled(bd, i, 1, shift, b)
+				if (el == nil) != (ed == nil) || !bytes.Equal(bl, bd) && el == nil {
+					t.Fatalf("iteration %d element %d (lane %g) Shift %d B %d: lane %x (%v), digits %x (%v)", it, i, lane.lane[i], shift, b, bl, el, bd, ed)
+				}
+			}
+			if s.Lo > 0 {
+				shift, b := int(s.Lo)+1, (int(s.Hi)-int(s.Lo)+7)/8
+				el, ed := lane.PutScaled(make([]byte, 1+b), i, 1, shift, b), dig.PutScaled(make([]byte, 1+b), i, 1, shift, b)
+				if el == nil || ed == nil {
+					t.Fatalf("element %d: Shift above its lowest bit accepted (lane %v, digits %v)", i, el, ed)
+				}
+			}
+		}
+	}
+}
+
+// TestMergeScaledLane: KULISCH_SCALED partials of a few gradient-like
+// terms (B <= 8, both signs) merge into the parent's lanes, and the
+// parent's value stays exact against math/big, also where the parent's
+// lane holds a value the partial cannot join exactly (2^40 apart) and
+// where the partial is the parent's first term.
+func TestMergeScaledLane(t *testing.T) {
+	const n, w = 48, 280
+	rng := rand.New(rand.NewPCG(13, 14))
+	for it := 0; it < 300; it++ {
+		v, _ := NewVector(n, w)
+		refs := make([]refSum, n)
+		own := make([]byte, 4*n)
+		for k := range n {
+			x := float32(rng.NormFloat64())
+			switch rng.IntN(3) {
+			case 0:
+				x = 0 // the partial comes first
+			case 1:
+				x *= 1 << 40
+			}
+			binary.LittleEndian.PutUint32(own[4*k:], math.Float32bits(x))
+			refs[k].addFP32(math.Float32bits(x))
+		}
+		if err := v.AddFP32LE(0, own); err != nil {
+			t.Fatal(err)
+		}
+		pv, _ := NewVector(n, w)
+		vals := make([]byte, 4*n)
+		for range 1 + rng.IntN(3) {
+			for k := range n {
+				b := math.Float32bits(float32(rng.NormFloat64() * 1e-3))
+				binary.LittleEndian.PutUint32(vals[4*k:], b)
+				refs[k].addFP32(b)
+			}
+			_ = pv.AddFP32LE(0, vals)
+		}
+		spans := make([]Span, n)
+		if err := pv.Spans(0, spans); err != nil {
+			t.Fatal(err)
+		}
+		lo, hi := 1<<30, 0
+		for _, sp := range spans {
+			if sp.Hi != 0 {
+				lo, hi = min(lo, int(sp.Lo)), max(hi, int(sp.Hi))
+			}
+		}
+		shift, b := ScaleFor(lo, hi, w)
+		if b > 8 {
+			t.Fatalf("partial needs B = %d: the test meant B <= 8", b)
+		}
+		buf := make([]byte, n*(1+b))
+		if err := pv.PutScaled(buf, 0, n, shift, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.MergeScaled(0, shift, b, buf); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]byte, 4*n)
+		if _, err := v.PutValues(out, 0, n, FP32); err != nil {
+			t.Fatal(err)
+		}
+		for k := range n {
+			if got, want := binary.LittleEndian.Uint32(out[4*k:]), refs[k].fp32(); got != want {
+				t.Fatalf("iteration %d element %d: %#08x, want %#08x", it, k, got, want)
+			}
+			if got, _ := v.AppendWire(nil, k); !bytes.Equal(got, refs[k].wire(w)) {
+				t.Fatalf("iteration %d element %d: wire %x, want %x", it, k, got, refs[k].wire(w))
+			}
+		}
+	}
+}

@@ -275,6 +275,9 @@ const floatsSet = FormatSet(1<<FP16 | 1<<BF16 | 1<<FP32)
 // sum fits W, INT8 only for integral finite values in range and +0 (INT8 has
 // no -0, inf or NaN). A sum that does not fit W is ErrOverflow.
 func (v *Vector) AutoSet(i int) (FormatSet, error) {
+	if l, ok := v.laneOnly(i); ok {
+		return laneSet(l), nil
+	}
 	x := v.get(i)
 	if x.over {
 		return 0, v.overErr(i)

@@ -74,7 +74,8 @@ func TestRoundFP32MatchesRound(t *testing.T) {
 // TestPutFP32Interleaved holds PutValues to FP32 to the math/big reference
 // while rows go through every kind of write, in random order: FP32, FP16,
 // BF16 and INT8 adds (which keep a row short), exact KULISCH merges and
-// Round (which widen it to every digit), PutValues itself (which resolves
+// Round (which widen it to every digit), KULISCH_SCALED merges (into the
+// lane where they fit, the digits otherwise), PutValues itself (which resolves
 // in place and moves the row's top up), resets of a range.
 func TestPutFP32Interleaved(t *testing.T) {
 	const n, w = 48, 280
@@ -142,6 +143,41 @@ func TestPutFP32Interleaved(t *testing.T) {
 			}
 		case op == 7:
 			if _, err := v.Round(first, FP32); err != nil {
+				t.Fatal(err)
+			}
+		case op == 9: // a KULISCH_SCALED partial from another switch
+			pv, _ := NewVector(cnt, w)
+			vals := make([]byte, 4*cnt)
+			for range 1 + rng.IntN(3) {
+				for k := range cnt {
+					binary.LittleEndian.PutUint32(vals[4*k:], moderate())
+					var r refSum
+					r.addFP32(binary.LittleEndian.Uint32(vals[4*k:]))
+					refs[first+k].merge(&r)
+				}
+				if err := pv.AddFP32LE(0, vals); err != nil {
+					t.Fatal(err)
+				}
+			}
+			spans := make([]Span, cnt)
+			if err := pv.Spans(0, spans); err != nil {
+				t.Fatal(err)
+			}
+			lo, hi := 1<<30, 0
+			for _, sp := range spans {
+				if sp.Hi != 0 {
+					lo, hi = min(lo, int(sp.Lo)), max(hi, int(sp.Hi))
+				}
+			}
+			if hi == 0 {
+				lo = 0
+			}
+			shift, b := ScaleFor(lo, hi, w)
+			buf := make([]byte, cnt*(1+b))
+			if err := pv.PutScaled(buf, 0, cnt, shift, b); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.MergeScaled(first, shift, b, buf); err != nil {
 				t.Fatal(err)
 			}
 		case op == 8 && rng.IntN(4) == 0:

@@ -11,6 +11,7 @@ package kulisch
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/bits"
 )
 
@@ -131,6 +132,10 @@ func (v *Vector) Spans(first int, dst []Span) error {
 		return ErrRange
 	}
 	for k := range dst {
+		if l, ok := v.laneOnly(first + k); ok {
+			dst[k] = laneSpan(l)
+			continue
+		}
 		x := v.get(first + k)
 		if x.over {
 			return v.overErr(first + k)
@@ -178,6 +183,14 @@ func (v *Vector) PutScaled(dst []byte, first, count, shift, b int) error {
 	for k := 0; k < count; k++ {
 		i := first + k
 		out := dst[k*ws : (k+1)*ws]
+		if l, ok := v.laneOnly(i); ok {
+			if s := laneSpan(l); int(s.Lo) < shift || int(s.Hi) > shift+8*b {
+				return fmt.Errorf("%w: element %d (bits %d..%d) in KULISCH_SCALED Shift %d, B %d", ErrNotLossless, i, s.Lo, s.Hi, shift, b)
+			}
+			out[0] = uint8(Finite)
+			putLaneScaled(out[1:], l, shift)
+			continue
+		}
 		x := v.get(i)
 		if x.over {
 			return v.overErr(i)
@@ -236,11 +249,43 @@ func (v *Vector) MergeScaled(first, shift, b int, values []byte) error {
 			v.flags[i] |= fNaN
 		case Finite:
 			v.flags[i] |= fNonNegZero
+			if b <= 8 && v.mergeLane(i, val[1:], shift) {
+				continue
+			}
 			addShiftedInt(v.digits[i*v.d:(i+1)*v.d], val[1:], b, shift)
 			v.wide(i)
 		}
 	}
 	return nil
+}
+
+// mergeLane adds a KULISCH_SCALED integer of at most 8 bytes, times
+// 2^shift units, to element i's lane if it is a float64 (at most 53
+// significant bits) and the lane's sum stays exact and below the limit,
+// as the FP32 add does; it reports whether it did. A child's partial of
+// a few similar terms is such a value, so a parent keeps its elements in
+// lanes too.
+func (v *Vector) mergeLane(i int, b []byte, shift int) bool {
+	var u uint64
+	for k := len(b) - 1; k >= 0; k-- {
+		u = u<<8 | uint64(b[k])
+	}
+	sh := 64 - 8*uint(len(b))
+	n := int64(u<<sh) >> sh // sign-extended
+	if n >= 1<<53 || n <= -1<<53 {
+		return false
+	}
+	x := math.Ldexp(float64(n), shift-ScaleExp)
+	a := v.lane[i]
+	s := a + x
+	if math.Abs(s) >= v.laneLim {
+		return false
+	}
+	if bb := s - a; (a-(s-bb))+(x-bb) != 0 {
+		return false
+	}
+	v.lane[i] = s
+	return true
 }
 
 // addShiftedInt adds the nb-byte little-endian two's-complement integer b,

@@ -1,0 +1,92 @@
+// This file owns the readers of an element whose value is its lane alone
+// (no digits, no special flag): its AUTO set, its extent and its
+// KULISCH_SCALED integer, read from the float64 without folding it into
+// the digits. A leaf switch asks all three of every element it sends up;
+// folding and resolving a row for each was a quarter of its CPU.
+
+package kulisch
+
+import (
+	"math"
+	"math/bits"
+)
+
+// laneOnly returns element i's lane when the lane is the whole finite,
+// nonzero value.
+func (v *Vector) laneOnly(i int) (float64, bool) {
+	x := v.lane[i]
+	return x, x != 0 && v.empty(i) && v.flags[i]&(fNaN|fPosInf|fNegInf|fHuge) == 0
+}
+
+// laneParts splits a nonzero lane value into sign, an odd significand m
+// and the unit position of its lowest bit: |x| = m * 2^lo units. Lane
+// values are multiples of the unit (2^-ScaleExp) below 2^127, so lo >= 0.
+func laneParts(x float64) (neg bool, m uint64, lo int) {
+	b := math.Float64bits(x)
+	m = b&(1<<52-1) | 1<<52
+	lo = int(b>>52&0x7FF) - 1075 + ScaleExp
+	tz := bits.TrailingZeros64(m)
+	return b>>63 != 0, m >> uint(tz), lo + tz
+}
+
+// exactIn reports whether |x| = m * 2^(lo-ScaleExp) (m odd) is a finite
+// value of f: its most significant bit within f's exponent range, its
+// lowest bit no finer than f's quantum at that exponent.
+func exactIn(f floatFmt, m uint64, lo int) bool {
+	msb := lo + bits.Len64(m) - 1 - ScaleExp // exponent of the leading bit
+	return msb <= f.emax && lo-ScaleExp >= max(msb, f.emin)-(f.p-1)
+}
+
+// laneSet is AutoSet for a lane-only value.
+func laneSet(x float64) FormatSet {
+	s := FormatSet(1 << KULISCH)
+	if x == math.Trunc(x) && x >= -128 && x <= 127 {
+		s |= 1 << INT8
+	}
+	_, m, lo := laneParts(x)
+	if exactIn(fmt32, m, lo) {
+		s |= 1 << FP32
+		if exactIn(fmt16, m, lo) {
+			s |= 1 << FP16
+		}
+		if exactIn(fmtBF, m, lo) {
+			s |= 1 << BF16
+		}
+	}
+	return s
+}
+
+// laneSpan is spanOf for a lane-only value: the lowest set bit, and the
+// signed width (the bit length of x, or of ^x = |x|-1 for x < 0, plus the
+// sign bit).
+func laneSpan(x float64) Span {
+	neg, m, lo := laneParts(x)
+	hi := lo + bits.Len64(m) + 1
+	if neg && m == 1 { // |x| a power of two: |x|-1 is a bit shorter
+		hi--
+	}
+	return Span{Lo: uint16(lo), Hi: uint16(hi)}
+}
+
+// putLaneScaled writes x / 2^shift as the b-byte little-endian two's
+// complement into out (x's span already checked to lie in [shift,
+// shift+8b)).
+func putLaneScaled(out []byte, x float64, shift int) {
+	neg, m, lo := laneParts(x)
+	q := lo - shift // m << q is |x| / 2^shift; q >= 0 by the span check
+	borrow := uint64(1)
+	for t := range out {
+		var p uint64 // byte t of m << q
+		if s := 8*t - q; s >= 0 && s < 64 {
+			p = m >> uint(s) & 0xFF
+		} else if s < 0 && s > -8 {
+			p = m << uint(-s) & 0xFF
+		}
+		if neg { // two's complement: invert and add one, byte by byte
+			p = (^p & 0xFF) + borrow
+			borrow = p >> 8
+			p &= 0xFF
+		}
+		out[t] = byte(p)
+	}
+}
