@@ -338,23 +338,9 @@ func TestMergeScaledLane(t *testing.T) {
 			}
 			_ = pv.AddFP32LE(0, vals)
 		}
-		spans := make([]Span, n)
-		if err := pv.Spans(0, spans); err != nil {
-			t.Fatal(err)
-		}
-		lo, hi := 1<<30, 0
-		for _, sp := range spans {
-			if sp.Hi != 0 {
-				lo, hi = min(lo, int(sp.Lo)), max(hi, int(sp.Hi))
-			}
-		}
-		shift, b := ScaleFor(lo, hi, w)
+		shift, b, buf := scaledGroup(t, pv)
 		if b > 8 {
 			t.Fatalf("partial needs B = %d: the test meant B <= 8", b)
-		}
-		buf := make([]byte, n*(1+b))
-		if err := pv.PutScaled(buf, 0, n, shift, b); err != nil {
-			t.Fatal(err)
 		}
 		if err := v.MergeScaled(0, shift, b, buf); err != nil {
 			t.Fatal(err)
@@ -372,4 +358,29 @@ func TestMergeScaledLane(t *testing.T) {
 			}
 		}
 	}
+}
+
+// scaledGroup encodes every element of pv as one KULISCH_SCALED group at
+// the group's own extent (as a child switch sends a partial).
+func scaledGroup(t *testing.T, pv *Vector) (shift, b int, buf []byte) {
+	t.Helper()
+	spans := make([]Span, pv.Len())
+	if err := pv.Spans(0, spans); err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := 1<<30, 0
+	for _, sp := range spans {
+		if sp.Hi != 0 {
+			lo, hi = min(lo, int(sp.Lo)), max(hi, int(sp.Hi))
+		}
+	}
+	if hi == 0 {
+		lo = 0
+	}
+	shift, b = ScaleFor(lo, hi, pv.Width())
+	buf = make([]byte, pv.Len()*(1+b))
+	if err := pv.PutScaled(buf, 0, pv.Len(), shift, b); err != nil {
+		t.Fatal(err)
+	}
+	return shift, b, buf
 }

@@ -159,24 +159,7 @@ func TestPutFP32Interleaved(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			spans := make([]Span, cnt)
-			if err := pv.Spans(0, spans); err != nil {
-				t.Fatal(err)
-			}
-			lo, hi := 1<<30, 0
-			for _, sp := range spans {
-				if sp.Hi != 0 {
-					lo, hi = min(lo, int(sp.Lo)), max(hi, int(sp.Hi))
-				}
-			}
-			if hi == 0 {
-				lo = 0
-			}
-			shift, b := ScaleFor(lo, hi, w)
-			buf := make([]byte, cnt*(1+b))
-			if err := pv.PutScaled(buf, 0, cnt, shift, b); err != nil {
-				t.Fatal(err)
-			}
+			shift, b, buf := scaledGroup(t, pv)
 			if err := v.MergeScaled(first, shift, b, buf); err != nil {
 				t.Fatal(err)
 			}
