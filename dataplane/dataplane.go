@@ -355,6 +355,11 @@ type rx struct {
 	snap      *snapshot
 	txq       [][][]byte // per output port index: frames (aliases of bufs) to send
 	woke      []bool     // per worker: a frame was pushed this batch
+	// held[w]: local frames of this batch for worker w, not yet copied
+	// anywhere (inline mode): run inline they are handled straight from
+	// the receive buffers; otherwise they are pushed to the ring at the
+	// end of the batch.
+	held [][][]byte
 	// stuck[w]: a wait for worker w timed out while its ring's head was
 	// stuckAt[w]; until the head moves, full-ring frames drop at once.
 	stuck   []bool
@@ -364,6 +369,12 @@ type rx struct {
 func (d *Dataplane) newRx(ps *portState) *rx {
 	r := &rx{d: d, ps: ps, bufs: make([][]byte, d.opts.Batch), sizes: make([]int, d.opts.Batch),
 		woke: make([]bool, len(d.workers)), stuck: make([]bool, len(d.workers)), stuckAt: make([]uint64, len(d.workers))}
+	if !d.opts.NoInline {
+		r.held = make([][][]byte, len(d.workers))
+		for w := range r.held {
+			r.held[w] = make([][]byte, 0, d.opts.Batch)
+		}
+	}
 	for i := range r.bufs {
 		r.bufs[i] = getBuffer(ps.frameSize)
 	}
@@ -432,15 +443,28 @@ func (r *rx) process(n int) {
 	}
 	r.flush(s)
 	for w, woke := range r.woke {
-		if woke {
-			r.woke[w] = false
+		if !woke {
+			continue
+		}
+		r.woke[w] = false
+		if r.d.opts.NoInline {
 			r.ps.rings[w].publish()
-			if r.d.opts.NoInline {
-				r.d.workers[w].wake()
-			} else {
-				r.d.workers[w].runInline()
+			r.d.workers[w].wake()
+			continue
+		}
+		held := r.held[w]
+		r.held[w] = held[:0]
+		if r.d.workers[w].runInline(in, held) {
+			continue
+		}
+		// Someone else runs the worker: hand the frames over.
+		for _, f := range held {
+			if !r.ps.rings[w].push(in, f) && !r.waitPush(w, in, f) {
+				r.ps.ctr.drops[DropRingFull].Add(1)
 			}
 		}
+		r.ps.rings[w].publish()
+		r.d.workers[w].runInline(in, nil) // in case the holder just let go
 	}
 }
 
@@ -511,6 +535,11 @@ func (r *rx) local(s *snapshot, in int, f []byte) {
 	}
 	c.classes[class].Add(1)
 	w := int(shardHash(f) % uint32(len(r.d.workers)))
+	if r.held != nil {
+		r.held[w] = append(r.held[w], f)
+		r.woke[w] = true
+		return
+	}
 	if !r.ps.rings[w].push(in, f) && !r.waitPush(w, in, f) {
 		c.drops[DropRingFull].Add(1)
 		return
@@ -548,7 +577,7 @@ func (r *rx) waitPush(w, in int, f []byte) bool {
 	rg.publish() // what this batch pushed so far is what the worker must drain
 	if !r.d.opts.NoInline {
 		// Nobody may be running the worker: drain it from here.
-		r.d.workers[w].runInline()
+		r.d.workers[w].runInline(in, nil)
 		if rg.push(in, f) {
 			return true
 		}

@@ -107,15 +107,45 @@ func (w *worker) pending() bool {
 const inlineRounds = 4
 
 // runInline runs worker w's handler on the calling RX goroutine, if no one
-// else runs it. A frame handed to a sleeping worker goroutine costs a
-// thread wakeup and a pass through the Go scheduler on both sides; on a
-// busy 2-core host that was a fifth of prismd's CPU (runtime.findRunnable
-// 19%, futex 6%) and left cores idle while frames waited. A worker that is
-// already running keeps its frames: a failed CompareAndSwap returns at
-// once, and the holder sees the frames when it looks at the rings again.
-func (w *worker) runInline() {
-	for w.owner.CompareAndSwap(false, true) {
+// else runs it, and reports whether it did. A frame handed to a sleeping
+// worker goroutine costs a thread wakeup and a pass through the Go
+// scheduler on both sides; on a busy 2-core host that was a fifth of
+// prismd's CPU (runtime.findRunnable 19%, futex 6%) and left cores idle
+// while frames waited. A worker that is already running keeps its frames:
+// a failed CompareAndSwap returns false at once, and the caller hands
+// held over through the ring, where the holder sees them when it looks at
+// the rings again.
+//
+// held are frames of port in, newer than anything in that port's ring,
+// not yet copied anywhere: the port's ring is drained first, so the
+// handler sees the port's frames in arrival order, then held are handled
+// straight from the caller's receive buffers, saving the copy into a
+// ring slot (a jumbo frame's 9 KB).
+func (w *worker) runInline(in int, held [][]byte) bool {
+	if !w.owner.CompareAndSwap(false, true) {
+		return false
+	}
+	for {
 		busy := false
+		if len(held) > 0 {
+			s := w.d.snap.Load()
+			w.tx.refresh(s)
+			if in < len(s.ports) {
+				r := s.ports[in].rings[w.id]
+				for sl := r.peek(); sl != nil; sl = r.peek() {
+					w.h.Handle(w.d.Now(), sl.in, sl.buf[:sl.n], &w.tx)
+					r.advance()
+				}
+			}
+			for _, f := range held {
+				w.h.Handle(w.d.Now(), in, f, &w.tx)
+			}
+			held = nil
+			if w.flusher != nil {
+				w.flusher.Flush(w.d.Now(), &w.tx)
+			}
+			w.tx.flush()
+		}
 		for i := 0; w.step(); i++ {
 			if i == inlineRounds {
 				busy = true
@@ -126,10 +156,10 @@ func (w *worker) runInline() {
 		w.owner.Store(false)
 		if busy || (!idle && !w.ticking.Load()) {
 			w.wake() // more than this goroutine should take, or Tick must resume
-			return
+			return true
 		}
-		if !w.pending() {
-			return
+		if !w.pending() || !w.owner.CompareAndSwap(false, true) {
+			return true
 		}
 	}
 }
