@@ -95,7 +95,24 @@ type Engine struct {
 	// owed lists the inbound streams whose OK PROGRESS waits for Flush.
 	owed  [maxOwed]owedProgress
 	nOwed int
+
+	// unknownTokens and unknownAt are the token bucket of UNKNOWN_OPERATION
+	// answers (answerUnknown).
+	unknownTokens int64
+	unknownAt     int64
 }
+
+// Answers to DATA and RESULT for an identity with no context: at most
+// unknownBurst at once and one per unknownEvery after that, per engine.
+// Such a frame has no binding to check its source against, so the answer
+// could be aimed at a victim by a forged source MAC: the bucket bounds
+// what the switch sends (a PROGRESS is smaller than any DATA it answers),
+// and a real sender that lost its context needs one answer, not one per
+// frame.
+const (
+	unknownBurst = 16
+	unknownEvery = 10 * time.Millisecond
+)
 
 // New returns an empty engine.
 func New(cfg Config) *Engine {
@@ -233,6 +250,7 @@ func (e *Engine) HandleData(now int64, in int, frame []byte, tx dataplane.Sender
 	o := e.ops[key]
 	if o == nil {
 		e.m.drop(DropUnknownOperation)
+		e.answerUnknown(now, in, frame, tx)
 		return
 	}
 	if o.state != parser.StateActive && o.state != parser.StateComplete && o.state != parser.StateFailed {
@@ -305,6 +323,40 @@ func (e *Engine) Flush(now int64, tx dataplane.Sender) {
 }
 
 // send hands a frame to the dataplane and counts a full queue.
+// answerUnknown tells the sender of a DATA or RESULT frame whose identity
+// (generations included) has no context that the switch does not know the
+// operation: PROGRESS status UNKNOWN_OPERATION, back out of the ingress
+// port to the frame's source, so a rank or child whose switch lost the
+// operation (restarted, aborted, or a stale generation) stops at once
+// instead of retransmitting until its timeout. Only a well-formed fixed
+// header from a unicast source is answered, within the token bucket.
+func (e *Engine) answerUnknown(now int64, in int, frame []byte, tx dataplane.Sender) {
+	h := parser.DataHeader(frame[parser.HdrOff:parser.DataBodyOff])
+	if frame[6]&1 != 0 || h.Reserved() != 0 || h.Flags()&^(parser.FlagLast|parser.FlagInexact|parser.FlagExt|parser.FlagRetransmit) != 0 {
+		return
+	}
+	if e.unknownTokens = min(unknownBurst, e.unknownTokens+(now-e.unknownAt)/int64(unknownEvery)); e.unknownTokens == 0 {
+		return
+	}
+	e.unknownAt = now - (now-e.unknownAt)%int64(unknownEvery)
+	e.unknownTokens--
+	var flags uint8
+	if parser.Class(frame[parser.CWOff+1]) == parser.ClassResult {
+		flags = parser.ProgressFlagResult
+	}
+	e.pout = parser.Progress{Op: h.Op(), SrcEP: h.DstEP(), DstEP: h.SrcEP(), Stream: h.Stream(),
+		PacketID: h.PacketID(), Status: parser.ProgressStatusUnknownOperation, Flags: flags}
+	var src [6]byte
+	copy(src[:], frame[6:12])
+	n, err := e.pout.Encode(e.pbuf[:], parser.Eth{Dst: src, Src: tx.PortMAC(in)})
+	if err != nil {
+		return
+	}
+	e.send(tx, in, e.pbuf[:n])
+	e.m.ProgressSent.Add(1)
+	e.m.UnknownAnswered.Add(1)
+}
+
 func (e *Engine) send(tx dataplane.Sender, port int, frame []byte) {
 	if !tx.Send(port, frame) {
 		e.m.TxFull.Add(1)

@@ -25,6 +25,7 @@ type sink struct {
 	sent   int
 	keep   bool
 	frames [][]byte
+	ports  []int // the port of each kept frame
 }
 
 func (s *sink) Send(port int, frame []byte) bool {
@@ -32,6 +33,7 @@ func (s *sink) Send(port int, frame []byte) bool {
 	s.sent++
 	if s.keep {
 		s.frames = append(s.frames, append([]byte(nil), frame...))
+		s.ports = append(s.ports, port)
 	}
 	return true
 }
@@ -378,5 +380,70 @@ func TestPeerFailedFailsOp(t *testing.T) {
 			!strings.Contains(s.Err.Error(), mac(rank0)) {
 			t.Fatalf("%v from rank 0: state %v, err %v; want FAILED naming stream 20 and rank 0", st, s.State, s.Err)
 		}
+	}
+}
+
+// TestUnknownOperationAnswered: DATA for an identity the engine does not
+// know (here a newer generation of a staged operation) is answered with
+// PROGRESS UNKNOWN_OPERATION to its source, out of its ingress port, with
+// the stream, packet and endpoints of the frame, at most unknownBurst at
+// once and one per unknownEvery after that; a frame from a multicast
+// source or with reserved bits set gets no answer. Every one is counted as
+// an unknown_operation drop and nothing else changes.
+func TestUnknownOperationAnswered(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 1<<20)
+	r.tx.keep = true
+	stale := append([]byte(nil), r.data[0]...)
+	id := parser.OpIdentity(stale[parser.HdrOff:])
+	k := id.Key()
+	k.OpGen++
+	id.SetKey(k)
+	h := parser.DataHeader(stale[parser.HdrOff:parser.DataBodyOff])
+	m := r.e.Metrics()
+	drops := m.Drops[DropUnknownOperation].Load()
+	r.e.HandleData(r.now, 1, stale, r.tx)
+	if len(r.tx.frames) != 1 {
+		t.Fatalf("%d frames answered DATA of an unknown operation, want one PROGRESS", len(r.tx.frames))
+	}
+	var p parser.Progress
+	if err := p.Decode(r.tx.frames[0], parser.Limits{VectorLen: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status != parser.ProgressStatusUnknownOperation || p.Op != k || p.Stream != h.Stream() || p.PacketID != h.PacketID() ||
+		p.SrcEP != h.DstEP() || p.DstEP != h.SrcEP() || p.Flags&parser.ProgressFlagResult != 0 ||
+		[6]byte(r.tx.frames[0][0:6]) != rank0 || r.tx.ports[0] != 1 {
+		t.Fatalf("answer %+v to %x on port %d, want UNKNOWN_OPERATION for the frame's identity, stream %d, packet %d to rank 0 on port 1",
+			p, r.tx.frames[0][0:6], r.tx.ports[0], h.Stream(), h.PacketID())
+	}
+	// The bucket: unknownBurst in all at one instant, then one more per unknownEvery.
+	for range 100 {
+		r.e.HandleData(r.now, 1, stale, r.tx)
+	}
+	if len(r.tx.frames) != unknownBurst {
+		t.Fatalf("%d answers to 101 frames at one instant, want %d", len(r.tx.frames), unknownBurst)
+	}
+	r.now += int64(3*unknownEvery + unknownEvery/2)
+	for range 10 {
+		r.e.HandleData(r.now, 1, stale, r.tx)
+	}
+	if len(r.tx.frames) != unknownBurst+3 {
+		t.Fatalf("%d answers after 3.5 refill periods, want %d", len(r.tx.frames), unknownBurst+3)
+	}
+	r.now += int64(time.Second)
+	n := len(r.tx.frames)
+	mcast := append([]byte(nil), stale...)
+	mcast[6] |= 1
+	reserved := append([]byte(nil), stale...)
+	parser.DataHeader(reserved[parser.HdrOff:parser.DataBodyOff]).SetFlags(0x80)
+	r.e.HandleData(r.now, 1, mcast, r.tx)
+	r.e.HandleData(r.now, 1, reserved, r.tx)
+	if len(r.tx.frames) != n {
+		t.Fatalf("a multicast source or reserved flags got %d answers, want none", len(r.tx.frames)-n)
+	}
+	if got := m.Drops[DropUnknownOperation].Load() - drops; got != 1+100+10+2 {
+		t.Fatalf("unknown_operation drops +%d, want %d", got, 1+100+10+2)
+	}
+	if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
+		t.Fatalf("the staged operation is %v, want ACTIVE", s.State)
 	}
 }

@@ -48,14 +48,17 @@ type Metrics struct {
 	Drops        [dropCount]atomic.Uint64
 	DecodeDrops  [len(parser.Reasons)]atomic.Uint64
 	ProgressSent atomic.Uint64
-	FramesSent   [5]atomic.Uint64 // new DATA/RESULT frames by class
-	Retransmits  atomic.Uint64
-	TxFull       atomic.Uint64 // Sender.Send returned false
-	OpsStaged    atomic.Uint64
-	OpsCompleted atomic.Uint64
-	OpsFailed    atomic.Uint64
-	OpsInexact   atomic.Uint64
-	ElementsDone atomic.Uint64 // elements completed and handed on
+	// UnknownAnswered counts PROGRESS UNKNOWN_OPERATION answers (also in
+	// ProgressSent); the frames answered are also unknown_operation drops.
+	UnknownAnswered atomic.Uint64
+	FramesSent      [5]atomic.Uint64 // new DATA/RESULT frames by class
+	Retransmits     atomic.Uint64
+	TxFull          atomic.Uint64 // Sender.Send returned false
+	OpsStaged       atomic.Uint64
+	OpsCompleted    atomic.Uint64
+	OpsFailed       atomic.Uint64
+	OpsInexact      atomic.Uint64
+	ElementsDone    atomic.Uint64 // elements completed and handed on
 }
 
 // NewMetrics returns zeroed counters.
@@ -85,11 +88,12 @@ var (
 	descTxFull   = prometheus.NewDesc("prism_engine_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
 	descOps      = prometheus.NewDesc("prism_engine_operations_total", "Operations by outcome.", []string{"outcome"}, nil)
 	descElems    = prometheus.NewDesc("prism_engine_elements_completed_total", "Vector elements completed and handed on.", nil, nil)
+	descUnknown  = prometheus.NewDesc("prism_engine_unknown_operation_answers_total", "DATA/RESULT frames for an operation the switch does not know, answered with PROGRESS UNKNOWN_OPERATION (rate-limited).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFrames, descDups, descDrops, descDecode, descProgress, descSent, descRetx, descTxFull, descOps, descElems} {
+	for _, d := range []*prometheus.Desc{descFrames, descDups, descDrops, descDecode, descProgress, descSent, descRetx, descTxFull, descOps, descElems, descUnknown} {
 		ch <- d
 	}
 }
@@ -119,4 +123,5 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	c(descOps, m.OpsFailed.Load(), "failed")
 	c(descOps, m.OpsInexact.Load(), "inexact")
 	c(descElems, m.ElementsDone.Load())
+	c(descUnknown, m.UnknownAnswered.Load())
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prismd/prismd/parser"
 )
 
 // exactF32 is the oracle: the exact sum of column i (math/big) rounded once
@@ -453,5 +455,36 @@ func TestCancelMidTransfer(t *testing.T) {
 		if math.Float32bits(d0[i]) != want || math.Float32bits(d1[i]) != want {
 			t.Fatalf("element %d wrong after the cancel", i)
 		}
+	}
+}
+
+// TestSwitchLostOperationFailsFast: a switch that loses its operations
+// mid-transfer (a prismd restart) answers the ranks' next DATA with
+// PROGRESS UNKNOWN_OPERATION, and every rank fails at once with an error
+// that says so, long before its 30 s timeout.
+func TestSwitchLostOperationFailsFast(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	start := time.Now()
+	go func() {
+		// Restart the switch once DATA flows.
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if f.sws["sw1"].m.Frames[parser.ClassData].Load() > 20 {
+				done := make(chan struct{})
+				f.sws["sw1"].restart <- done
+				<-done
+				return
+			}
+		}
+	}()
+	rs := runRanks(t, f, url, 40, []string{"h1", "h2"}, "allreduce", 0, 4<<20, &Options{Timeout: 30 * time.Second}, nil)
+	el := time.Since(start)
+	for r, rr := range rs {
+		if rr.err == nil || !strings.Contains(rr.err.Error(), "does not know the operation") {
+			t.Errorf("rank %d: error %v, want the leaf not knowing the operation", r, rr.err)
+		}
+	}
+	if el > 10*time.Second {
+		t.Errorf("the ranks failed after %v: a lost operation must end them at once, not at their timeout", el)
 	}
 }

@@ -37,6 +37,11 @@ type memSwitch struct {
 	ports []string
 	w     *control.Worker
 	in    chan pkt
+	// restart swaps in a fresh node, as a prismd restart does: every
+	// operation's state is gone. The switch's goroutine closes the channel
+	// it receives once done.
+	restart chan chan struct{}
+	m       *engine.Metrics // the first node's engine counters
 }
 
 func (s *memSwitch) Send(port int, frame []byte) bool {
@@ -132,9 +137,10 @@ func newMemFabric(t testing.TB, topoName string) *memFabric {
 			continue
 		}
 		f.owner[topo.MAC(name, deploy.NodeMACIface)] = name
-		s := &memSwitch{f: f, name: name, ports: deploy.Ports(topo, name), in: make(chan pkt, 1<<14)}
+		s := &memSwitch{f: f, name: name, ports: deploy.Ports(topo, name), in: make(chan pkt, 1<<14), restart: make(chan chan struct{})}
 		node := control.NewNode(control.NodeConfig{AMMACs: topo.HostMACs(), Ports: len(s.ports), Logger: quiet})
 		s.w = node.NewWorker(0, 1)
+		s.m = node.EngineMetrics()
 		f.sws[name] = s
 		t.Cleanup(func() {
 			if !t.Failed() {
@@ -166,6 +172,10 @@ func newMemFabric(t testing.TB, topoName string) *memFabric {
 					s.w.Handle(mono(), p.port, p.frame, s)
 				case <-tk.C:
 					s.w.Tick(mono(), s)
+				case done := <-s.restart:
+					fresh := control.NewNode(control.NodeConfig{AMMACs: topo.HostMACs(), Ports: len(s.ports), Logger: quiet})
+					s.w = fresh.NewWorker(0, 1)
+					close(done)
 				case <-f.stop:
 					return
 				}
