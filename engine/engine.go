@@ -96,6 +96,11 @@ type Engine struct {
 	owed  [maxOwed]owedProgress
 	nOwed int
 
+	// banks holds the accumulator banks of removed operations for the
+	// next operation of the same shape (takeBank), bankBytes their size.
+	banks     map[bankShape][]kulisch.Bank
+	bankBytes int
+
 	// unknownTokens and unknownAt are the token bucket of UNKNOWN_OPERATION
 	// answers (answerUnknown).
 	unknownTokens int64
@@ -228,7 +233,71 @@ func (e *Engine) Remove(key parser.OpKey) bool {
 	}
 	e.ringBytes -= o.ringBytes
 	delete(e.ops, key)
+	e.putBank(o)
 	return true
+}
+
+// bankShape is what makes two operations' accumulator banks
+// interchangeable.
+type bankShape struct {
+	acc  kulisch.Policy
+	n, w int
+}
+
+// At most maxPooledBanks banks of one shape and maxPooledBankBytes in all
+// wait for reuse: a job runs the same collective over and over, and one
+// spare per shape is what back-to-back operations need.
+const (
+	maxPooledBanks     = 2
+	maxPooledBankBytes = 64 << 20
+)
+
+// takeBank returns an empty accumulator bank for an operation: a removed
+// operation's of the same shape when there is one, else a new one.
+// Allocating it was most of STAGE: a KULISCH_FIXED ring of 64 jumbo
+// frames is 13 MB of fresh memory the kernel must fault in and zero (9.4
+// ms per STAGE in BenchmarkStageJumbo, and the AM's setup waits for the
+// slowest node), where resetting a used one touches only its rows that
+// still hold digits.
+func (e *Engine) takeBank(acc kulisch.Policy, n, w int) (kulisch.Bank, error) {
+	k := bankShape{acc, n, w}
+	if l := e.banks[k]; len(l) > 0 {
+		b := l[len(l)-1]
+		l[len(l)-1] = nil
+		e.banks[k] = l[:len(l)-1]
+		e.bankBytes -= bankBytes(k)
+		if err := b.ResetRange(0, b.Len()); err == nil {
+			return b, nil
+		}
+	}
+	return kulisch.NewBank(acc, n, w)
+}
+
+// putBank keeps a removed operation's bank for reuse, within the limits.
+func (e *Engine) putBank(o *op) {
+	if o.bank == nil {
+		return
+	}
+	k := bankShape{o.spec.Tuple.Acc, o.bank.Len(), o.spec.KulischWidth}
+	if k.acc != kulisch.KulischFixed {
+		k.w = 0 // an ArrivalVector's width is not part of its shape
+	}
+	if len(e.banks[k]) >= maxPooledBanks || e.bankBytes+bankBytes(k) > maxPooledBankBytes {
+		return
+	}
+	if e.banks == nil {
+		e.banks = map[bankShape][]kulisch.Bank{}
+	}
+	e.banks[k] = append(e.banks[k], o.bank)
+	e.bankBytes += bankBytes(k)
+	o.bank, o.kv = nil, nil // the operation is gone: nothing of it may touch the bank now
+}
+
+func bankBytes(k bankShape) int {
+	if k.acc == kulisch.KulischFixed {
+		return k.n * (8*(k.w/32+1) + 11) // digits, lane, flags and bounds
+	}
+	return k.n * 5
 }
 
 // Ops returns the installed identities (for control's bookkeeping and tests).

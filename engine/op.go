@@ -97,7 +97,11 @@ type op struct {
 func newOp(e *Engine, s *Spec) (*op, error) {
 	o := &op{e: e, spec: *s, state: parser.StateStaged, ring: s.ringElements(), w: s.KulischWidth}
 	o.spec.Bindings = append([]Binding(nil), s.Bindings...)
-	bank, err := kulisch.NewBank(s.Tuple.Acc, int(o.ring), s.KulischWidth)
+	w := s.KulischWidth
+	if s.Tuple.Acc != kulisch.KulischFixed {
+		w = 0 // an ArrivalVector ignores it; the pool must not split on it
+	}
+	bank, err := e.takeBank(s.Tuple.Acc, int(o.ring), w)
 	if err != nil {
 		return nil, &SpecError{-1, "tuple", err.Error()}
 	}
