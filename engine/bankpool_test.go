@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/binary"
 	"testing"
-	"time"
 
 	"github.com/prismd/prismd/kulisch"
 	"github.com/prismd/prismd/parser"
@@ -60,19 +59,7 @@ func BenchmarkStageJumbo(b *testing.B) {
 			e := New(Config{Logger: quiet()})
 			for i := 0; i < b.N; i++ {
 				key := parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: uint32(i + 1)}
-				spec := Spec{Op: key, Role: parser.RoleSingle, Collective: parser.CollAllReduce, VectorLen: 1 << 20, MTU: 9000,
-					WindowIntervals: 64, ReplayDepth: 64, WindowBytes: 64 * 9014, WindowElements: 64 * 2250, MaxTerms: 2,
-					Timeout: time.Hour,
-					Bindings: []Binding{
-						{Kind: parser.KindContributor, Rank: true, Stream: 10, LocalEP: 100, PeerEP: 1, Port: 0, PeerMAC: rank0},
-						{Kind: parser.KindContributor, Rank: true, Stream: 11, LocalEP: 101, PeerEP: 2, Port: 1, PeerMAC: rank1},
-						{Kind: parser.KindResultOut, Rank: true, Stream: 20, LocalEP: 200, PeerEP: 1, Port: 0, PeerMAC: rank0},
-						{Kind: parser.KindResultOut, Rank: true, Stream: 21, LocalEP: 201, PeerEP: 2, Port: 1, PeerMAC: rank1},
-					}}
-				spec.Tuple = kulisch.Tuple{Input: kulisch.FP32, Acc: acc, Partial: kulisch.FP32, Output: kulisch.FP32}
-				if acc == kulisch.KulischFixed {
-					spec.Tuple.Partial, spec.KulischWidth = kulisch.KULISCH, 280
-				}
+				spec := singleSpec(key, acc, 1<<20, 9000, 64*2250)
 				if err := e.Stage(1e9, &spec, 4); err != nil {
 					b.Fatal(err)
 				}

@@ -62,10 +62,11 @@ type rig struct {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newRig(tb testing.TB, acc kulisch.Policy, vlen uint32) *rig {
-	key := parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}
-	spec := Spec{Op: key, Role: parser.RoleSingle, Collective: parser.CollAllReduce, VectorLen: vlen, MTU: 1500,
-		WindowIntervals: 64, ReplayDepth: 64, WindowBytes: 64 * 1514, WindowElements: 8192, MaxTerms: 2,
+// singleSpec is the rig's operation: a SINGLE ALLREDUCE of two ranks on
+// ports 0 and 1, a 64-frame window of elems elements at MTU mtu.
+func singleSpec(key parser.OpKey, acc kulisch.Policy, vlen uint32, mtu int, elems uint32) Spec {
+	spec := Spec{Op: key, Role: parser.RoleSingle, Collective: parser.CollAllReduce, VectorLen: vlen, MTU: mtu,
+		WindowIntervals: 64, ReplayDepth: 64, WindowBytes: 64 * (parser.EthLen + mtu), WindowElements: elems, MaxTerms: 2,
 		Timeout: time.Hour,
 		Bindings: []Binding{
 			{Kind: parser.KindContributor, Rank: true, Stream: 10, LocalEP: 100, PeerEP: 1, Port: 0, PeerMAC: rank0},
@@ -79,6 +80,12 @@ func newRig(tb testing.TB, acc kulisch.Policy, vlen uint32) *rig {
 	} else {
 		spec.Tuple = kulisch.Tuple{Input: kulisch.FP32, Acc: acc, Partial: kulisch.FP32, Output: kulisch.FP32}
 	}
+	return spec
+}
+
+func newRig(tb testing.TB, acc kulisch.Policy, vlen uint32) *rig {
+	key := parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}
+	spec := singleSpec(key, acc, vlen, 1500, 8192)
 	r := &rig{e: New(Config{Logger: quiet()}), tx: &sink{}, key: key, now: 1e9, count: 363, vlen: vlen}
 	if err := r.e.Stage(r.now, &spec, 4); err != nil {
 		tb.Fatal(err)
