@@ -455,15 +455,18 @@ func (op *opRun) store(d *parser.Data) error {
 			copy(dst, grp.Values)
 			continue
 		}
-		if err := convert(dst, op.recv.format, grp, op.g.KulischWidth); err != nil {
+		if err := ConvertGroup(dst, op.recv.format, grp, op.g.KulischWidth); err != nil {
 			return err
 		}
 	}
 }
 
-// convert turns an AUTO-encoded RESULT group into the rank's format, exactly
-// or by rounding once (package kulisch does the arithmetic).
-func convert(dst []byte, to parser.Format, grp parser.Group, kw int) error {
+// ConvertGroup turns a RESULT group that is not in the rank's format (AUTO
+// or Kulisch output) into format to, exactly or by rounding once (package
+// kulisch does the arithmetic), writing grp.Count values into dst. kw is
+// the operation's Kulisch width (0: 280). Tools that check RESULT frames
+// themselves (prismd-blast) use it too, so both read results alike.
+func ConvertGroup(dst []byte, to parser.Format, grp parser.Group, kw int) error {
 	if kw == 0 {
 		kw = 280
 	}

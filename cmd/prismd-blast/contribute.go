@@ -46,7 +46,7 @@ import (
 
 	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/dataplane"
-	"github.com/prismd/prismd/kulisch"
+	"github.com/prismd/prismd/host"
 	"github.com/prismd/prismd/parser"
 	"github.com/prismd/prismd/stream"
 )
@@ -825,31 +825,17 @@ func (o *op) verify(d *parser.Data) error {
 }
 
 // convert turns a RESULT group in another format (a Kulisch or AUTO
-// output) into FP32 the way package host does: exactly, or by rounding
-// once. The AM grants FP32 RESULT for FP32 input, so this is the rare path
-// and may allocate.
+// output) into FP32 the way package host does, with host's own converter.
+// The AM grants FP32 RESULT for FP32 input, so this is the rare path and
+// may allocate.
 func (o *op) convert(grp parser.Group) ([]byte, error) {
-	kw := o.g.KulischWidth
-	if kw == 0 {
-		kw = 280
+	if n := 4 * int(grp.Count); cap(o.conv) < n {
+		o.conv = make([]byte, n)
+	} else {
+		o.conv = o.conv[:n]
 	}
-	if grp.Format == parser.FormatKulisch {
-		kw = int(grp.KBytes) * 8
-	}
-	v, err := kulisch.NewVector(int(grp.Count), kw)
-	if err != nil {
+	if err := host.ConvertGroup(o.conv, parser.FormatFP32, grp, o.g.KulischWidth); err != nil {
 		return nil, fmt.Errorf("RESULT group of %v: %w", grp.Format, err)
-	}
-	if err := v.Add(0, kulisch.Format(grp.Format), grp.Values); err != nil {
-		return nil, fmt.Errorf("RESULT group of %v: %w", grp.Format, err)
-	}
-	o.conv = o.conv[:0]
-	for i := 0; i < int(grp.Count); i++ {
-		x, err := v.Round(i, kulisch.FP32)
-		if err != nil {
-			return nil, fmt.Errorf("RESULT element %d (%v) does not round to FP32: %w", int(grp.First)+i, grp.Format, err)
-		}
-		o.conv = binary.LittleEndian.AppendUint32(o.conv, x)
 	}
 	return o.conv, nil
 }
