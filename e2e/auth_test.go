@@ -35,12 +35,7 @@ import (
 // counters that every ARP moves.
 func prismSeries(t *testing.T, lab *deploy.Lab, sw string) map[string]float64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m, err := lab.Metrics(ctx, sw)
-	if err != nil {
-		t.Fatalf("%s /metrics: %v", sw, err)
-	}
+	m := scrape(t, lab, sw)
 	r := map[string]float64{}
 	for _, line := range strings.Split(m, "\n") {
 		if !strings.HasPrefix(line, "prism_") {
@@ -376,4 +371,16 @@ func setOfEP(bits, ep int) *bitmapfwd.Set {
 	s := bitmapfwd.NewSet(bits)
 	s.Add(ep)
 	return s
+}
+
+// scrape returns switch sw's /metrics text.
+func scrape(t *testing.T, lab *deploy.Lab, sw string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := lab.Metrics(ctx, sw)
+	if err != nil {
+		t.Fatalf("%s /metrics: %v", sw, err)
+	}
+	return m
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -21,12 +20,7 @@ func prismdBlast(t *testing.T) string { return tool(t, "prismd-blast") }
 // the switch received, retransmissions included.
 func dataFrames(t *testing.T, lab *deploy.Lab, sw string) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m, err := lab.Metrics(ctx, sw)
-	if err != nil {
-		t.Fatalf("%s /metrics: %v", sw, err)
-	}
+	m := scrape(t, lab, sw)
 	for _, line := range strings.Split(m, "\n") {
 		if v, ok := strings.CutPrefix(line, `prismd_frames_total{class="data"} `); ok {
 			f, err := strconv.ParseFloat(v, 64)
