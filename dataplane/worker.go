@@ -131,11 +131,7 @@ func (w *worker) runInline(in int, held [][]byte) bool {
 			s := w.d.snap.Load()
 			w.tx.refresh(s)
 			if in < len(s.ports) {
-				r := s.ports[in].rings[w.id]
-				for sl := r.peek(); sl != nil; sl = r.peek() {
-					w.h.Handle(w.d.Now(), sl.in, sl.buf[:sl.n], &w.tx)
-					r.advance()
-				}
+				w.drainRing(s.ports[in].rings[w.id], ringSize)
 			}
 			for _, f := range held {
 				w.h.Handle(w.d.Now(), in, f, &w.tx)
@@ -212,18 +208,26 @@ func (w *worker) run() {
 func (w *worker) drain(s *snapshot) bool {
 	did := false
 	for _, ps := range s.ports {
-		r := ps.rings[w.id]
-		for k := 0; k < w.d.opts.Batch; k++ {
-			sl := r.peek()
-			if sl == nil {
-				break
-			}
+		if w.drainRing(ps.rings[w.id], w.d.opts.Batch) {
 			did = true
-			w.h.Handle(w.d.Now(), sl.in, sl.buf[:sl.n], &w.tx)
-			r.advance()
 		}
 	}
 	return did
+}
+
+// drainRing hands up to max frames of ring r to the handler, oldest first,
+// and reports whether there was any.
+func (w *worker) drainRing(r *spscRing, max int) bool {
+	k := 0
+	for ; k < max; k++ {
+		sl := r.peek()
+		if sl == nil {
+			break
+		}
+		w.h.Handle(w.d.Now(), sl.in, sl.buf[:sl.n], &w.tx)
+		r.advance()
+	}
+	return k > 0
 }
 
 // workerSender is the Sender of one worker: one TX batch per port, frames
