@@ -588,7 +588,7 @@ func (w *Worker) respond(now int64, in int, frame []byte, h parser.ControlHeader
 	}
 	c := parser.Control{Op: h.Op(), Txn: h.Txn(), SrcEP: h.DstEP(), DstEP: h.SrcEP(), Cmd: parser.CmdAck, Status: r.st,
 		FragIndex: 0, FragCount: 1, Body: body[:]}
-	n, err := c.Encode(w.buf[:], parser.Eth{Dst: [6]byte(frame[6:12]), Src: tx.PortMAC(in)})
+	n, err := c.Encode(w.buf[:], parser.Eth{Dst: [6]byte(frame[6:12]), Src: replySrc(frame)})
 	if err != nil {
 		return nil
 	}
@@ -599,12 +599,20 @@ func (w *Worker) respond(now int64, in int, frame []byte, h parser.ControlHeader
 	return w.buf[:n]
 }
 
+// replySrc is the source MAC of a reply to request frame: the MAC the
+// request was addressed to (the node MAC the AM uses, or a port MAC). From
+// the egress port's MAC instead, nothing on the path ever sent from the node
+// MAC, so no learning bridge between the AM and the node learned where it
+// is, and every later request to the node was flooded out of every port of
+// every switch on the way, to every host.
+func replySrc(frame []byte) [6]byte { return [6]byte(frame[0:6]) }
+
 // resend sends a recorded ACK again, addressed to the current requester.
 func (w *Worker) resend(in int, frame []byte, ack []byte, tx dataplane.Sender) {
 	n := copy(w.buf[:], ack)
 	eh := parser.EthHeader(w.buf[:n])
 	eh.SetDst([6]byte(frame[6:12]))
-	eh.SetSrc(tx.PortMAC(in))
+	eh.SetSrc(replySrc(frame))
 	if !tx.Send(in, w.buf[:n]) {
 		w.n.cm.txFull.Add(1)
 	}
@@ -643,7 +651,7 @@ func (w *Worker) caps(in int, frame []byte, c *parser.Control, tx dataplane.Send
 	idx := min(page, np-1)
 	resp := parser.Control{Op: c.Op, Txn: c.Txn, SrcEP: c.DstEP, DstEP: c.SrcEP, Cmd: parser.CmdCapsResponse,
 		FragIndex: uint8(idx), FragCount: uint8(np), Body: body[:bn]}
-	n, err := resp.Encode(w.buf[:], parser.Eth{Dst: [6]byte(frame[6:12]), Src: tx.PortMAC(in)})
+	n, err := resp.Encode(w.buf[:], parser.Eth{Dst: [6]byte(frame[6:12]), Src: replySrc(frame)})
 	if err != nil {
 		return
 	}

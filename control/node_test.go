@@ -50,6 +50,11 @@ func (r *nodeRig) do(frame []byte) [][]byte {
 		if [6]byte(r.tx.frames[i][0:6]) != [6]byte(frame[6:12]) {
 			r.t.Fatalf("reply to %x, want the requester %x", r.tx.frames[i][0:6], frame[6:12])
 		}
+		// From the MAC the request was addressed to, so that bridges
+		// between the AM and the node learn where that MAC is.
+		if [6]byte(r.tx.frames[i][6:12]) != [6]byte(frame[0:6]) {
+			r.t.Fatalf("reply from %x, want the MAC the request addressed, %x", r.tx.frames[i][6:12], frame[0:6])
+		}
 	}
 	return r.tx.frames
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -260,6 +261,61 @@ func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
 			r := collective(cs, c.coll, c.root, vec, seed, &host.Options{Acc: c.acc})
 			r.check(t, c.coll, c.root)
 		})
+	}
+	e.checkNodeMACsLearned(hosts[0])
+}
+
+// checkNodeMACsLearned checks that the switch amHost hangs off has learned,
+// on a port, the node MAC of every other switch the AM configured. The AM
+// sends CONTROL to node MACs; a switch that answered from another MAC left
+// the node MAC unknown to every bridge on the way, and each request to it
+// was flooded out of every port, to every host.
+func (e *env) checkNodeMACsLearned(amHost string) {
+	t := e.t
+	t.Helper()
+	leaf, ok := e.lab.Topo.Peer(deploy.Endpoint{Node: amHost, Iface: "eth0"})
+	if !ok {
+		t.Fatalf("%s:eth0 has no link", amHost)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ops, err := am.NewClient(e.url).Ops(ctx)
+	if err != nil {
+		t.Fatalf("AM ops: %v", err)
+	}
+	want := map[string]string{} // node MAC -> switch
+	for _, op := range ops.Ops {
+		for _, n := range op.Nodes {
+			if n.Name != leaf.Node {
+				want[n.MAC] = n.Name
+			}
+		}
+	}
+	out, err := exec.Command(prismctl(t), "show", "macs", "--json", "--socket", e.lab.ControlSocket(leaf.Node)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("prismctl show macs on %s: %v\n%s", leaf.Node, err, out)
+	}
+	var tab struct {
+		Entries []struct {
+			MAC   string `json:"mac"`
+			Port  string `json:"port"`
+			Local bool   `json:"local"`
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal(out, &tab); err != nil {
+		t.Fatalf("prismctl show macs --json: %v\n%s", err, out)
+	}
+	learned := map[string]string{}
+	for _, en := range tab.Entries {
+		if !en.Local {
+			learned[en.MAC] = en.Port
+		}
+	}
+	for mac, sw := range want {
+		if _, ok := learned[mac]; !ok {
+			t.Errorf("%s (next to the AM on %s) has not learned %s's node MAC %s: CONTROL to it is flooded to every port\n%s",
+				leaf.Node, amHost, sw, mac, out)
+		}
 	}
 }
 
