@@ -51,6 +51,51 @@ func TestBankReusedEmpty(t *testing.T) {
 	}
 }
 
+// TestSlabReused: the replay buffers of a removed operation's RESULT_OUT
+// windows, dirtied by the RESULT frames it sent, serve the next operation
+// of the same shape, which still delivers the exact sums; a PROGRESS owed
+// to the removed operation at the end of the batch is not sent.
+func TestSlabReused(t *testing.T) {
+	for _, acc := range []kulisch.Policy{kulisch.FP32Arrival, kulisch.KulischFixed} {
+		e := New(Config{Logger: quiet(), CoalesceProgress: true})
+		a := newRigOn(t, e, parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}, acc, 726)
+		a.step() // both ranks' first frames: RESULT [0, 363) out to both
+		e.Flush(a.now, a.tx)
+		old := map[*byte]bool{}
+		for i := range e.ops[a.key].outs {
+			old[&e.ops[a.key].outs[i].sw.Buffer()[0]] = true
+		}
+		// Rank 0's second frame: accepted, its PROGRESS owed until Flush.
+		h := parser.DataHeader(a.data[0][parser.HdrOff:parser.DataBodyOff])
+		h.SetPacketID(2)
+		h.SetFirst(363)
+		h.SetFlags(parser.FlagLast)
+		e.HandleData(a.now, 0, a.data[0], a.tx)
+		if e.nOwed == 0 {
+			t.Fatalf("%v: no PROGRESS owed after an accepted frame", acc)
+		}
+		if !e.Remove(a.key) {
+			t.Fatal("Remove found nothing")
+		}
+		sent := a.tx.sent
+		e.Flush(a.now, a.tx)
+		if a.tx.sent != sent {
+			t.Fatalf("%v: Flush sent %d frames for a removed operation", acc, a.tx.sent-sent)
+		}
+
+		b := newRigOn(t, e, parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 2}, acc, 726)
+		for i := range e.ops[b.key].outs {
+			if !old[&e.ops[b.key].outs[i].sw.Buffer()[0]] {
+				t.Fatalf("%v: RESULT_OUT %d of the next operation of the same shape got new replay buffers", acc, i)
+			}
+		}
+		b.tx.keep = true
+		b.step()
+		b.step()
+		checkSingleResult(t, acc, b)
+	}
+}
+
 // BenchmarkStageJumbo: STAGE, COMMIT and removal of a SINGLE ALLREDUCE
 // at MTU 9000 with a 64-frame window, back to back as a job runs them.
 func BenchmarkStageJumbo(b *testing.B) {

@@ -84,9 +84,13 @@ func singleSpec(key parser.OpKey, acc kulisch.Policy, vlen uint32, mtu int, elem
 }
 
 func newRig(tb testing.TB, acc kulisch.Policy, vlen uint32) *rig {
-	key := parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}
+	return newRigOn(tb, New(Config{Logger: quiet()}), parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}, acc, vlen)
+}
+
+// newRigOn stages and commits the rig's operation under key on engine e.
+func newRigOn(tb testing.TB, e *Engine, key parser.OpKey, acc kulisch.Policy, vlen uint32) *rig {
 	spec := singleSpec(key, acc, vlen, 1500, 8192)
-	r := &rig{e: New(Config{Logger: quiet()}), tx: &sink{}, key: key, now: 1e9, count: 363, vlen: vlen}
+	r := &rig{e: e, tx: &sink{}, key: key, now: 1e9, count: 363, vlen: vlen}
 	if err := r.e.Stage(r.now, &spec, 4); err != nil {
 		tb.Fatal(err)
 	}
@@ -170,35 +174,46 @@ func TestSingleResultValues(t *testing.T) {
 		r.tx.keep = true
 		r.step()
 		r.step()
-		got := map[uint32]float32{}
-		for _, f := range r.tx.frames {
-			if parser.Class(f[parser.CWOff+1]) != parser.ClassResult || [6]byte(f[0:6]) != rank1 {
-				continue
-			}
-			var d parser.Data
-			if err := d.Decode(f, parser.Limits{VectorLen: 726}); err != nil {
-				t.Fatal(err)
-			}
-			var it parser.GroupIter
-			for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
-				for k := 0; k < int(g.Count); k++ {
-					got[g.First+uint32(k)] = math.Float32frombits(binary.LittleEndian.Uint32(g.Values[4*k:]))
-				}
+		checkSingleResult(t, acc, r)
+	}
+}
+
+// checkSingleResult checks the RESULT frames r sent rank 1 against a
+// float64 oracle (exact for these small values) after r fed a whole 726
+// element vector, and that the operation completed.
+func checkSingleResult(t *testing.T, acc kulisch.Policy, r *rig) {
+	t.Helper()
+	got := map[uint32]float32{}
+	for _, f := range r.tx.frames {
+		if parser.Class(f[parser.CWOff+1]) != parser.ClassResult || [6]byte(f[0:6]) != rank1 {
+			continue
+		}
+		var d parser.Data
+		if err := d.Decode(f, parser.Limits{VectorLen: 726}); err != nil {
+			t.Fatal(err)
+		}
+		if d.Op != r.key {
+			t.Fatalf("%v: RESULT of operation %v, want %v", acc, d.Op, r.key)
+		}
+		var it parser.GroupIter
+		for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
+			for k := 0; k < int(g.Count); k++ {
+				got[g.First+uint32(k)] = math.Float32frombits(binary.LittleEndian.Uint32(g.Values[4*k:]))
 			}
 		}
-		if len(got) != 726 {
-			t.Fatalf("%v: %d result elements", acc, len(got))
+	}
+	if len(got) != 726 {
+		t.Fatalf("%v: %d result elements", acc, len(got))
+	}
+	for i := uint32(0); i < 726; i++ {
+		k := float64(i % 363)
+		want := float32(k*0.5 + k*0.5 + 1)
+		if got[i] != want {
+			t.Fatalf("%v: element %d = %v, want %v", acc, i, got[i], want)
 		}
-		for i := uint32(0); i < 726; i++ {
-			k := float64(i % 363)
-			want := float32(k*0.5 + k*0.5 + 1)
-			if got[i] != want {
-				t.Fatalf("%v: element %d = %v, want %v", acc, i, got[i], want)
-			}
-		}
-		if s, _ := r.e.Status(r.key); s.State != parser.StateComplete {
-			t.Fatalf("%v: state %v", acc, s.State)
-		}
+	}
+	if s, _ := r.e.Status(r.key); s.State != parser.StateComplete {
+		t.Fatalf("%v: state %v", acc, s.State)
 	}
 }
 

@@ -31,7 +31,9 @@
 //	if err := w.Check(now); err != nil { /* peer silent: *SilentError */ }
 //
 // Buffers are allocated once per window (ReplayDepth of them, FrameSize each)
-// and reused, so steady-state sending does not allocate. A frame is released
+// and reused, so steady-state sending does not allocate; an owner that runs
+// window after window of one shape passes the last one's Buffer() as the next
+// one's SendConfig.Buffer and allocates nothing at all. A frame is released
 // when the peer's committed watermark covers it (first+count <= committed).
 // Retransmission is driven by evidence, not by one timer per frame (a busy
 // peer whose queue delays answers past the RTO must not be sent its whole
@@ -61,7 +63,7 @@
 //	type Hole struct{ Start, End uint32 }
 //	const MaxHoles = 32
 //	type SendConfig struct{ Name string; ReplayDepth, FrameSize, Intervals, Bytes int; Elements uint32;
-//	    RTO, MaxRTO, MinRetransmitGap, Deadline int64; FirstPacketID uint32 }
+//	    RTO, MaxRTO, MinRetransmitGap, Deadline int64; FirstPacketID uint32; Buffer []byte }
 //	func NewSendWindow(cfg SendConfig) *SendWindow
 //	func (w *SendWindow) CanSend(now int64, end uint32, size int) bool
 //	func (w *SendWindow) Reserve(now int64, first, count uint32, size int) (buf []byte, pid uint32, ok bool)
@@ -73,7 +75,7 @@
 //	func (w *SendWindow) Frame(pid uint32) ([]byte, bool)
 //	func (w *SendWindow) Idle() bool; Free() int; Unacked() (frames, bytes int); Outstanding() (from, to uint32)
 //	func (w *SendWindow) Committed() uint32; Credits() (intervals, bytes int); Room() (frames, bytes int); Stats() (retransmits, timeouts uint64)
-//	func (w *SendWindow) NextPacketID() uint32; Name() string; FrameSize() int; RTO() int64; SRTT() int64
+//	func (w *SendWindow) NextPacketID() uint32; Name() string; FrameSize() int; Buffer() []byte; RTO() int64; SRTT() int64
 //	type RecvConfig struct{ Name string; VectorLen uint32; Intervals, Bytes int; Elements uint32;
 //	    MaxFrame int; MinRoom uint32; History int }
 //	type Verdict uint8 // Accepted, Duplicate, Invalid, NoCredit

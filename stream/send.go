@@ -81,6 +81,12 @@ type SendConfig struct {
 	// FirstPacketID is the first Packet ID assigned (default 1; Packet ID 0
 	// is reserved for timer-driven PROGRESS).
 	FirstPacketID uint32
+	// Buffer, when it holds at least ReplayDepth*FrameSize bytes, is used
+	// for the replay buffers instead of a new allocation: an owner that
+	// runs stream after stream of one shape (a switch, operation after
+	// operation) hands back the previous window's Buffer(). Its contents
+	// do not matter: a frame is written whole before it is sent.
+	Buffer []byte
 }
 
 type sendEntry struct {
@@ -151,8 +157,8 @@ type SendWindow struct {
 	timeouts    uint64
 }
 
-// NewSendWindow allocates the window's buffers; it is the only allocation a
-// stream's sender makes.
+// NewSendWindow allocates the window's buffers (unless SendConfig.Buffer
+// provides them); it is the only allocation a stream's sender makes.
 func NewSendWindow(cfg SendConfig) *SendWindow {
 	if cfg.ReplayDepth < 1 {
 		cfg.ReplayDepth = 1
@@ -176,7 +182,11 @@ func NewSendWindow(cfg SendConfig) *SendWindow {
 		cfg.FirstPacketID = 1
 	}
 	w := &SendWindow{cfg: cfg, ring: make([]sendEntry, cfg.ReplayDepth)}
-	pool := make([]byte, cfg.ReplayDepth*cfg.FrameSize)
+	pool := cfg.Buffer
+	if len(pool) < cfg.ReplayDepth*cfg.FrameSize {
+		pool = make([]byte, cfg.ReplayDepth*cfg.FrameSize)
+	}
+	w.cfg.Buffer = pool[:cfg.ReplayDepth*cfg.FrameSize]
 	for i := range w.ring {
 		w.ring[i].buf = pool[i*cfg.FrameSize : (i+1)*cfg.FrameSize : (i+1)*cfg.FrameSize]
 	}
@@ -196,6 +206,11 @@ func (w *SendWindow) Name() string { return w.cfg.Name }
 
 // FrameSize returns the size of each replay buffer.
 func (w *SendWindow) FrameSize() int { return w.cfg.FrameSize }
+
+// Buffer returns the memory of the replay buffers (ReplayDepth*FrameSize
+// bytes), for SendConfig.Buffer of a later window once this one is no
+// longer used: after that, this window must not be touched.
+func (w *SendWindow) Buffer() []byte { return w.cfg.Buffer }
 
 // CanSend reports whether a new frame of size bytes covering [first, end)
 // would be admitted now.
