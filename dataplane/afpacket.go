@@ -30,12 +30,18 @@ type PortOptions struct {
 	// to packet captures on the port; by default they bypass it
 	// (PACKET_QDISC_BYPASS), which is cheaper per frame.
 	NoQdiscBypass bool
+	// Lane, with the ring, receives PRISM CONTROL frames on a second
+	// socket, read through the port's Laner methods, so that a CONTROL
+	// request is not held for the ring's block timeout at every switch on
+	// its way (config "rx_lane"). Whoever opens a port with a lane must
+	// read it: the ring no longer returns those frames.
+	Lane bool
 }
 
 type afPort struct {
 	s   *afpacket.Socket
 	mtu int
-	// oversize is written by the RX goroutine only.
+	// oversize is written by the RX goroutine and the lane goroutine.
 	oversize atomicCounter
 }
 
@@ -48,7 +54,7 @@ func OpenAFPacket(name string, o PortOptions) (Port, error) {
 		o.Batch = DefaultBatch
 	}
 	s, err := afpacket.Open(name, afpacket.Options{SocketBuffer: o.SocketBuffer, MaxBatch: o.Batch,
-		RxRing: !o.NoRxRing, RingTimeout: o.RingTimeout, QdiscBypass: !o.NoQdiscBypass})
+		RxRing: !o.NoRxRing, RingTimeout: o.RingTimeout, QdiscBypass: !o.NoQdiscBypass, Lane: o.Lane})
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +80,18 @@ func (p *afPort) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 }
 
 func (p *afPort) WriteBatch(bufs [][]byte) (int, error) { return p.s.SendBatch(bufs) }
+
+// HasLane implements Laner.
+func (p *afPort) HasLane() bool { return p.s.HasLane() }
+
+// ReadLane implements Laner.
+func (p *afPort) ReadLane(bufs [][]byte, sizes []int) (int, error) {
+	n, trunc, err := p.s.RecvLane(bufs, sizes)
+	if trunc > 0 {
+		p.oversize.Add(uint64(trunc))
+	}
+	return n, err
+}
 
 func (p *afPort) Stats() PortStats {
 	kd, _ := p.s.KernelDrops()

@@ -68,6 +68,9 @@ type portState struct {
 	ctr       portCounters
 	rings     []*spscRing // one per worker; produced only by this port's RX goroutine
 	done      chan struct{}
+	// laneDone is closed when the port's lane loop has stopped (at once
+	// for a port without a lane).
+	laneDone chan struct{}
 }
 
 // snapshot is the immutable port set; RX goroutines and workers load it once
@@ -226,17 +229,25 @@ func (d *Dataplane) SetPorts(ports []Port) error {
 	for _, ps := range started {
 		d.wg.Add(1)
 		go d.rxLoop(ps)
+		if l := laneOf(ps.port); l != nil {
+			d.wg.Add(1)
+			go d.laneLoop(ps, l)
+		} else {
+			close(ps.laneDone)
+		}
 	}
 	for _, ps := range stopped {
 		_ = ps.port.Close()
 		<-ps.done
+		<-ps.laneDone
 	}
 	return nil
 }
 
 func (d *Dataplane) newPortState(p Port) *portState {
 	m := p.MAC()
-	ps := &portState{port: p, mac: macKey(m[:]), frameSize: FrameSize(p.MTU()), done: make(chan struct{})}
+	ps := &portState{port: p, mac: macKey(m[:]), frameSize: FrameSize(p.MTU()), done: make(chan struct{}),
+		laneDone: make(chan struct{})}
 	ps.rings = make([]*spscRing, len(d.workers))
 	for w := range ps.rings {
 		ps.rings[w] = newRing(ps.frameSize)
@@ -288,6 +299,7 @@ func (d *Dataplane) Close() error {
 	}
 	for _, ps := range ports {
 		<-ps.done
+		<-ps.laneDone
 	}
 	close(d.quit)
 	d.mu.Unlock()
@@ -364,12 +376,17 @@ type rx struct {
 	// stuckAt[w]; until the head moves, full-ring frames drop at once.
 	stuck   []bool
 	stuckAt []uint64
+	// lane: this is the port's lane loop (laneLoop), which never writes the
+	// port's rings (each has one producer, the port's RX goroutine): its
+	// local frames are always run inline.
+	lane bool
 }
 
-func (d *Dataplane) newRx(ps *portState) *rx {
+func (d *Dataplane) newRx(ps *portState, lane bool) *rx {
 	r := &rx{d: d, ps: ps, bufs: make([][]byte, d.opts.Batch), sizes: make([]int, d.opts.Batch),
-		woke: make([]bool, len(d.workers)), stuck: make([]bool, len(d.workers)), stuckAt: make([]uint64, len(d.workers))}
-	if !d.opts.NoInline {
+		woke: make([]bool, len(d.workers)), stuck: make([]bool, len(d.workers)), stuckAt: make([]uint64, len(d.workers)),
+		lane: lane}
+	if !d.opts.NoInline || lane {
 		r.held = make([][][]byte, len(d.workers))
 		for w := range r.held {
 			r.held[w] = make([][]byte, 0, d.opts.Batch)
@@ -403,11 +420,54 @@ func (r *rx) refresh(s *snapshot) {
 func (d *Dataplane) rxLoop(ps *portState) {
 	defer d.wg.Done()
 	defer close(ps.done)
-	r := d.newRx(ps)
+	r := d.newRx(ps, false)
 	defer r.release()
+	r.loop(ps.port.ReadBatch)
+}
+
+// Laner is implemented by a Port with a control lane (PortOptions.Lane):
+// PRISM CONTROL frames do not come out of ReadBatch but out of ReadLane,
+// as soon as they arrive, while ReadBatch may hold a sparse frame for a
+// ring block's timeout. ReadLane must be called from one goroutine at a
+// time, not the one calling ReadBatch; after Close it returns an error
+// wrapping net.ErrClosed.
+type Laner interface {
+	HasLane() bool
+	ReadLane(bufs [][]byte, sizes []int) (int, error)
+}
+
+// laneOf returns p's lane, looking through wrappers (the fault options
+// impair frames of ReadBatch and WriteBatch only), or nil.
+func laneOf(p Port) Laner {
+	for {
+		if l, ok := p.(Laner); ok && l.HasLane() {
+			return l
+		}
+		u, ok := p.(interface{ Unwrap() Port })
+		if !ok {
+			return nil
+		}
+		p = u.Unwrap()
+	}
+}
+
+// laneLoop is the receive loop of a port's lane: the same classification,
+// learning and forwarding as rxLoop, on its own goroutine.
+func (d *Dataplane) laneLoop(ps *portState, l Laner) {
+	defer d.wg.Done()
+	defer close(ps.laneDone)
+	r := d.newRx(ps, true)
+	defer r.release()
+	r.loop(l.ReadLane)
+}
+
+// loop reads batches with read and processes them until the port closes
+// or keeps failing.
+func (r *rx) loop(read func(bufs [][]byte, sizes []int) (int, error)) {
+	d, ps := r.d, r.ps
 	errs := 0
 	for {
-		n, err := ps.port.ReadBatch(r.bufs, r.sizes)
+		n, err := read(r.bufs, r.sizes)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -447,7 +507,7 @@ func (r *rx) process(n int) {
 			continue
 		}
 		r.woke[w] = false
-		if r.d.opts.NoInline {
+		if r.d.opts.NoInline && !r.lane {
 			r.ps.rings[w].publish()
 			r.d.workers[w].wake()
 			continue
@@ -455,6 +515,10 @@ func (r *rx) process(n int) {
 		held := r.held[w]
 		r.held[w] = held[:0]
 		if r.d.workers[w].runInline(in, held) {
+			continue
+		}
+		if r.lane {
+			r.laneWait(w, in, held)
 			continue
 		}
 		// Someone else runs the worker: hand the frames over.
@@ -545,6 +609,22 @@ func (r *rx) local(s *snapshot, in int, f []byte) {
 		return
 	}
 	r.woke[w] = true
+}
+
+// laneWait runs worker w's handler on the lane's frames held once whoever
+// runs it now lets go: CONTROL is rare and the holder runs a few batches
+// at most (inlineRounds), so polling is cheaper than a hand-off channel.
+// Past RingWait the worker is stuck and the frames are dropped as
+// ring_full, as a full ring's would be.
+func (r *rx) laneWait(w, in int, held [][]byte) {
+	deadline := r.d.Now() + int64(RingWait)
+	for !r.d.workers[w].runInline(in, held) {
+		if r.d.Now() > deadline {
+			r.ps.ctr.drops[DropRingFull].Add(uint64(len(held)))
+			return
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // RingWait bounds how long a receive loop holds a local PRISM frame for a

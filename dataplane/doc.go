@@ -13,7 +13,10 @@
 // dataplane/internal/afpacket and dataplane/internal/xdp.
 //
 // Ports have two backends behind the same Port interface. OpenAFPacket
-// (afpacket.go) uses AF_PACKET sockets with a TPACKET_V3 receive ring.
+// (afpacket.go) uses AF_PACKET sockets with a TPACKET_V3 receive ring and,
+// with PortOptions.Lane, a control lane: a port implementing Laner hands
+// CONTROL frames to a second receive loop (laneLoop) as soon as they arrive,
+// instead of after the ring's block timeout.
 // OpenAFXDP (afxdp.go) attaches a small XDP program (built in Go with
 // cilium/ebpf/asm, generic mode by default, native by option) through a BPF
 // link and reads and writes through one copy-mode AF_XDP socket per receive

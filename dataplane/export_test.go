@@ -9,10 +9,11 @@ func (d *Dataplane) StepForTest(ports []Port, in int) func() {
 		ps := d.newPortState(p)
 		ps.index.Store(int32(i))
 		close(ps.done) // no RX goroutine: Close must not wait for one
+		close(ps.laneDone)
 		states = append(states, ps)
 	}
 	d.snap.Store(d.buildSnapshot(states))
-	r := d.newRx(states[in])
+	r := d.newRx(states[in], false)
 	return func() {
 		n, err := states[in].port.ReadBatch(r.bufs, r.sizes)
 		if err != nil {

@@ -28,6 +28,7 @@ func TestPortBackend(t *testing.T) {
 		{"ports:\n  - name: a\n    backend: xdp\n", `ports[0].backend: "xdp" is not a port backend; use afpacket (default) or afxdp`},
 		{"ports:\n  - name: a\n    backend: afxdp\n    rx_ring: false\n", "ports[0].backend: afxdp has no rx_ring"},
 		{"ports:\n  - name: a\n    backend: afxdp\n    qdisc_bypass: true\n", "use backend: afpacket"},
+		{"ports:\n  - name: a\n    backend: afxdp\n    rx_lane: false\n", "afxdp has no rx_ring, rx_ring_timeout, rx_lane"},
 		{"ports:\n  - name: a\n    xdp_mode: native\n", "ports[0].xdp_mode: applies to backend: afxdp only"},
 		{"ports:\n  - name: a\n    backend: afxdp\n    xdp_mode: drv\n", `"drv" is not an XDP attach mode; use generic (default) or native`},
 	} {

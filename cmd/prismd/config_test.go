@@ -122,12 +122,12 @@ func TestCheckConfigFlag(t *testing.T) {
 	}
 }
 
-// TestPortSocketOptions: the rx_ring, rx_ring_timeout and qdisc_bypass keys
+// TestPortSocketOptions: the rx_ring, rx_ring_timeout, rx_lane and qdisc_bypass keys
 // reach the dataplane's port options; absent keys keep the fast defaults.
 func TestPortSocketOptions(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "p.yaml")
-	src := "ports:\n  - name: a\n  - name: b\n    rx_ring: false\n    rx_ring_timeout: 2ms\n    qdisc_bypass: false\n"
+	src := "ports:\n  - name: a\n  - name: b\n    rx_ring: false\n    rx_ring_timeout: 2ms\n    qdisc_bypass: false\n    rx_lane: false\n"
 	if err := os.WriteFile(f, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -136,11 +136,11 @@ func TestPortSocketOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := c.Ports[0].Options(), c.Ports[1].Options()
-	if a.NoRxRing || a.NoQdiscBypass || a.RingTimeout != 0 {
-		t.Errorf("defaults: got %+v, want ring and bypass on", a)
+	if a.NoRxRing || a.NoQdiscBypass || a.RingTimeout != 0 || !a.Lane {
+		t.Errorf("defaults: got %+v, want ring, lane and bypass on", a)
 	}
-	if !b.NoRxRing || !b.NoQdiscBypass || b.RingTimeout != 2*time.Millisecond {
-		t.Errorf("explicit: got %+v, want ring off, bypass off, 2ms", b)
+	if !b.NoRxRing || !b.NoQdiscBypass || b.RingTimeout != 2*time.Millisecond || b.Lane {
+		t.Errorf("explicit: got %+v, want ring off, bypass off, 2ms, lane off", b)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("ports:\n  - name: a\n    rx_ring_timeout: 1s\n"), 0o600); err != nil {

@@ -4,7 +4,13 @@
 // (or batched recvmmsg), and a second, transmit-only socket kept out of the
 // Go netpoller for batched sendmmsg (optionally PACKET_QDISC_BYPASS).
 //
+// With the ring it can add a control lane (lane.go): a third socket that takes
+// PRISM CONTROL frames, by a BPF filter on EtherType and class byte, so they
+// are not held for the ring's block timeout.
+//
 // The batched system calls come from internal/mmsg, shared with the host
 // library's sockets; unsafe here is confined to the ring (ring_unsafe.go).
-// It knows nothing about frames, bridging or PRISM: it moves byte slices.
+// It knows nothing about bridging or the PRISM protocol: it moves byte
+// slices, and of a frame reads only the EtherType and class byte the lane's
+// filters select on.
 package afpacket

@@ -41,6 +41,10 @@ type Options struct {
 	// the driver, skipping the qdisc layer and packet taps on this
 	// interface (a capture on the port no longer sees the switch's egress).
 	QdiscBypass bool
+	// Lane, with RxRing, receives PRISM CONTROL frames on a second socket
+	// (RecvLane) that returns each one at once instead of after the ring's
+	// block timeout (lane.go).
+	Lane bool
 }
 
 // Socket is an AF_PACKET SOCK_RAW socket bound to one interface.
@@ -67,6 +71,9 @@ type Socket struct {
 	tx     *mmsg.TxSocket
 	txPool sync.Pool // of *mmsg.Send
 
+	// lane is the control lane (Options.Lane), nil without one.
+	lane *lane
+
 	statsMu     sync.Mutex
 	kernelDrops uint64
 }
@@ -77,7 +84,11 @@ func Open(name string, opts Options) (*Socket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: interface %q: %w", name, err)
 	}
-	conn, err := packet.Listen(ifi, packet.Raw, ethPAll, nil)
+	var cfg *packet.Config
+	if opts.RxRing && opts.Lane {
+		cfg = &packet.Config{Filter: ringFilter} // the lane takes CONTROL
+	}
+	conn, err := packet.Listen(ifi, packet.Raw, ethPAll, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: open %q: %w", name, err)
 	}
@@ -139,6 +150,13 @@ func Open(name string, opts Options) (*Socket, error) {
 		return fail(err)
 	}
 	s.rx = mmsg.NewRecv(s.max)
+	if s.ring != nil && opts.Lane {
+		if s.lane, err = openLane(ifi, bufSize, s.max); err != nil {
+			s.ring.unmap()
+			_ = s.tx.Close()
+			return fail(fmt.Errorf("control lane: %w", err))
+		}
+	}
 	if s.ring != nil {
 		r := s.ring
 		s.ringWait = func(uintptr) bool { return r.ready() }
@@ -171,12 +189,17 @@ func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (n, truncated int, err er
 	if s.ringWait != nil {
 		return s.recvRing(bufs, sizes)
 	}
-	r := s.rx
+	return s.recvmmsg(s.rc, s.rx, bufs, sizes)
+}
+
+// recvmmsg reads a batch from the socket behind rc with r (the main socket
+// without a ring, or the lane).
+func (s *Socket) recvmmsg(rc syscall.RawConn, r *mmsg.Recv, bufs [][]byte, sizes []int) (n, truncated int, err error) {
 	if len(bufs) > r.Max() {
 		bufs = bufs[:r.Max()]
 	}
 	r.Prepare(bufs)
-	if err := s.rc.Read(r.ReadFunc()); err != nil {
+	if err := rc.Read(r.ReadFunc()); err != nil {
 		if s.isClosed() {
 			return 0, 0, net.ErrClosed
 		}
@@ -246,6 +269,12 @@ func (s *Socket) KernelDrops() (uint64, error) {
 		return s.kernelDrops, err
 	}
 	s.kernelDrops += uint64(st.Drops)
+	if s.lane != nil {
+		if st, err = s.lane.conn.Stats(); err != nil {
+			return s.kernelDrops, err
+		}
+		s.kernelDrops += uint64(st.Drops)
+	}
 	return s.kernelDrops, nil
 }
 
@@ -262,6 +291,9 @@ func (s *Socket) Close() error {
 	s.statsMu.Unlock()
 	err := s.conn.Close()
 	_ = s.tx.Close()
+	if s.lane != nil {
+		_ = s.lane.conn.Close() // wakes a blocked RecvLane
+	}
 	// Closing the fd woke a blocked reader; once it has left, unmap.
 	s.ringMu.Lock()
 	if s.ring != nil {
