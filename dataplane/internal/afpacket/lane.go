@@ -24,12 +24,10 @@ package afpacket
 
 import (
 	"net"
-	"os"
 	"syscall"
 
 	"github.com/mdlayher/packet"
 	"golang.org/x/net/bpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/prismd/prismd/internal/mmsg"
 )
@@ -97,17 +95,7 @@ func openLane(ifi *net.Interface, bufSize, maxBatch int) (*lane, error) {
 		return nil, err
 	}
 	var serr error
-	cerr := rc.Control(func(fd uintptr) {
-		// As on the ring socket: without it the lane would read back the
-		// CONTROL frames this port transmits.
-		if e := unix.SetsockoptInt(int(fd), unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); e != nil {
-			serr = os.NewSyscallError("setsockopt PACKET_IGNORE_OUTGOING", e)
-			return
-		}
-		if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bufSize); e != nil {
-			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bufSize)
-		}
-	})
+	cerr := rc.Control(func(fd uintptr) { serr = setRecvOpts(fd, bufSize) })
 	if cerr == nil {
 		cerr = serr
 	}

@@ -114,17 +114,8 @@ func Open(name string, opts Options) (*Socket, error) {
 	}
 	var serr error
 	cerr := rc.Control(func(fd uintptr) {
-		// Without PACKET_IGNORE_OUTGOING the socket reads back every frame the
-		// forwarder (or the host stack) transmits on this interface and the
-		// bridge would forward it again: a loop.
-		if e := unix.SetsockoptInt(int(fd), unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); e != nil {
-			serr = os.NewSyscallError("setsockopt PACKET_IGNORE_OUTGOING", e)
+		if serr = setRecvOpts(fd, bufSize); serr != nil {
 			return
-		}
-		// *BUFFORCE ignores net.core.[rw]mem_max but needs CAP_NET_ADMIN; fall
-		// back to the capped variant so an unprivileged test still runs.
-		if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bufSize); e != nil {
-			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bufSize)
 		}
 		if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize); e != nil {
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
@@ -190,6 +181,22 @@ func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (n, truncated int, err er
 		return s.recvRing(bufs, sizes)
 	}
 	return s.recvmmsg(s.rc, s.rx, bufs, sizes)
+}
+
+// setRecvOpts sets what every receive socket needs on fd. Without
+// PACKET_IGNORE_OUTGOING a socket reads back every frame the forwarder (or
+// the host stack) transmits on the interface, and the bridge would forward
+// it again: a loop. *BUFFORCE ignores net.core.rmem_max but needs
+// CAP_NET_ADMIN; the capped variant is the fallback, so an unprivileged
+// test still runs.
+func setRecvOpts(fd uintptr, bufSize int) error {
+	if e := unix.SetsockoptInt(int(fd), unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); e != nil {
+		return os.NewSyscallError("setsockopt PACKET_IGNORE_OUTGOING", e)
+	}
+	if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bufSize); e != nil {
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bufSize)
+	}
+	return nil
 }
 
 // recvmmsg reads a batch from the socket behind rc with r (the main socket
