@@ -92,6 +92,30 @@ type op struct {
 	sgroups []kulisch.ScaledGroup
 	planner kulisch.ScaledPlanner
 	planAt  uint32 // o.emitted when the planner last planned (Extend resumes it)
+	// autoStreak counts the frames in a row where AUTO carried more values
+	// than the scaled plan; emitSeq numbers emitted frames (scaledProbe).
+	autoStreak int
+	emitSeq    uint32
+	// scaledPlans counts the scaled plans made (tests).
+	scaledPlans int
+}
+
+// Once AUTO has beaten the scaled plan autoWinsToSkip frames in a row, the
+// scaled plan is made for one frame in scaledProbeEvery only, unless AUTO
+// needs KULISCH groups (where scaled usually wins). On data that AUTO
+// carries in FP32 (sums of integers, of FP32 values that stay exact),
+// making the scaled plan for every frame, only to discard it, was 26% of a
+// leaf's CPU. Both encodings are exact: skipping only risks a larger frame
+// for the few frames until the next probe when the data changes character.
+const (
+	autoWinsToSkip   = 4
+	scaledProbeEvery = 16
+)
+
+// scaledProbe reports whether this frame's plan should try scaled groups
+// before AUTO.
+func (o *op) scaledProbe() bool {
+	return o.autoStreak < autoWinsToSkip || o.emitSeq%scaledProbeEvery == 0
 }
 
 func newOp(e *Engine, s *Spec) (*op, error) {
@@ -486,7 +510,8 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 			uint64(o.frontier)+uint64(o.maxIn) <= uint64(o.emitted)+uint64(o.spec.WindowElements)
 		var count uint32
 		var groups []kulisch.Group
-		scaled := false // o.sgroups is the plan
+		scaled := false                    // o.sgroups is the plan
+		probed, scaledLost := false, false // a scaled plan was made, and carried fewer values than AUTO
 		if o.emitFmt == kulisch.AUTO {
 			n := min(avail, uint32(len(o.sets)))
 			if err := o.autoSets(o.emitted, n); err != nil {
@@ -498,13 +523,14 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 			if base == kulisch.KULISCH {
 				w = o.w
 			}
-			if o.scaled && base == kulisch.KULISCH {
+			var sc uint32
+			if o.scaled && base == kulisch.KULISCH && o.scaledProbe() {
 				// Scaled groups first, when they already carry more values
 				// than any AUTO plan could: on gradient-like sums, where
 				// about half the elements need KULISCH in AUTO, planning
 				// AUTO was a fifth of a leaf's CPU for a plan that lost.
-				sc, err := o.planScaled(avail, budget)
-				if err != nil {
+				var err error
+				if sc, err = o.planScaled(avail, budget); err != nil {
 					o.encodeFailed(now, err, tx)
 					return
 				}
@@ -512,6 +538,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 					count, scaled = sc, true
 					goto planned
 				}
+				probed = true
 			}
 			gs, used, err := kulisch.PlanAuto(o.groups[:0], o.sets[:n], base, w, budget)
 			if err != nil || used == 0 {
@@ -523,15 +550,18 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 			// format holds), scaled groups usually carry far more: send
 			// whichever plan carries more values, or as many in fewer bytes.
 			if o.scaled && autoHasKulisch(gs) {
-				sc, err := o.planScaled(avail, budget)
-				if err != nil {
-					o.encodeFailed(now, err, tx)
-					return
+				if !probed {
+					if sc, err = o.planScaled(avail, budget); err != nil {
+						o.encodeFailed(now, err, tx)
+						return
+					}
+					probed = true
 				}
 				if sc > count || sc == count && scaledBytes(o.sgroups, o.w) < autoBytes(gs, o.w) {
 					groups, count, scaled = nil, sc, true
 				}
 			}
+			scaledLost = probed && !scaled && sc < count
 		} else if o.scaled {
 			sc, err := o.planScaled(avail, budget)
 			if err != nil {
@@ -572,6 +602,13 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		o.resetRing(o.emitted, count)
 		o.emitted = end
 		o.e.m.ElementsDone.Add(uint64(count))
+		switch {
+		case scaled:
+			o.autoStreak = 0
+		case scaledLost:
+			o.autoStreak++
+		}
+		o.emitSeq++
 	}
 done:
 	if o.emitted != start {
@@ -746,6 +783,7 @@ func (o *op) planScaled(avail uint32, budget int) (uint32, error) {
 		plan = o.planner.Extend
 	}
 	o.planAt = o.emitted
+	o.scaledPlans++
 	gs, used, err := plan(o.sgroups[:0], o.spans[:n], o.w, budget)
 	if err == nil && used == 0 {
 		err = errNoProgress

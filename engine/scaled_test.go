@@ -48,11 +48,14 @@ type tree struct {
 	up     [2]int // bytes sent leaf i -> root (whole Ethernet frames)
 	upData [2]int // DATA frames leaf i -> root
 	scaled int    // KULISCH_SCALED groups seen on the leaf -> root streams
-	res    []uint32
-	got    []bool
-	resEnd uint32 // contiguous results received
-	window uint32
-	pend   [4][]hop // each rank's DATA frames not yet sent
+	// firstScaled is the First of the earliest leaf 0 -> root frame with a
+	// KULISCH_SCALED group (0: none, or the frame at 0).
+	firstScaled uint32
+	res         []uint32
+	got         []bool
+	resEnd      uint32 // contiguous results received
+	window      uint32
+	pend        [4][]hop // each rank's DATA frames not yet sent
 }
 
 func treeRankMAC(r int) [6]byte { return [6]byte{2, 0x4b, 0, 0, byte(r), 2} }
@@ -186,6 +189,9 @@ func (tr *tree) run(t *testing.T) {
 				for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
 					if g.Format == parser.FormatKulischScaled {
 						tr.scaled++
+						if h.from == 0 && (tr.firstScaled == 0 || d.First < tr.firstScaled) {
+							tr.firstScaled = d.First
+						}
 					}
 				}
 			}
@@ -334,6 +340,69 @@ func TestTreeScaledPartials(t *testing.T) {
 		t.Logf("leaf %d -> root, AUTO partials: with scaled groups %.3f x the FP32 vector, without %.3f x", i, ra, rap)
 		if ra >= 3 || ra > rs*1.05 {
 			t.Errorf("leaf %d -> root carries %.3f x the FP32 vector with AUTO partials (KULISCH partials: %.3f), want < 3", i, ra, rs)
+		}
+	}
+}
+
+// TestScaledProbeAdapts: on sums AUTO carries in FP32 (integers), a leaf
+// stops making a scaled plan for every frame after AUTO has won a few in a
+// row and only probes one frame in scaledProbeEvery; when the data turns
+// into gradient-like values, where scaled groups win, a probe finds it
+// within scaledProbeEvery frames and scaled groups take over. The results
+// stay exact throughout.
+func TestScaledProbeAdapts(t *testing.T) {
+	const vlen = 1 << 16
+	rng := rand.New(rand.NewPCG(17, 18))
+	integral := func() float32 { return float32(rng.IntN(1<<20) - 1<<19) }
+	gradient := func() float32 { return float32(rng.NormFloat64() * math.Ldexp(1, -12+rng.IntN(9))) }
+	for _, c := range []struct {
+		name    string
+		switch_ uint32 // first gradient-like element (vlen: none)
+	}{{"integral", vlen}, {"integral-then-gradient", vlen / 2}} {
+		vecs := make([][]float32, 4)
+		for r := range vecs {
+			vecs[r] = make([]float32, vlen)
+			for i := range vecs[r] {
+				if uint32(i) < c.switch_ {
+					vecs[r][i] = integral()
+				} else {
+					vecs[r][i] = gradient()
+				}
+			}
+		}
+		tr := newTree(t, kulisch.AUTO, vlen, vlen, false)
+		for r := range vecs {
+			tr.contribute(t, r, vecs[r])
+		}
+		tr.run(t)
+		if tr.resEnd != vlen {
+			t.Fatalf("%s: results up to %d of %d", c.name, tr.resEnd, vlen)
+		}
+		for i := 0; i < vlen; i++ {
+			if want := exactFP32(vecs[0][i], vecs[1][i], vecs[2][i], vecs[3][i]); tr.res[i] != want {
+				t.Fatalf("%s: element %d = %#08x, exact %#08x", c.name, i, tr.res[i], want)
+			}
+		}
+		leaf := tr.n[0].e.ops[tr.key]
+		frames := tr.upData[0]
+		t.Logf("%s: leaf 0 sent %d partial frames, made %d scaled plans, first scaled frame at element %d",
+			c.name, frames, leaf.scaledPlans, tr.firstScaled)
+		if c.switch_ == vlen {
+			// At most the first few frames, one in scaledProbeEvery after
+			// that, and a re-plan of a held-back frame now and then.
+			if max := autoWinsToSkip + frames/scaledProbeEvery + frames/8; leaf.scaledPlans > max {
+				t.Errorf("%s: %d scaled plans for %d frames, want at most %d", c.name, leaf.scaledPlans, frames, max)
+			}
+			if tr.scaled != 0 {
+				t.Errorf("%s: %d KULISCH_SCALED groups where AUTO carries more", c.name, tr.scaled)
+			}
+			continue
+		}
+		// FP32 AUTO partials carry 363 values a frame at MTU 1500; the
+		// first scaled frame may begin before the switch and reach past it.
+		if tr.scaled == 0 || tr.firstScaled+363 <= c.switch_ || tr.firstScaled > c.switch_+(scaledProbeEvery+1)*363 {
+			t.Errorf("%s: first scaled frame at element %d (%d scaled groups), want within %d frames after %d",
+				c.name, tr.firstScaled, tr.scaled, scaledProbeEvery+1, c.switch_)
 		}
 	}
 }

@@ -256,12 +256,41 @@ plan:
 	for pos < n {
 		g, l := Format(0), 0
 		if cur != 0 {
-			end := min(pos+Lookahead, n)
+			// Extending the open group is optimal at every position whose
+			// next Lookahead values all have cur as their narrowest format:
+			// find the run of such values, then add the positions whose
+			// window lies inside it in one step (a value at a time, this
+			// loop was most of the planning on homogeneous data).
 			okUntil = max(okUntil, pos)
-			for okUntil < end && sets[okUntil].Has(cur) && p.width[cur] == p.minWidth(sets[okUntil]) {
+			for okUntil < n && sets[okUntil].Has(cur) && p.width[cur] == p.minWidth(sets[okUntil]) {
 				okUntil++
 			}
-			if okUntil >= end {
+			switch {
+			case okUntil == n:
+				l = n - pos
+			case okUntil-pos >= Lookahead:
+				l = okUntil - pos - (Lookahead - 1)
+			}
+			if l > 0 {
+				// As many as the budget and the group count allow: the cost
+				// of cnt+k values is pad4((cnt+k)*width), monotone in k.
+				wd := p.width[cur]
+				room := (budget - used + pad4(cnt*wd)) &^ 3
+				fit := min(l, room/wd-cnt, MaxGroupCount-cnt)
+				if fit > 0 {
+					used += pad4((cnt+fit)*wd) - pad4(cnt*wd)
+					cnt += fit
+					out[len(out)-1].Count = cnt
+					pos += fit
+				}
+				if fit < l && fit < MaxGroupCount-cnt+fit {
+					break plan // the budget is spent
+				}
+				if fit == l {
+					continue
+				}
+				// The group is full (MaxGroupCount): the next value opens
+				// another, as the value-by-value loop would.
 				g, l = cur, 1
 			}
 		}

@@ -1,0 +1,183 @@
+package kulisch
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+)
+
+// planAutoRef is PlanAuto as it was before the bulk extension of an open
+// group (one value per step): the oracle TestPlanAutoBulkMatchesRef holds
+// the fast path to, plan for plan.
+func planAutoRef(dst []Group, sets []FormatSet, base Format, w, budget int) ([]Group, int, error) {
+	p := planner{sets: sets}
+	for f := INT8; f <= FP32; f++ {
+		p.width[f] = f.Width(w)
+		p.allow |= 1 << f
+	}
+	if ValidWidth(w) == nil {
+		p.width[KULISCH] = KULISCH.Width(w)
+		p.allow |= 1 << KULISCH
+	} else if w != 0 {
+		return dst[:0], 0, ErrWidth
+	}
+	if !p.allow.Has(base) {
+		return dst[:0], 0, fmt.Errorf("%w: base %v", ErrFormat, base)
+	}
+	maxG := min(cap(dst), MaxGroups)
+	if maxG == 0 {
+		return dst[:0], 0, fmt.Errorf("%w: no room for a group in dst", ErrLength)
+	}
+	n := len(sets)
+	// Only the first budget values can fit (each takes at least one byte);
+	// the window may look Lookahead further.
+	for j := 0; j < min(n, budget+Lookahead); j++ {
+		if !sets[j].Has(base) {
+			return dst[:0], 0, fmt.Errorf("%w: position %d not representable in %v", ErrNotLossless, j, base)
+		}
+	}
+	out := dst[:0]
+	pos, used := 0, 0
+	var cur Format
+	cnt, okUntil := 0, 0
+plan:
+	for pos < n {
+		g, l := Format(0), 0
+		if cur != 0 {
+			end := min(pos+Lookahead, n)
+			okUntil = max(okUntil, pos)
+			for okUntil < end && sets[okUntil].Has(cur) && p.width[cur] == p.minWidth(sets[okUntil]) {
+				okUntil++
+			}
+			if okUntil >= end {
+				g, l = cur, 1
+			}
+		}
+		if l == 0 {
+			mod := 0
+			if cur != 0 {
+				mod = (cnt * p.width[cur]) & 3
+			}
+			g, l = p.window(pos, cur, mod)
+			if l == 0 {
+				break
+			}
+		}
+		for k := 0; k < l; k++ {
+			if g == cur && cnt < MaxGroupCount {
+				c := pad4((cnt+1)*p.width[g]) - pad4(cnt*p.width[g])
+				if used+c > budget {
+					break plan
+				}
+				used += c
+				cnt++
+				out[len(out)-1].Count = cnt
+			} else {
+				c := DescriptorSize + pad4(p.width[g])
+				if len(out) == maxG || used+c > budget {
+					break plan
+				}
+				out = append(out, Group{Format: g, Count: 1})
+				used += c
+				cur, cnt, okUntil = g, 1, 0
+			}
+			pos++
+		}
+	}
+	if nb := min(MaxCount(base, w, budget), n); pos < nb || (pos == nb && used > GroupBytes(base, nb, w)) {
+		out = append(dst[:0], Group{Format: base, Count: nb})
+		pos = nb
+	}
+	if pos == 0 && n > 0 {
+		return dst[:0], 0, ErrBudget
+	}
+	return out, pos, nil
+}
+
+// TestPlanAutoBulkMatchesRef: PlanAuto with the bulk extension returns the
+// same groups and count as the value-by-value reference on runs of every
+// kind: long homogeneous runs, rare transitions, dense mixes, budgets from
+// one value to a jumbo frame, bases FP32 and KULISCH.
+func TestPlanAutoBulkMatchesRef(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	pick := []FormatSet{SetOf(FP32, KULISCH), SetOf(FP16, FP32, KULISCH), SetOf(BF16, FP32, KULISCH),
+		SetOf(INT8, FP16, BF16, FP32, KULISCH), SetOf(KULISCH), SetOf(FP16, BF16, FP32, KULISCH)}
+	for it := 0; it < 3000; it++ {
+		n := 1 + r.IntN(5000)
+		if it%200 == 0 {
+			n = 65535 + r.IntN(70000) // past one group's count limit
+		}
+		sets := make([]FormatSet, n)
+		// Runs of one set with a per-case switching rate, from never to
+		// every value.
+		rate := []int{0, 2, 10, 100, 1000, 100000}[r.IntN(6)]
+		base := KULISCH
+		if it%3 == 0 {
+			base = FP32
+		}
+		cur := pick[r.IntN(len(pick))]
+		if it%200 == 0 {
+			cur, rate = pick[3], 0 // INT8 throughout: one byte a value
+		}
+		for i := range sets {
+			if rate > 0 && r.IntN(rate) == 0 {
+				cur = pick[r.IntN(len(pick))]
+			}
+			s := cur
+			if base == FP32 {
+				s &^= SetOf(KULISCH)
+				if s == 0 {
+					s = SetOf(FP32)
+				}
+			}
+			sets[i] = s
+		}
+		w := 288
+		if base == FP32 {
+			w = 0
+		}
+		budget := []int{8, 40, 1458, 8958, 3 * 65535, 1 + r.IntN(9000)}[r.IntN(6)]
+		if it%200 == 0 {
+			budget = 3 * 65535
+			if base == FP32 {
+				budget = 4 * 65535 // FP32-base: the plan must still beat one FP32 group
+			}
+		}
+		ncap := []int{1, 3, MaxGroups}[r.IntN(3)]
+		g1, n1, e1 := PlanAuto(make([]Group, 0, ncap), sets, base, w, budget)
+		g2, n2, e2 := planAutoRef(make([]Group, 0, ncap), sets, base, w, budget)
+		if n1 != n2 || !reflect.DeepEqual(g1, g2) || fmt.Sprint(e1) != fmt.Sprint(e2) {
+			t.Fatalf("case %d (n %d rate %d base %v budget %d cap %d): got %v %d %v, reference %v %d %v",
+				it, n, rate, base, budget, ncap, g1, n1, e1, g2, n2, e2)
+		}
+	}
+}
+
+// BenchmarkPlanAutoRuns plans a jumbo frame of FP32-exact values with a rare
+// narrower one (sums of random 20-bit integers: the integral data of
+// prismctl bench), with the bulk extension and value by value.
+func BenchmarkPlanAutoRuns(b *testing.B) {
+	dst := make([]Group, 0, MaxGroups)
+	for _, every := range []int{32, 0} { // a narrower value every 32 on average, none
+		r := rand.New(rand.NewPCG(5, 6))
+		sets := make([]FormatSet, 4500)
+		for i := range sets {
+			sets[i] = SetOf(FP32, KULISCH)
+			if every > 0 && r.IntN(every) == 0 {
+				sets[i] = SetOf(BF16, FP32, KULISCH)
+			}
+		}
+		for _, c := range []struct {
+			name string
+			plan func([]Group, []FormatSet, Format, int, int) ([]Group, int, error)
+		}{{"bulk", PlanAuto}, {"value-by-value", planAutoRef}} {
+			b.Run(fmt.Sprintf("narrow-1-in-%d/%s", every, c.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					c.plan(dst, sets, KULISCH, 288, 8958)
+				}
+			})
+		}
+	}
+}
