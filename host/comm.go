@@ -86,6 +86,47 @@ type Comm struct {
 	closed bool
 	rxErr  error
 	done   chan struct{}
+
+	// slabs holds the DATA replay buffers of finished collectives by size
+	// for the next ones (takeSlab), under slabMu.
+	slabMu   sync.Mutex
+	slabs    map[int][][]byte
+	slabHits int // takeSlab calls that found one (tests)
+}
+
+// maxSlabsPerSize bounds the replay buffers kept per size: enough for a
+// few collectives in flight at once.
+const maxSlabsPerSize = 4
+
+// takeSlab returns the replay buffers of a finished collective's DATA
+// window of n bytes, or nil (the window then allocates its own). On a
+// virtual machine, faulting in a new window's 64 jumbo buffers (577 KB)
+// cost a rank 8 ms per collective, a tenth of a 1M-element ALLREDUCE.
+func (c *Comm) takeSlab(n int) []byte {
+	c.slabMu.Lock()
+	defer c.slabMu.Unlock()
+	l := c.slabs[n]
+	if len(l) == 0 {
+		return nil
+	}
+	b := l[len(l)-1]
+	c.slabs[n] = l[:len(l)-1]
+	c.slabHits++
+	return b
+}
+
+// putSlab keeps b for takeSlab; the window it served must not be used
+// to send again.
+func (c *Comm) putSlab(b []byte) {
+	c.slabMu.Lock()
+	defer c.slabMu.Unlock()
+	if len(c.slabs[len(b)]) >= maxSlabsPerSize {
+		return
+	}
+	if c.slabs == nil {
+		c.slabs = map[int][][]byte{}
+	}
+	c.slabs[len(b)] = append(c.slabs[len(b)], b)
 }
 
 // NewComm opens the rank's interface and checks that the coordinator

@@ -185,6 +185,56 @@ func TestLossAndDuplicationStillExact(t *testing.T) {
 	}
 }
 
+// TestReplayBuffersReused: collectives one after another on the same
+// communicators reuse the DATA replay buffers of the previous one (dirty
+// with its frames) and still deliver exact sums.
+func TestReplayBuffersReused(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	hosts := []string{"h1", "h2"}
+	comms := make([]*Comm, 2)
+	for r, h := range hosts {
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 6, Coordinator: url, Node: h}, f.attach(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		comms[r] = c
+	}
+	const k = 3
+	for j := 0; j < k; j++ {
+		sends, recvs := make([][]float32, 2), make([][]float32, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range comms {
+			sends[r] = vecFor(uint64(200+j), r, 5000)
+			recvs[r] = make([]float32, len(sends[r]))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = comms[r].AllReduce(context.Background(), sends[r], recvs[r], nil)
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("collective %d rank %d: %v", j, r, err)
+			}
+		}
+		for i := range sends[0] {
+			want := math.Float32bits(exactF32(sends, i))
+			if math.Float32bits(recvs[0][i]) != want || math.Float32bits(recvs[1][i]) != want {
+				t.Fatalf("collective %d element %d wrong", j, i)
+			}
+		}
+	}
+	for r, c := range comms {
+		if c.slabHits != k-1 {
+			t.Errorf("rank %d: %d of %d collectives reused replay buffers, want %d", r, c.slabHits, k, k-1)
+		}
+	}
+}
+
 func TestSequentialAndConcurrentOnOneComm(t *testing.T) {
 	f := newMemFabric(t, "single")
 	url := f.startAM("h1")

@@ -119,6 +119,10 @@ func (op *opRun) service(now int64, tx *txQueue) {
 	case err != nil:
 		op.end(err)
 	case done:
+		// Every DATA frame is acknowledged and none is sent again (a
+		// lingering operation only answers RESULT): the replay buffers
+		// can serve the next collective.
+		op.c.putSlab(op.sw.Buffer())
 		op.finish(nil)
 		// Keep answering late RESULT duplicates (our last PROGRESS may
 		// have been lost) while the AM completes the operation.
@@ -265,6 +269,7 @@ func newOp(c *Comm, g *am.Grant, sv, rv elems) (*opRun, error) {
 		Intervals: int(g.Window.Intervals), Bytes: int(g.Window.Bytes), Elements: g.Window.Elements,
 		Deadline: int64(timeout),
 		RTO:      rankRTO, MaxRTO: 10 * rankRTO,
+		Buffer: c.takeSlab(int(g.Window.ReplayDepth) * (parser.EthLen + g.MTU)),
 	})
 	if g.Result != nil {
 		op.rw = stream.NewRecvWindow(stream.RecvConfig{

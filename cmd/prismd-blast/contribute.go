@@ -251,8 +251,10 @@ type contributor struct {
 	nprog  int
 	pq     [][]byte
 
-	// Sender-only: the batch being sent.
-	tx [][]byte
+	// Sender-only: the batch being sent, and the replay buffers of the
+	// last operation that completed.
+	tx   [][]byte
+	slab []byte
 
 	tot totals
 }
@@ -379,6 +381,11 @@ func (c *contributor) runOp(ctx context.Context, g *am.Grant) error {
 	t.resultDups += o.dups
 	t.txRefused += o.refused
 	t.seconds += el.Seconds()
+	if runErr == nil {
+		// Every DATA frame is acknowledged; the reader only answers the
+		// operation's late RESULT: the replay buffers serve the next one.
+		c.slab = o.sw.Buffer()
+	}
 	c.mu.Unlock()
 	if runErr == nil {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -471,7 +478,9 @@ func (c *contributor) newOp(g *am.Grant) (*op, error) {
 		ReplayDepth: int(g.Window.ReplayDepth), FrameSize: parser.EthLen + g.MTU,
 		Intervals: int(g.Window.Intervals), Bytes: int(g.Window.Bytes), Elements: g.Window.Elements,
 		Deadline: int64(timeout), RTO: rankRTO, MaxRTO: 10 * rankRTO,
+		Buffer: c.slab, // the last operation's, as package host does
 	})
+	c.slab = nil
 	if g.Result != nil {
 		o.rw = stream.NewRecvWindow(stream.RecvConfig{
 			Name: fmt.Sprintf("op %s rank %d RESULT path %d", g.ID, g.Rank, g.Result.StreamID), VectorLen: g.VectorLen,
