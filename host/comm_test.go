@@ -185,22 +185,28 @@ func TestLossAndDuplicationStillExact(t *testing.T) {
 	}
 }
 
+// singlePair opens the two ranks of job on h1 and h2 of an in-memory
+// single-switch fabric, with an AM on h1; they close at cleanup.
+func singlePair(t *testing.T, job uint64) []*Comm {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	comms := make([]*Comm, 2)
+	for r, h := range []string{"h1", "h2"} {
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: job, Coordinator: url, Node: h}, f.attach(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		comms[r] = c
+	}
+	return comms
+}
+
 // TestReplayBuffersReused: collectives one after another on the same
 // communicators reuse the DATA replay buffers of the previous one (dirty
 // with its frames) and still deliver exact sums.
 func TestReplayBuffersReused(t *testing.T) {
-	f := newMemFabric(t, "single")
-	url := f.startAM("h1")
-	hosts := []string{"h1", "h2"}
-	comms := make([]*Comm, 2)
-	for r, h := range hosts {
-		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 6, Coordinator: url, Node: h}, f.attach(h))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		comms[r] = c
-	}
+	comms := singlePair(t, 6)
 	const k = 3
 	for j := 0; j < k; j++ {
 		sends, recvs := make([][]float32, 2), make([][]float32, 2)
@@ -236,18 +242,7 @@ func TestReplayBuffersReused(t *testing.T) {
 }
 
 func TestSequentialAndConcurrentOnOneComm(t *testing.T) {
-	f := newMemFabric(t, "single")
-	url := f.startAM("h1")
-	hosts := []string{"h1", "h2"}
-	comms := make([]*Comm, 2)
-	for r, h := range hosts {
-		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 5, Coordinator: url, Node: h}, f.attach(h))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		comms[r] = c
-	}
+	comms := singlePair(t, 5)
 	const k = 4
 	sends := make([][][]float32, 2)
 	recvs := make([][][]float32, 2)
