@@ -20,7 +20,8 @@
 #   env: DURATION=5 SIZES="64 1500" ROUNDS=3 PRISMD_BIN=bin
 #        BACKENDS="afpacket afxdp"   port backends of prismd to measure (config key
 #                                    "backend"; afxdp attaches a generic-mode XDP program,
-#                                    afxdp-native a driver-mode one: xdp_mode: native)
+#                                    afxdp-native a driver-mode one: xdp_mode: native;
+#                                    afpacket-recvmmsg is afpacket with rx_ring: false)
 #        PRISMD_ARGS=                extra prismd flags, e.g. "--cpuprofile /tmp/p.prof"
 set -euo pipefail
 [[ $EUID -eq 0 ]] || { echo "bench-forward: needs root (namespaces, AF_PACKET)"; exit 1; }
@@ -31,7 +32,7 @@ ROUNDS=${ROUNDS:-3}
 BACKENDS=${BACKENDS:-"afpacket afxdp"}
 PRISMD_ARGS=${PRISMD_ARGS:-}
 for b in $BACKENDS; do
-  [[ $b == afpacket || $b == afxdp || $b == afxdp-native ]] || { echo "bench-forward: BACKENDS: unknown backend $b (use afpacket, afxdp, afxdp-native)"; exit 1; }
+  [[ $b == afpacket || $b == afpacket-recvmmsg || $b == afxdp || $b == afxdp-native ]] || { echo "bench-forward: BACKENDS: unknown backend $b (use afpacket, afpacket-recvmmsg, afxdp, afxdp-native)"; exit 1; }
 done
 BIN=${PRISMD_BIN:-$PWD/bin}
 mkdir -p "$BIN"
@@ -83,6 +84,7 @@ HZ=$(getconf CLK_TCK)
 for b in $BACKENDS; do
   keys="backend: $b"
   [[ $b == afxdp-native ]] && keys=$'backend: afxdp\n    xdp_mode: native'
+  [[ $b == afpacket-recvmmsg ]] && keys=$'backend: afpacket\n    rx_ring: false'
   cat >"$TMP/prismd-$b.yaml" <<YAML
 ports:
   - name: ${ID}sa
