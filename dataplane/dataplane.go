@@ -378,7 +378,7 @@ type rx struct {
 	stuckAt []uint64
 	// lane: this is the port's lane loop (laneLoop), which never writes the
 	// port's rings (each has one producer, the port's RX goroutine): its
-	// local frames are always run inline.
+	// local frames are run inline, or queued for the holder (pushLane).
 	lane bool
 }
 
@@ -518,7 +518,14 @@ func (r *rx) process(n int) {
 			continue
 		}
 		if r.lane {
-			r.laneWait(w, in, held)
+			// Someone else runs the worker: queue the frames for it.
+			for _, f := range held {
+				if !r.d.workers[w].pushLane(in, f) {
+					r.ps.ctr.drops[DropRingFull].Add(1)
+				}
+			}
+			r.d.workers[w].wake()
+			r.d.workers[w].runInline(in, nil) // in case the holder just let go
 			continue
 		}
 		// Someone else runs the worker: hand the frames over.
@@ -609,22 +616,6 @@ func (r *rx) local(s *snapshot, in int, f []byte) {
 		return
 	}
 	r.woke[w] = true
-}
-
-// laneWait runs worker w's handler on the lane's frames held once whoever
-// runs it now lets go: CONTROL is rare and the holder runs a few batches
-// at most (inlineRounds), so polling is cheaper than a hand-off channel.
-// Past RingWait the worker is stuck and the frames are dropped as
-// ring_full, as a full ring's would be.
-func (r *rx) laneWait(w, in int, held [][]byte) {
-	deadline := r.d.Now() + int64(RingWait)
-	for !r.d.workers[w].runInline(in, held) {
-		if r.d.Now() > deadline {
-			r.ps.ctr.drops[DropRingFull].Add(uint64(len(held)))
-			return
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
 }
 
 // RingWait bounds how long a receive loop holds a local PRISM frame for a
