@@ -88,6 +88,9 @@ type Engine struct {
 	holes [stream.MaxHoles]stream.Hole
 	b     parser.DataBuilder
 	tbuf  [parser.DataBodyOff]byte
+	// groups holds the groups of the DATA frame being handled, decoded
+	// once by the validation pass for the pass that applies them.
+	groups [parser.MaxGroups]parser.Group
 
 	snap     atomic.Pointer[Snapshot]
 	lastSnap int64

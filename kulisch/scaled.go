@@ -231,6 +231,25 @@ func (v *Vector) MergeScaled(first, shift, b int, values []byte) error {
 	if err := v.CheckScaled(shift, b, values); err != nil {
 		return err
 	}
+	return v.mergeScaled(first, shift, b, values)
+}
+
+// MergeScaledChecked is MergeScaled for values that already passed
+// CheckScaled with the same shift and b: it skips the pass over the values
+// (a receiver that validates a whole frame before applying any of it made
+// that pass twice, and a third time decoding it; each was 3-4% of a root's
+// CPU merging scaled partials). Shift, B and the range are still checked.
+func (v *Vector) MergeScaledChecked(first, shift, b int, values []byte) error {
+	if err := checkScale(shift, b, v.w); err != nil {
+		return err
+	}
+	if len(values)%(1+b) != 0 {
+		return ErrLength
+	}
+	return v.mergeScaled(first, shift, b, values)
+}
+
+func (v *Vector) mergeScaled(first, shift, b int, values []byte) error {
 	ws := 1 + b
 	n := len(values) / ws
 	if err := v.span(first, n); err != nil {

@@ -260,7 +260,7 @@ func TestMergeScaledEqualsPlain(t *testing.T) {
 			a[i], b[i] = randRef(rng, w-8), randRef(rng, w-8) // room for the sum
 		}
 		va, vb := load(t, w, a), load(t, w, b)
-		plain, scaled := load(t, w, a), load(t, w, a)
+		plain, scaled, checked := load(t, w, a), load(t, w, a), load(t, w, a)
 		wire := make([]byte, WireSize(w))
 		for i := 0; i < n; i++ {
 			if err := vb.PutWire(wire, i); err != nil {
@@ -287,6 +287,7 @@ func TestMergeScaledEqualsPlain(t *testing.T) {
 					for k := 0; k < x.Count; k++ {
 						_ = vb.PutWire(wire, at+k)
 						_ = scaled.MergeKulisch(at+k, wire)
+						_ = checked.MergeKulisch(at+k, wire)
 					}
 				} else {
 					vals := buf[:x.Count*(1+x.Bytes)]
@@ -294,6 +295,9 @@ func TestMergeScaledEqualsPlain(t *testing.T) {
 						t.Fatal(err)
 					}
 					if err := scaled.MergeScaled(at, x.Shift, x.Bytes, vals); err != nil {
+						t.Fatal(err)
+					}
+					if err := checked.MergeScaledChecked(at, x.Shift, x.Bytes, vals); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -313,8 +317,12 @@ func TestMergeScaledEqualsPlain(t *testing.T) {
 			if err := scaled.PutWire(s, i); err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(p, s) || !bytes.Equal(s, ref.wire(w)) {
-				t.Fatalf("round %d value %d: plain %x scaled %x ref %x", round, i, p, s, ref.wire(w))
+			c := make([]byte, WireSize(w))
+			if err := checked.PutWire(c, i); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(p, s) || !bytes.Equal(s, ref.wire(w)) || !bytes.Equal(c, s) {
+				t.Fatalf("round %d value %d: plain %x scaled %x (checked %x) ref %x", round, i, p, s, c, ref.wire(w))
 			}
 			pf, _ := plain.RoundFP32(i)
 			sf, _ := scaled.RoundFP32(i)
@@ -392,6 +400,9 @@ func TestScaledBoundaries(t *testing.T) {
 			if err := v.MergeScaled(0, w-8*b+1, b, val); !errors.Is(err, ErrWire) {
 				t.Fatalf("W=%d B=%d Shift=W-8B+1 accepted: %v", w, b, err)
 			}
+			if err := v.MergeScaledChecked(0, w-8*b+1, b, val); !errors.Is(err, ErrWire) {
+				t.Fatalf("W=%d B=%d Shift=W-8B+1 accepted by MergeScaledChecked: %v", w, b, err)
+			}
 		}
 		v, _ := NewVector(1, w)
 		for _, b := range []int{0, -1, MaxScaledBytes + 1} {
@@ -401,6 +412,12 @@ func TestScaledBoundaries(t *testing.T) {
 		}
 		if err := v.MergeScaled(0, -1, 1, []byte{0, 1}); !errors.Is(err, ErrWire) {
 			t.Fatalf("negative shift accepted: %v", err)
+		}
+		if err := v.MergeScaledChecked(0, -1, 1, []byte{0, 1}); !errors.Is(err, ErrWire) {
+			t.Fatalf("negative shift accepted by MergeScaledChecked: %v", err)
+		}
+		if err := v.MergeScaledChecked(0, 0, 2, []byte{0, 1}); !errors.Is(err, ErrLength) {
+			t.Fatalf("a partial value accepted by MergeScaledChecked: %v", err)
 		}
 	}
 }
