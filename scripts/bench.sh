@@ -12,7 +12,7 @@
 #      / vector bytes, vs ring allreduce's 2(N-1)/N; FP32_ARRIVAL and KULISCH
 #      on gradient-like data, KULISCH on the mixed exactness-stress data.
 #   5. OpenMPI MPI_Allreduce, 4 namespaced hosts on a Linux bridge (MTU 1500)
-#      vs prismd on spine-leaf-jumbo (MTU 9000), 1M and 16M FP32; both sum
+#      vs prismd on spine-leaf-jumbo (MTU 9000), 2, 1M and 16M FP32 (2: a small collective's latency); both sum
 #      small integers (MPI: (i + rank) % 1000; prismd: --data integral).
 # A part that fails says why and the script goes on; exit 1 only if no part
 # measured anything. Everything created (labs "b?XXXX", namespaces pl-b?XXXX-*,
@@ -41,7 +41,8 @@
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
 #   BENCH_TRAFFIC_COUNTS="65536 1048576 4194304"  vector sizes (elements), part 4
 #   BENCH_TRAFFIC_CFGS="fp32:gradient kulisch:gradient kulisch:mixed"  accumulator:data runs, part 4
-#   BENCH_MPI_COUNTS="1048576 16777216"           part 5 sizes (FP32 elements)
+#   BENCH_MPI_COUNTS="2 1048576 16777216"         part 5 sizes (FP32 elements; 2 shows a
+#                       small collective's latency, which prismd's per-operation setup sets)
 #   BENCH_MPI_REPS=5    timed repetitions (median) in part 5
 #   BENCH_RANK_TIMEOUT=300   seconds before a rank process is killed
 #   BENCH_LAB_PREFIX=b  first letter(s) of part 5's lab names (<prefix>b/j<hex>),
@@ -72,7 +73,7 @@ else
   BENCH_TIME=${BENCH_TIME:-1s}
   AGG_COUNT=${BENCH_AGG_COUNT:-$agg_count}; AGG_ITERS=${BENCH_AGG_ITERS:-3}; BLAST_SECS=${BENCH_BLAST_SECS:-5}
   TRAFFIC_COUNTS=${BENCH_TRAFFIC_COUNTS:-"65536 1048576 4194304"}
-  MPI_COUNTS=${BENCH_MPI_COUNTS:-"1048576 16777216"}; MPI_REPS=${BENCH_MPI_REPS:-5}
+  MPI_COUNTS=${BENCH_MPI_COUNTS:-"2 1048576 16777216"}; MPI_REPS=${BENCH_MPI_REPS:-5}
 fi
 RANK_TIMEOUT=${BENCH_RANK_TIMEOUT:-300}
 export PRISMD_BIN=$BIN
