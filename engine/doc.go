@@ -32,7 +32,7 @@
 // reuse, outside MaxRingBytes): a job's back-to-back operations would
 // otherwise fault in and zero their rings every time (13 MB and 9 ms for a
 // KULISCH_FIXED ring of 64 jumbo frames; 0.4 ms reused). Likewise the
-// replay buffers of its outgoing windows (takeSlab: at most 16 per size,
+// replay buffers of its outgoing windows (stream.BufferPool: at most 16 per size,
 // 32 MiB per engine): 1.7 MB of fresh memory per operation at a jumbo-MTU
 // leaf otherwise.
 //

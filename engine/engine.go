@@ -104,9 +104,8 @@ type Engine struct {
 	banks     map[bankShape][]kulisch.Bank
 	bankBytes int
 	// slabs holds the replay buffers of removed operations' outgoing
-	// windows by size (takeSlab), slabBytes their total.
-	slabs     map[int][][]byte
-	slabBytes int
+	// windows (Stage takes them, Remove puts them back).
+	slabs stream.BufferPool
 
 	// unknownTokens and unknownAt are the token bucket of UNKNOWN_OPERATION
 	// answers (answerUnknown).
@@ -140,7 +139,8 @@ func New(cfg Config) *Engine {
 	if cfg.MaxRingBytes <= 0 {
 		cfg.MaxRingBytes = 1 << 30
 	}
-	e := &Engine{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, ops: map[parser.OpKey]*op{}}
+	e := &Engine{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, ops: map[parser.OpKey]*op{},
+		slabs: stream.BufferPool{MaxPerSize: maxPooledSlabs, MaxBytes: maxPooledSlabBytes}}
 	e.snap.Store(&Snapshot{Worker: cfg.Worker})
 	return e
 }
@@ -260,43 +260,18 @@ const (
 	maxPooledSlabBytes = 32 << 20
 )
 
-// takeSlab returns the replay buffers of a removed operation's outgoing
-// window of n bytes, or nil (the window then allocates its own). A new
-// window's buffers were most of what STAGE allocated (64 frames of 9014
-// bytes per outgoing stream: 1.7 MB at a leaf), fresh memory to fault in
-// and zero and garbage to collect, operation after operation; the
-// switches' STAGE answers, which the AM waits for before any rank may
-// start, took 1-9 ms on a busy 2-core host.
-func (e *Engine) takeSlab(n int) []byte {
-	l := e.slabs[n]
-	if len(l) == 0 {
-		return nil
-	}
-	b := l[len(l)-1]
-	l[len(l)-1] = nil
-	e.slabs[n] = l[:len(l)-1]
-	e.slabBytes -= n
-	return b
-}
-
 // putSlabs keeps a removed operation's replay buffers for reuse, within
 // the limits. Sender.Send copies frames, so nothing queued refers to them.
+// A new window's buffers were most of what STAGE allocated (64 frames of
+// 9014 bytes per outgoing stream: 1.7 MB at a leaf), fresh memory to fault
+// in and zero and garbage to collect, operation after operation; the
+// switches' STAGE answers, which the AM waits for before any rank may
+// start, took 1-9 ms on a busy 2-core host.
 func (e *Engine) putSlabs(o *op) {
 	put := func(ob *outbound) {
-		if ob == nil || ob.sw == nil {
-			return
+		if ob != nil && ob.sw != nil && e.slabs.Put(ob.sw.Buffer()) {
+			ob.sw = nil // the operation is gone: nothing of it may write the buffers now
 		}
-		b := ob.sw.Buffer()
-		n := len(b)
-		if len(e.slabs[n]) >= maxPooledSlabs || e.slabBytes+n > maxPooledSlabBytes {
-			return
-		}
-		if e.slabs == nil {
-			e.slabs = map[int][][]byte{}
-		}
-		e.slabs[n] = append(e.slabs[n], b)
-		e.slabBytes += n
-		ob.sw = nil // the operation is gone: nothing of it may write the buffers now
 	}
 	put(o.parent)
 	for i := range o.outs {

@@ -157,7 +157,7 @@ func newOp(e *Engine, s *Spec) (*op, error) {
 			ob := outbound{b: b, sw: stream.NewSendWindow(stream.SendConfig{
 				Name: name(b.Kind.String(), b.Stream), ReplayDepth: s.ReplayDepth, FrameSize: frame,
 				Intervals: s.WindowIntervals, Bytes: s.WindowBytes, Elements: s.WindowElements, Deadline: timeout,
-				Buffer: e.takeSlab(s.ReplayDepth * frame),
+				Buffer: e.slabs.Take(s.ReplayDepth * frame),
 			})}
 			if b.Kind == parser.KindParent {
 				o.parent = &ob

@@ -17,6 +17,7 @@ import (
 	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/host/internal/rawio"
 	"github.com/prismd/prismd/parser"
+	"github.com/prismd/prismd/stream"
 )
 
 // Options tune one collective call; nil means defaults.
@@ -87,11 +88,10 @@ type Comm struct {
 	rxErr  error
 	done   chan struct{}
 
-	// slabs holds the DATA replay buffers of finished collectives by size
-	// for the next ones (takeSlab), under slabMu.
-	slabMu   sync.Mutex
-	slabs    map[int][][]byte
-	slabHits int // takeSlab calls that found one (tests)
+	// slabs holds the DATA replay buffers of finished collectives for the
+	// next ones (takeSlab), under slabMu.
+	slabMu sync.Mutex
+	slabs  stream.BufferPool
 }
 
 // maxSlabsPerSize bounds the replay buffers kept per size: enough for a
@@ -105,14 +105,7 @@ const maxSlabsPerSize = 4
 func (c *Comm) takeSlab(n int) []byte {
 	c.slabMu.Lock()
 	defer c.slabMu.Unlock()
-	l := c.slabs[n]
-	if len(l) == 0 {
-		return nil
-	}
-	b := l[len(l)-1]
-	c.slabs[n] = l[:len(l)-1]
-	c.slabHits++
-	return b
+	return c.slabs.Take(n)
 }
 
 // putSlab keeps b for takeSlab; the window it served must not be used
@@ -120,13 +113,7 @@ func (c *Comm) takeSlab(n int) []byte {
 func (c *Comm) putSlab(b []byte) {
 	c.slabMu.Lock()
 	defer c.slabMu.Unlock()
-	if len(c.slabs[len(b)]) >= maxSlabsPerSize {
-		return
-	}
-	if c.slabs == nil {
-		c.slabs = map[int][][]byte{}
-	}
-	c.slabs[len(b)] = append(c.slabs[len(b)], b)
+	c.slabs.Put(b)
 }
 
 // NewComm opens the rank's interface and checks that the coordinator
@@ -173,7 +160,7 @@ func NewCommConn(ctx context.Context, cfg Config, conn Conn) (*Comm, error) {
 }
 
 func newComm(cfg Config, conn Conn, cl *am.Client) *Comm {
-	c := &Comm{cfg: cfg, conn: conn, bconn: asBatch(conn), client: cl, done: make(chan struct{})}
+	c := &Comm{slabs: stream.BufferPool{MaxPerSize: maxSlabsPerSize}, cfg: cfg, conn: conn, bconn: asBatch(conn), client: cl, done: make(chan struct{})}
 	c.ops.Store(&opTable{})
 	copy(c.mac[:], conn.MAC())
 	return c

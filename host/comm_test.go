@@ -235,8 +235,8 @@ func TestReplayBuffersReused(t *testing.T) {
 		}
 	}
 	for r, c := range comms {
-		if c.slabHits != k-1 {
-			t.Errorf("rank %d: %d of %d collectives reused replay buffers, want %d", r, c.slabHits, k, k-1)
+		if c.slabs.Hits() != k-1 {
+			t.Errorf("rank %d: %d of %d collectives reused replay buffers, want %d", r, c.slabs.Hits(), k, k-1)
 		}
 	}
 }
