@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/dataplane/internal/afpacket"
+	"github.com/prismd/prismd/parser"
 )
 
 // PortOptions configure OpenAFPacket. Zero fields mean defaults.
@@ -36,6 +37,21 @@ type PortOptions struct {
 	// its way (config "rx_lane"). Whoever opens a port with a lane must
 	// read it: the ring no longer returns those frames.
 	Lane bool
+	// LaneProgress, with the ring, puts PRISM PROGRESS frames on the lane
+	// too (and opens one without Lane). It is for end hosts such as
+	// prismd-blast contribute: the PROGRESS that paces a rank's send window
+	// is too sparse to fill ring blocks, so on the ring each one waited for
+	// the block timeout, while the RESULT stream still fills blocks and
+	// keeps the ring's one wakeup per block.
+	LaneProgress bool
+}
+
+// laneClasses is afpacket's class mask for PortOptions.LaneProgress.
+func laneClasses(progress bool) uint16 {
+	if progress {
+		return 1 << parser.ClassProgress
+	}
+	return 0
 }
 
 type afPort struct {
@@ -54,7 +70,8 @@ func OpenAFPacket(name string, o PortOptions) (Port, error) {
 		o.Batch = DefaultBatch
 	}
 	s, err := afpacket.Open(name, afpacket.Options{SocketBuffer: o.SocketBuffer, MaxBatch: o.Batch,
-		RxRing: !o.NoRxRing, RingTimeout: o.RingTimeout, QdiscBypass: !o.NoQdiscBypass, Lane: o.Lane})
+		RxRing: !o.NoRxRing, RingTimeout: o.RingTimeout, QdiscBypass: !o.NoQdiscBypass, Lane: o.Lane,
+		LaneClasses: laneClasses(o.LaneProgress)})
 	if err != nil {
 		return nil, err
 	}

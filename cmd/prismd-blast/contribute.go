@@ -82,6 +82,7 @@ type contribFlags struct {
 	count                               uint64
 	duration, timeout                   time.Duration
 	rxRing                              bool
+	progressLane                        string
 }
 
 func (f *contribFlags) register(fs *flag.FlagSet) {
@@ -109,6 +110,26 @@ func (f *contribFlags) register(fs *flag.FlagSet) {
 	// CPU competing with it) 24-29k vs 28-33k. Transmission is the same
 	// port either way.
 	fs.BoolVar(&f.rxRing, "rx-ring", false, "read through the TPACKET_V3 ring instead of recvmmsg (fewer wakeups, up to 1 ms longer round trips)")
+	// With the ring, PROGRESS (the window's pacing) can take a lane of its
+	// own (dataplane.PortOptions.LaneProgress). It pays where PROGRESS is
+	// all a rank receives; where RESULT fills the ring, the lane's extra
+	// wakeups cost more than the shorter round trip gains. Measured in the
+	// SINGLE lab (16M FP32, 2 ranks, DATA frames/s per rank, lane vs
+	// none, 2 runs each): REDUCE 142-168k vs 124-129k, ALLREDUCE 73-90k vs
+	// 93-113k.
+	fs.StringVar(&f.progressLane, "progress-lane", "auto", "with --rx-ring, read PROGRESS on a recvmmsg socket of its own so the ring's block timeout does not delay it: on, off, or auto (on for a rank that receives no RESULT)")
+}
+
+// wantProgressLane resolves --progress-lane: auto puts PROGRESS on a lane
+// for a rank that receives no RESULT (a REDUCE rank other than the root).
+func (f *contribFlags) wantProgressLane() bool {
+	switch f.progressLane {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	return f.coll == "reduce" && f.rank != f.root
 }
 
 // check says what is wrong with the flags and how to fix it.
@@ -143,6 +164,11 @@ func (f *contribFlags) check() error {
 	if f.mtu != 0 && !parser.IsDefinedMTU(f.mtu) {
 		errs = append(errs, fmt.Sprintf("--mtu %d: use 576, 1500 or 9000", f.mtu))
 	}
+	switch f.progressLane {
+	case "auto", "on", "off":
+	default:
+		errs = append(errs, fmt.Sprintf("--progress-lane %q: use auto, on or off", f.progressLane))
+	}
 	if f.timeout < 0 || f.timeout > 600*time.Second {
 		errs = append(errs, fmt.Sprintf("--timeout %v: use 0 (the AM's default) up to 10m", f.timeout))
 	}
@@ -175,7 +201,8 @@ func runContribute(args []string) int {
 	}
 	// The port of 'prismd-blast send', so DATA costs the source what the
 	// forwarding peer's frames cost it.
-	p, err := dataplane.OpenAFPacket(f.iface, dataplane.PortOptions{Batch: batchMax, SocketBuffer: 16 << 20, NoRxRing: !f.rxRing})
+	p, err := dataplane.OpenAFPacket(f.iface, dataplane.PortOptions{Batch: batchMax, SocketBuffer: 16 << 20, NoRxRing: !f.rxRing,
+		LaneProgress: f.rxRing && f.wantProgressLane()})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismd-blast contribute: %v (run as root, inside the rank's namespace, on an existing interface)\n", err)
 		return 1
@@ -191,14 +218,13 @@ func runContribute(args []string) int {
 	c := newContributor(f, p)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		c.readLoop()
-	}()
+	var readers sync.WaitGroup
+	for _, r := range c.readers {
+		readers.Go(func() { c.readLoop(r) })
+	}
 	runErr := c.run(ctx)
-	p.Close() // unblocks the reader (a TPACKET_V3 ring never returns on an idle link)
-	<-readerDone
+	p.Close() // unblocks the readers (a TPACKET_V3 ring never returns on an idle link)
+	readers.Wait()
 	fmt.Println(c.summary(runErr == nil))
 	if runErr != nil {
 		fmt.Fprintf(os.Stderr, "prismd-blast contribute: rank %d: %v\n", f.rank, runErr)
@@ -243,13 +269,8 @@ type contributor struct {
 	prev    *op
 	readErr error
 
-	// Reader-only: receive buffers, the PROGRESS arena, and what the batch
-	// being applied sends: its answers, then the DATA it admitted.
-	rbufs  [][]byte
-	rsizes []int
-	parena []byte
-	nprog  int
-	pq     [][]byte
+	// readers are the ring's and, with a PROGRESS lane, the lane's.
+	readers []*reader
 
 	// Sender-only: the batch being sent, and the replay buffers of the
 	// last operation that completed.
@@ -259,15 +280,36 @@ type contributor struct {
 	tot totals
 }
 
-func newContributor(f contribFlags, p dataplane.Port) *contributor {
-	c := &contributor{f: f, port: p, mac: p.MAC(), client: am.NewClient(f.coordinator), wake: make(chan struct{}, 1),
-		rbufs: make([][]byte, batchMax), rsizes: make([]int, batchMax),
+// reader is one receive path's goroutine state: its buffers, its PROGRESS
+// arena, and what the batch being applied sends: its answers, then the
+// DATA it admitted.
+type reader struct {
+	read   func(bufs [][]byte, sizes []int) (int, error)
+	bufs   [][]byte
+	sizes  []int
+	parena []byte
+	nprog  int
+	pq     [][]byte
+}
+
+func newReader(read func([][]byte, []int) (int, error), frameSize int) *reader {
+	r := &reader{read: read, bufs: make([][]byte, batchMax), sizes: make([]int, batchMax),
 		// One answer per received frame plus one coalesced answer per
 		// operation (cur and prev).
-		parena: make([]byte, (batchMax+2)*progressLen), pq: make([][]byte, 0, 2*batchMax+2),
+		parena: make([]byte, (batchMax+2)*progressLen), pq: make([][]byte, 0, 2*batchMax+2)}
+	for i := range r.bufs {
+		r.bufs[i] = make([]byte, frameSize)
+	}
+	return r
+}
+
+func newContributor(f contribFlags, p dataplane.Port) *contributor {
+	c := &contributor{f: f, port: p, mac: p.MAC(), client: am.NewClient(f.coordinator), wake: make(chan struct{}, 1),
 		tx: make([][]byte, 0, batchMax)}
-	for i := range c.rbufs {
-		c.rbufs[i] = make([]byte, dataplane.FrameSize(max(p.MTU(), f.mtu)))
+	fs := dataplane.FrameSize(max(p.MTU(), f.mtu))
+	c.readers = []*reader{newReader(p.ReadBatch, fs)}
+	if l, ok := p.(dataplane.Laner); ok && l.HasLane() {
+		c.readers = append(c.readers, newReader(l.ReadLane, fs))
 	}
 	return c
 }
@@ -643,10 +685,10 @@ const maxReadErrs = 1000
 // readLoop applies received frames a batch at a time until the port is
 // closed: PROGRESS to the DATA window, RESULT to the RESULT window and the
 // oracle, then sends the batch's PROGRESS answers and wakes the sender.
-func (c *contributor) readLoop() {
+func (c *contributor) readLoop(r *reader) {
 	errs := 0
 	for {
-		n, err := c.port.ReadBatch(c.rbufs, c.rsizes)
+		n, err := r.read(r.bufs, r.sizes)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -664,14 +706,14 @@ func (c *contributor) readLoop() {
 		errs = 0
 		now := mono()
 		c.mu.Lock()
-		c.pq, c.nprog = c.pq[:0], 0
+		r.pq, r.nprog = r.pq[:0], 0
 		wake := false
 		for i := 0; i < n; i++ {
-			sz := c.rsizes[i]
+			sz := r.sizes[i]
 			if sz < parser.HdrOff+parser.OpIDLen {
 				continue
 			}
-			f := c.rbufs[i][:sz]
+			f := r.bufs[i][:sz]
 			if binary.BigEndian.Uint16(f[12:]) != parser.EtherType {
 				continue
 			}
@@ -682,7 +724,7 @@ func (c *contributor) readLoop() {
 					continue
 				}
 			}
-			w, err := c.handle(o, now, f)
+			w, err := c.handle(r, o, now, f)
 			wake = wake || w
 			if err != nil && !o.done && o.err == nil {
 				o.err, wake = err, true
@@ -690,7 +732,7 @@ func (c *contributor) readLoop() {
 		}
 		for _, o := range [2]*op{c.cur, c.prev} {
 			if o != nil && o.ackPID != 0 {
-				c.progress(o, o.ackPID, parser.ProgressStatusOK)
+				c.progress(r, o, o.ackPID, parser.ProgressStatusOK)
 			}
 		}
 		o := c.cur
@@ -704,25 +746,25 @@ func (c *contributor) readLoop() {
 			c.txMu.Lock()
 			c.mu.Lock()
 			if c.cur == o && o.err == nil { // the sender may have ended it meanwhile
-				d, done, err := o.step(mono(), c.pq[len(c.pq):len(c.pq):len(c.pq)+batchMax])
-				c.pq = c.pq[:len(c.pq)+len(d)]
+				d, done, err := o.step(mono(), r.pq[len(r.pq):len(r.pq):len(r.pq)+batchMax])
+				r.pq = r.pq[:len(r.pq)+len(d)]
 				o.err = err
 				wake = done || err != nil
 			}
 			c.mu.Unlock()
 		}
-		if len(c.pq) > 0 {
+		if len(r.pq) > 0 {
 			// A lost answer is like a lost PROGRESS: the leaf resends
 			// the RESULT and we answer again. A refused DATA frame is
 			// resent by the window (see write).
-			if n, err := c.port.WriteBatch(c.pq); err != nil && n < len(c.pq) {
+			if n, err := c.port.WriteBatch(r.pq); err != nil && n < len(r.pq) {
 				c.mu.Lock()
 				if c.cur != nil {
-					c.cur.refused += uint64(len(c.pq) - n)
+					c.cur.refused += uint64(len(r.pq) - n)
 				}
 				c.mu.Unlock()
 			}
-			clear(c.pq) // no reference to a replay buffer outlives the send
+			clear(r.pq) // no reference to a replay buffer outlives the send
 		}
 		if send {
 			c.txMu.Unlock()
@@ -744,7 +786,7 @@ func (c *contributor) kick() {
 // handle applies one received frame of o, as package host does; wake says
 // the sender has something new to look at (credit, acknowledgements, the
 // RESULT completed).
-func (c *contributor) handle(o *op, now int64, f []byte) (wake bool, err error) {
+func (c *contributor) handle(r *reader, o *op, now int64, f []byte) (wake bool, err error) {
 	g := o.g
 	switch parser.Class(f[parser.CWOff+1]) {
 	case parser.ClassProgress:
@@ -806,7 +848,7 @@ func (c *contributor) handle(o *op, now int64, f []byte) (wake bool, err error) 
 		case stream.NoCredit:
 			status = parser.ProgressStatusNoCredit
 		}
-		c.progress(o, d.PacketID, status)
+		c.progress(r, o, d.PacketID, status)
 		return wake, nil
 	}
 	return false, nil
@@ -851,9 +893,9 @@ func (o *op) convert(grp parser.Group) ([]byte, error) {
 
 // progress queues the PROGRESS answering RESULT frame pid (and every
 // in-order frame before it).
-func (c *contributor) progress(o *op, pid uint32, status parser.ProgressStatus) {
+func (c *contributor) progress(r *reader, o *op, pid uint32, status parser.ProgressStatus) {
 	o.ackPID = 0
-	if c.nprog == batchMax+2 {
+	if r.nprog == batchMax+2 {
 		return // cannot happen: one answer per frame plus two
 	}
 	g := o.g
@@ -869,11 +911,11 @@ func (c *contributor) progress(o *op, pid uint32, status parser.ProgressStatus) 
 	for i := 0; i < p.NHoles; i++ {
 		p.Holes[i] = parser.Hole{Start: o.holes[i].Start, End: o.holes[i].End}
 	}
-	buf := c.parena[c.nprog*progressLen : (c.nprog+1)*progressLen]
+	buf := r.parena[r.nprog*progressLen : (r.nprog+1)*progressLen]
 	n, err := p.Encode(buf, parser.Eth{Dst: o.leafMAC, Src: c.mac})
 	if err != nil {
 		return // cannot happen: the buffer holds the largest PROGRESS
 	}
-	c.nprog++
-	c.pq = append(c.pq, buf[:n])
+	r.nprog++
+	r.pq = append(r.pq, buf[:n])
 }

@@ -82,8 +82,8 @@ func TestOracleCatchesCorruption(t *testing.T) {
 func testOp(t testing.TB, n uint32) (*contributor, *op) {
 	t.Helper()
 	c := &contributor{f: contribFlags{rank: 0, size: 2, coll: "allreduce", acc: "fp32"},
-		mac:    [6]byte{0x02, 0, 0, 0, 0, 0x10},
-		parena: make([]byte, (batchMax+2)*progressLen), pq: make([][]byte, 0, 2*batchMax+2), tx: make([][]byte, 0, batchMax)}
+		mac: [6]byte{0x02, 0, 0, 0, 0, 0x10}, tx: make([][]byte, 0, batchMax)}
+	c.readers = []*reader{newReader(nil, 1514)}
 	g := &am.Grant{ID: "9-0-1-4-1", Op: am.OpIdentity{Job: 9, GroupGen: 1, OpID: 4, OpGen: 1}, Rank: 0, Size: 2,
 		Collective: "allreduce", InputFormat: "fp32", AccPolicy: "fp32", VectorLen: n, MTU: 1500, TimeoutMS: 1000,
 		Data:   am.StreamBinding{StreamID: 3, SrcEndpoint: 100, DstEndpoint: 1},
@@ -154,13 +154,13 @@ func TestCorruptedResultFailsOperation(t *testing.T) {
 	n := uint32(2 * per1500)
 	c, o := testOp(t, n)
 	good := sumPattern(2, per1500, 0, per1500)
-	if _, err := c.handle(o, mono(), resultFrame(t, o, 1, 0, good)); err != nil {
+	if _, err := c.handle(c.readers[0], o, mono(), resultFrame(t, o, 1, 0, good)); err != nil {
 		t.Fatalf("exact RESULT rejected: %v", err)
 	}
 	bad := sumPattern(2, per1500, uint32(per1500), per1500)
 	const at = 77
 	binary.LittleEndian.PutUint32(bad[4*at:], math.Float32bits(-1))
-	_, err := c.handle(o, mono(), resultFrame(t, o, 2, uint32(per1500), bad))
+	_, err := c.handle(c.readers[0], o, mono(), resultFrame(t, o, 2, uint32(per1500), bad))
 	if err == nil {
 		t.Fatal("corrupted RESULT accepted")
 	}
@@ -191,24 +191,25 @@ func TestPerFrameAllocs(t *testing.T) {
 		p := parser.Progress{Op: o.key, SrcEP: 1, DstEP: 100, Stream: 3, PacketID: o.sw.NextPacketID() - 1,
 			Committed: o.next, IntervalCredits: 64, ByteCredits: 1 << 20}
 		m, _ := p.Encode(prog, parser.Eth{Dst: c.mac, Src: o.leafMAC})
-		if _, err := c.handle(o, now, prog[:m]); err != nil {
+		if _, err := c.handle(c.readers[0], o, now, prog[:m]); err != nil {
 			t.Fatal(err)
 		}
 		_ = batch
 		pid++
-		c.pq, c.nprog = c.pq[:0], 0
+		r := c.readers[0]
+		r.pq, r.nprog = r.pq[:0], 0
 		f := resultFrameNoAlloc(o, pid, first, vals)
-		if _, err := c.handle(o, now, f); err != nil {
+		if _, err := c.handle(c.readers[0], o, now, f); err != nil {
 			t.Fatal(err)
 		}
-		c.progress(o, o.ackPID, parser.ProgressStatusOK) // the batch's coalesced answer
+		c.progress(r, o, o.ackPID, parser.ProgressStatusOK) // the batch's coalesced answer
 		first += uint32(per1500)
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per batch, want 0", allocs)
 	}
-	if o.frames < 200*batchMax || o.results < 200 || len(c.pq) != 1 {
-		t.Errorf("the loop did not exercise the paths: %d DATA frames, %d RESULT, %d answers queued", o.frames, o.results, len(c.pq))
+	if o.frames < 200*batchMax || o.results < 200 || len(c.readers[0].pq) != 1 {
+		t.Errorf("the loop did not exercise the paths: %d DATA frames, %d RESULT, %d answers queued", o.frames, o.results, len(c.readers[0].pq))
 	}
 }
 
@@ -223,4 +224,33 @@ func resultFrameNoAlloc(o *op, pid, first uint32, vals []byte) []byte {
 	slot, _ := b.AddGroup(parser.FormatFP32, 0, len(vals)/4)
 	copy(slot, vals)
 	return b.Finish()
+}
+
+// TestProgressLaneChoice: auto puts PROGRESS on a lane only for a rank that
+// receives no RESULT; a bad value is refused with the values to use.
+func TestProgressLaneChoice(t *testing.T) {
+	for _, tc := range []struct {
+		coll, lane string
+		rank, root int
+		want       bool
+	}{
+		{"reduce", "auto", 1, 0, true},
+		{"reduce", "auto", 0, 0, false},
+		{"allreduce", "auto", 1, 0, false},
+		{"allreduce", "on", 0, 0, true},
+		{"reduce", "off", 1, 0, false},
+	} {
+		f := contribFlags{coll: tc.coll, progressLane: tc.lane, rank: tc.rank, root: tc.root}
+		if got := f.wantProgressLane(); got != tc.want {
+			t.Errorf("%s rank %d root %d --progress-lane %s: lane %v, want %v", tc.coll, tc.rank, tc.root, tc.lane, got, tc.want)
+		}
+	}
+	f := contribFlags{coordinator: "http://x", node: "h1", size: 2, coll: "reduce", acc: "fp32", count: 10, progressLane: "yes"}
+	if err := f.check(); err == nil || !strings.Contains(err.Error(), "use auto, on or off") {
+		t.Errorf("--progress-lane yes: %v", err)
+	}
+	f.progressLane = "auto"
+	if err := f.check(); err != nil {
+		t.Errorf("good flags refused: %v", err)
+	}
 }

@@ -33,40 +33,60 @@ import (
 )
 
 const (
-	// prismEtherType and classControl identify the lane's frames: the
-	// EtherType at offset 12 and the class byte of the control word at
-	// offset 15. The parser package owns these values; this package only
-	// moves bytes and must not import it.
+	// prismEtherType and classOff identify the lane's frames: the EtherType
+	// at offset 12 and the class byte of the control word at offset 15.
+	// The parser package owns these values (and the class numbers in a
+	// lane's class mask); this package only moves bytes and must not
+	// import it.
 	prismEtherType = 0x88B5
 	classControl   = 1
+	classProgress  = 4
 	classOff       = 15
+	// maxLaneClass bounds the class numbers a mask can name (bit c of a
+	// uint16); a larger class byte is never a lane frame.
+	maxLaneClass = 15
 )
 
-// laneFilter keeps CONTROL frames long enough to carry the class byte: the
-// lane socket is bound to EtherType 0x88B5, so only those reach it.
-var laneFilter = mustAssemble([]bpf.Instruction{
-	bpf.LoadExtension{Num: bpf.ExtLen},
-	bpf.JumpIf{Cond: bpf.JumpLessThan, Val: classOff + 1, SkipTrue: 3},
-	bpf.LoadAbsolute{Off: classOff, Size: 1},
-	bpf.JumpIf{Cond: bpf.JumpEqual, Val: classControl, SkipFalse: 1},
-	bpf.RetConstant{Val: 1 << 18}, // the whole frame (any MTU)
-	bpf.RetConstant{Val: 0},
-})
+// laneFilter keeps the PRISM frames whose class is in mask (bit c for
+// class c) and long enough to carry the class byte: the lane socket is
+// bound to EtherType 0x88B5, so only those reach it.
+func laneFilter(mask uint16) []bpf.RawInstruction {
+	return mustAssemble([]bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtLen},
+		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: classOff + 1, SkipTrue: 8},
+		bpf.LoadAbsolute{Off: classOff, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: maxLaneClass, SkipTrue: 6},
+		bpf.TAX{},
+		bpf.LoadConstant{Dst: bpf.RegA, Val: 1},
+		bpf.ALUOpX{Op: bpf.ALUOpShiftLeft},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: uint32(mask)},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
+		bpf.RetConstant{Val: 1 << 18}, // the whole frame (any MTU)
+		bpf.RetConstant{Val: 0},
+	})
+}
 
 // ringFilter is its complement on the ring socket: everything except the
 // lane's frames. A frame too short to hold the class byte stays on the ring
 // (a load past the end would abort the filter and drop it unseen), where
 // the dataplane counts it as a short frame.
-var ringFilter = mustAssemble([]bpf.Instruction{
-	bpf.LoadExtension{Num: bpf.ExtLen},
-	bpf.JumpIf{Cond: bpf.JumpLessThan, Val: classOff + 1, SkipTrue: 4},
-	bpf.LoadAbsolute{Off: 12, Size: 2},
-	bpf.JumpIf{Cond: bpf.JumpEqual, Val: prismEtherType, SkipFalse: 2},
-	bpf.LoadAbsolute{Off: classOff, Size: 1},
-	bpf.JumpIf{Cond: bpf.JumpEqual, Val: classControl, SkipTrue: 1},
-	bpf.RetConstant{Val: 1 << 18},
-	bpf.RetConstant{Val: 0},
-})
+func ringFilter(mask uint16) []bpf.RawInstruction {
+	return mustAssemble([]bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtLen},
+		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: classOff + 1, SkipTrue: 10},
+		bpf.LoadAbsolute{Off: 12, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: prismEtherType, SkipTrue: 8},
+		bpf.LoadAbsolute{Off: classOff, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: maxLaneClass, SkipTrue: 6},
+		bpf.TAX{},
+		bpf.LoadConstant{Dst: bpf.RegA, Val: 1},
+		bpf.ALUOpX{Op: bpf.ALUOpShiftLeft},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: uint32(mask)},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
+		bpf.RetConstant{Val: 1 << 18},
+	})
+}
 
 func mustAssemble(p []bpf.Instruction) []bpf.RawInstruction {
 	raw, err := bpf.Assemble(p)
@@ -83,9 +103,10 @@ type lane struct {
 	rx   *mmsg.Recv
 }
 
-// openLane opens the lane on ifi with a receive buffer of bufSize bytes.
-func openLane(ifi *net.Interface, bufSize, maxBatch int) (*lane, error) {
-	conn, err := packet.Listen(ifi, packet.Raw, prismEtherType, &packet.Config{Filter: laneFilter})
+// openLane opens the lane for the classes in mask on ifi with a receive
+// buffer of bufSize bytes.
+func openLane(ifi *net.Interface, mask uint16, bufSize, maxBatch int) (*lane, error) {
+	conn, err := packet.Listen(ifi, packet.Raw, prismEtherType, &packet.Config{Filter: laneFilter(mask)})
 	if err != nil {
 		return nil, err
 	}

@@ -43,36 +43,61 @@ func frame(size int, et uint16, class, seq byte) []byte {
 	return f
 }
 
-// TestLaneTakesControlOnly: with a lane, each frame reaches exactly one of
-// the two receive paths: PRISM CONTROL frames the lane, at once; DATA,
-// PROGRESS, other EtherTypes and a PRISM frame too short to hold the class
-// byte the ring (where the dataplane counts it). Without a lane the ring
-// has them all.
-func TestLaneTakesControlOnly(t *testing.T) {
+// TestLaneTakesItsClassesOnly: with a lane, each frame reaches exactly one
+// of the two receive paths: PRISM frames of the lane's classes the lane, at
+// once; other classes, other EtherTypes (even when their byte 15 looks
+// like a lane class), class bytes past the mask's range and a PRISM frame
+// too short to hold the class byte the ring (where the dataplane counts
+// it). Without a lane the ring has them all.
+func TestLaneTakesItsClassesOnly(t *testing.T) {
 	a, b := vethPair(t)
 	tx, err := Open(a, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Close()
-	send := []struct {
-		f    []byte
-		lane bool
-	}{
-		{frame(64, prismEtherType, 2, 1), false},            // DATA
-		{frame(48, prismEtherType, classControl, 2), true},  // CONTROL
-		{frame(60, 0x0800, classControl, 3), false},         // IPv4 whose byte 15 happens to be 1
-		{frame(60, prismEtherType, 4, 4), false},            // PROGRESS
-		{frame(15, prismEtherType, 0, 0), false},            // short: no class byte
-		{frame(184, prismEtherType, classControl, 6), true}, // CONTROL (STAGE-sized)
+	send := [][]byte{
+		frame(64, prismEtherType, 2, 1),              // DATA
+		frame(48, prismEtherType, classControl, 2),   // CONTROL
+		frame(60, 0x0800, classControl, 3),           // IPv4 whose byte 15 happens to be 1
+		frame(60, prismEtherType, classProgress, 4),  // PROGRESS
+		frame(15, prismEtherType, 0, 0),              // short: no class byte
+		frame(184, prismEtherType, classControl, 6),  // CONTROL (STAGE-sized)
+		frame(60, 0x86dd, classProgress, 7),          // IPv6 whose byte 15 happens to be 4
+		frame(60, prismEtherType, 3, 8),              // RESULT
+		frame(60, prismEtherType, 4+32, 9),           // class 36: 1<<36 would wrap to bit 4
+		frame(80, prismEtherType, classProgress, 10), // PROGRESS
 	}
-	for _, withLane := range []bool{true, false} {
-		rx, err := Open(b, Options{RxRing: true, Lane: withLane})
+	for _, tc := range []struct {
+		name string
+		opts Options
+		mask uint16 // the classes expected on the lane
+	}{
+		{"control lane", Options{RxRing: true, Lane: true}, 1 << classControl},
+		{"progress lane", Options{RxRing: true, LaneClasses: 1 << classProgress}, 1 << classProgress},
+		{"both", Options{RxRing: true, Lane: true, LaneClasses: 1 << classProgress}, 1<<classControl | 1<<classProgress},
+		{"no lane", Options{RxRing: true}, 0},
+		{"no ring, no lane", Options{Lane: true, LaneClasses: 1 << classProgress}, 0},
+	} {
+		withLane := tc.mask != 0
+		onLane := func(f []byte) bool {
+			return withLane && len(f) > classOff && int(f[12])<<8|int(f[13]) == prismEtherType &&
+				f[classOff] <= maxLaneClass && tc.mask&(1<<f[classOff]) != 0
+		}
+		var wantRing, wantLane [][]byte
+		for _, f := range send {
+			if onLane(f) {
+				wantLane = append(wantLane, f)
+			} else {
+				wantRing = append(wantRing, f)
+			}
+		}
+		rx, err := Open(b, tc.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if rx.HasLane() != withLane {
-			t.Fatalf("Lane %v: HasLane %v", withLane, rx.HasLane())
+			t.Fatalf("%s: HasLane %v", tc.name, rx.HasLane())
 		}
 		time.Sleep(20 * time.Millisecond)
 		laneGot := make(chan [][]byte, 1)
@@ -82,7 +107,7 @@ func TestLaneTakesControlOnly(t *testing.T) {
 			go func() {
 				var got [][]byte
 				bufs, sizes := [][]byte{make([]byte, 2048), make([]byte, 2048)}, []int{0, 0}
-				for len(got) < 2 {
+				for len(got) < len(wantLane) {
 					n, _, err := rx.RecvLane(bufs, sizes)
 					if err != nil {
 						break
@@ -95,24 +120,18 @@ func TestLaneTakesControlOnly(t *testing.T) {
 				laneGot <- got
 			}()
 		}
-		for _, s := range send {
-			if _, err := tx.SendBatch([][]byte{s.f}); err != nil {
+		for _, f := range send {
+			if _, err := tx.SendBatch([][]byte{f}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		var ring [][]byte
-		want := 0
-		for _, s := range send {
-			if !s.lane || !withLane {
-				want++
-			}
-		}
 		bufs, sizes := make([][]byte, 8), make([]int, 8)
 		for i := range bufs {
 			bufs[i] = make([]byte, 2048)
 		}
 		deadline := time.Now().Add(2 * time.Second)
-		for len(ring) < want && time.Now().Before(deadline) {
+		for len(ring) < len(wantRing) && time.Now().Before(deadline) {
 			n, _, err := rx.RecvBatch(bufs, sizes)
 			if err != nil {
 				t.Fatal(err)
@@ -128,38 +147,30 @@ func TestLaneTakesControlOnly(t *testing.T) {
 			select {
 			case lane = <-laneGot:
 			case <-time.After(2 * time.Second):
-				t.Fatal("lane: no CONTROL frames")
-			}
-		}
-		var wantRing, wantLane [][]byte
-		for _, s := range send {
-			if s.lane && withLane {
-				wantLane = append(wantLane, s.f)
-			} else {
-				wantRing = append(wantRing, s.f)
+				t.Fatalf("%s: no lane frames", tc.name)
 			}
 		}
 		same := func(what string, got, want [][]byte) {
 			if len(got) != len(want) {
-				t.Fatalf("Lane %v: %s got %d frames, want %d", withLane, what, len(got), len(want))
+				t.Fatalf("%s: %s got %d frames, want %d", tc.name, what, len(got), len(want))
 			}
 			for i := range got {
 				if string(got[i]) != string(want[i]) {
-					t.Fatalf("Lane %v: %s frame %d = %x, want %x", withLane, what, i, got[i], want[i])
+					t.Fatalf("%s: %s frame %d = %x, want %x", tc.name, what, i, got[i], want[i])
 				}
 			}
 		}
 		same("ring", ring, wantRing)
 		same("lane", lane, wantLane)
 		if withLane {
-			t.Logf("both CONTROL frames out of the lane %v after sending", laneAt)
+			t.Logf("%s: %d frames out of the lane %v after sending", tc.name, len(lane), laneAt)
 		}
 		if err := rx.Close(); err != nil {
 			t.Fatal(err)
 		}
 		if withLane {
 			if _, _, err := rx.RecvLane(bufs, sizes); err == nil {
-				t.Fatal("RecvLane after Close returned no error")
+				t.Fatalf("%s: RecvLane after Close returned no error", tc.name)
 			}
 		}
 	}

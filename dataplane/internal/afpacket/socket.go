@@ -45,6 +45,23 @@ type Options struct {
 	// (RecvLane) that returns each one at once instead of after the ring's
 	// block timeout (lane.go).
 	Lane bool
+	// LaneClasses adds PRISM classes to the lane (bit c for class c, up to
+	// 15): an end host puts PROGRESS there, whose frames are too few to
+	// fill ring blocks and pace its send window. With RxRing, a non-zero
+	// mask opens a lane as Lane does.
+	LaneClasses uint16
+}
+
+// laneMask is the set of classes the lane takes (0: no lane).
+func (o Options) laneMask() uint16 {
+	if !o.RxRing {
+		return 0
+	}
+	m := o.LaneClasses & (1<<(maxLaneClass+1) - 1)
+	if o.Lane {
+		m |= 1 << classControl
+	}
+	return m
 }
 
 // Socket is an AF_PACKET SOCK_RAW socket bound to one interface.
@@ -85,8 +102,9 @@ func Open(name string, opts Options) (*Socket, error) {
 		return nil, fmt.Errorf("afpacket: interface %q: %w", name, err)
 	}
 	var cfg *packet.Config
-	if opts.RxRing && opts.Lane {
-		cfg = &packet.Config{Filter: ringFilter} // the lane takes CONTROL
+	mask := opts.laneMask()
+	if mask != 0 {
+		cfg = &packet.Config{Filter: ringFilter(mask)} // the lane takes those classes
 	}
 	conn, err := packet.Listen(ifi, packet.Raw, ethPAll, cfg)
 	if err != nil {
@@ -141,8 +159,8 @@ func Open(name string, opts Options) (*Socket, error) {
 		return fail(err)
 	}
 	s.rx = mmsg.NewRecv(s.max)
-	if s.ring != nil && opts.Lane {
-		if s.lane, err = openLane(ifi, bufSize, s.max); err != nil {
+	if s.ring != nil && mask != 0 {
+		if s.lane, err = openLane(ifi, mask, bufSize, s.max); err != nil {
 			s.ring.unmap()
 			_ = s.tx.Close()
 			return fail(fmt.Errorf("control lane: %w", err))
