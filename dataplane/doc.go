@@ -16,7 +16,9 @@
 // (afpacket.go) uses AF_PACKET sockets with a TPACKET_V3 receive ring and,
 // with PortOptions.Lane, a control lane: a port implementing Laner hands
 // CONTROL frames to a second receive loop (laneLoop) as soon as they arrive,
-// instead of after the ring's block timeout.
+// instead of after the ring's block timeout. PortOptions.LaneProgress puts
+// PROGRESS on such a lane too, for end hosts (prismd-blast contribute) whose
+// send windows it paces.
 // OpenAFXDP (afxdp.go) attaches a small XDP program (built in Go with
 // cilium/ebpf/asm, generic mode by default, native by option) through a BPF
 // link and reads and writes through one copy-mode AF_XDP socket per receive

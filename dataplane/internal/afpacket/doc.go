@@ -4,9 +4,10 @@
 // (or batched recvmmsg), and a second, transmit-only socket kept out of the
 // Go netpoller for batched sendmmsg (optionally PACKET_QDISC_BYPASS).
 //
-// With the ring it can add a control lane (lane.go): a third socket that takes
-// PRISM CONTROL frames, by a BPF filter on EtherType and class byte, so they
-// are not held for the ring's block timeout.
+// With the ring it can add a lane (lane.go): a third socket that takes PRISM
+// frames of chosen classes (CONTROL in a switch, PROGRESS in an end host),
+// by a BPF filter on EtherType and class byte, so they are not held for the
+// ring's block timeout.
 //
 // The batched system calls come from internal/mmsg, shared with the host
 // library's sockets; unsafe here is confined to the ring (ring_unsafe.go).
