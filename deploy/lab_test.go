@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -153,6 +155,25 @@ func TestSingleLabPing(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "10.0.0.1/24") {
 		t.Errorf("h1 eth0 address: %v %s", err, out)
 	}
+	// The switch runs with its share of the cores (one switch: all of
+	// them, unless the test's environment names a GOMAXPROCS).
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", lab.PID("sw1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "GOMAXPROCS=" + strconv.Itoa(deploy.SwitchProcsFor(runtime.NumCPU(), 1))
+	if v := os.Getenv("GOMAXPROCS"); v != "" {
+		want = "GOMAXPROCS=" + v
+	}
+	var got []string
+	for _, kv := range strings.Split(string(env), "\x00") {
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			got = append(got, kv)
+		}
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("sw1 environment has %q, want exactly %q", got, want)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if m, err := lab.Metrics(ctx, "sw1"); err != nil || !strings.Contains(m, "prism") {
@@ -173,6 +194,18 @@ func TestSingleLabPing(t *testing.T) {
 // up and down ten times, checking after each down that nothing is left:
 // no namespace, no temporary link in the root namespace, no recorded
 // process, no state directory or lock file.
+// TestSwitchProcsFor: the lab shares the machine's cores out among its
+// switches, never below one.
+func TestSwitchProcsFor(t *testing.T) {
+	for _, tc := range []struct{ cpus, n, want int }{
+		{2, 1, 2}, {2, 3, 1}, {8, 3, 2}, {16, 4, 4}, {1, 5, 1}, {4, 0, 4},
+	} {
+		if got := deploy.SwitchProcsFor(tc.cpus, tc.n); got != tc.want {
+			t.Errorf("SwitchProcsFor(%d cpus, %d switches) = %d, want %d", tc.cpus, tc.n, got, tc.want)
+		}
+	}
+}
+
 func TestLabRepeated(t *testing.T) {
 	labtest.RequireRoot(t)
 	prismd := labtest.Prismd(t)
