@@ -96,8 +96,9 @@ type op struct {
 	// than the scaled plan; emitSeq numbers emitted frames (scaledProbe).
 	autoStreak int
 	emitSeq    uint32
-	// scaledPlans counts the scaled plans made (tests).
-	scaledPlans int
+	// scaledPlans and autoPlans count the scaled and AUTO plans made
+	// (tests).
+	scaledPlans, autoPlans int
 }
 
 // Once AUTO has beaten the scaled plan autoWinsToSkip frames in a row, the
@@ -528,6 +529,15 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 			if base == kulisch.KULISCH {
 				w = o.w
 			}
+			if canWait && n == avail && avail < uint32(len(o.sets)) && kulisch.AutoMaxCount(o.sets[:n], w, budget) >= int(n) {
+				// Even at their narrowest widths every value fits: a plan
+				// could only use them all, and such a plan is held back
+				// below. Wait for more without planning: on small integer
+				// sums of mixed widths, where every value goes through
+				// the planner's lookahead, the plans thrown away here were
+				// about half of a leaf's planning (TestAutoPlansNotWasted).
+				break
+			}
 			var sc uint32
 			if o.scaled && base == kulisch.KULISCH && o.scaledProbe() {
 				// Scaled groups first, when they already carry more values
@@ -545,6 +555,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 				}
 				probed = true
 			}
+			o.autoPlans++
 			gs, used, err := kulisch.PlanAuto(o.groups[:0], o.sets[:n], base, w, budget)
 			if err != nil || used == 0 {
 				o.encodeFailed(now, err, tx)

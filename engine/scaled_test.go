@@ -728,3 +728,40 @@ func TestScaledAdmission(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoPlansNotWasted: a leaf whose inputs arrive one frame at a time
+// plans an AUTO partial only when the plan can send a frame. Before, it
+// planned after every arrival and threw the plan away whenever it would
+// have used every available value (a later plan may pack more): with small
+// integer sums of mixed widths, where every value goes through the
+// planner's lookahead, that was about half of a leaf's planning. Results
+// stay exact (math/big).
+func TestAutoPlansNotWasted(t *testing.T) {
+	const vlen = 1 << 15
+	vecs := make([][]float32, 4)
+	for r := range vecs {
+		vecs[r] = make([]float32, vlen)
+		for i := range vecs[r] {
+			vecs[r][i] = float32((i + r) % 1000) // like 'prismctl bench --data integral'
+		}
+	}
+	tr := newTree(t, kulisch.AUTO, vlen, vlen, false)
+	for r := range vecs {
+		tr.contribute(t, r, vecs[r])
+	}
+	tr.run(t)
+	if tr.resEnd != vlen {
+		t.Fatalf("results up to %d of %d", tr.resEnd, vlen)
+	}
+	for i := 0; i < vlen; i++ {
+		if want := exactFP32(vecs[0][i], vecs[1][i], vecs[2][i], vecs[3][i]); tr.res[i] != want {
+			t.Fatalf("element %d = %#08x, exact %#08x", i, tr.res[i], want)
+		}
+	}
+	leaf := tr.n[0].e.ops[tr.key]
+	frames := tr.upData[0]
+	t.Logf("leaf 0 sent %d partial frames after %d AUTO plans", frames, leaf.autoPlans)
+	if leaf.autoPlans > frames+frames/8+2 {
+		t.Errorf("%d AUTO plans for %d partial frames: plans thrown away", leaf.autoPlans, frames)
+	}
+}
