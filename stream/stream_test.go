@@ -879,3 +879,33 @@ func TestCoalescedProgressHoldsBelowPID(t *testing.T) {
 		t.Fatalf("accepted PROGRESS with a full hole list: resent frames %v, want [1 2 3 4]", got)
 	}
 }
+
+// TestHashCatchesChangedValue: a body resent with any one value (up to 4
+// bytes in a row) changed, or one byte fewer, never hashes like the
+// original, so Admit calls it Invalid rather than a duplicate.
+func TestHashCatchesChangedValue(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	body := make([]byte, 1456)
+	for i := range body {
+		body[i] = byte(rng.IntN(256))
+	}
+	h := Hash(body)
+	if Hash(body[:len(body)-1]) == h {
+		t.Error("a shorter body hashes like the original")
+	}
+	changed := make([]byte, len(body))
+	for off := 0; off < len(body); off++ {
+		for _, w := range []int{1, 2, 4} {
+			if off+w > len(body) {
+				continue
+			}
+			copy(changed, body)
+			for k := 0; k < w; k++ {
+				changed[off+k] ^= byte(1 + rng.IntN(255)) // a real change in every byte of the run
+			}
+			if Hash(changed) == h {
+				t.Fatalf("bytes [%d, %d) changed, same hash", off, off+w)
+			}
+		}
+	}
+}
