@@ -98,6 +98,21 @@ func (p *afPort) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 
 func (p *afPort) WriteBatch(bufs [][]byte) (int, error) { return p.s.SendBatch(bufs) }
 
+// Lends implements Lender.
+func (p *afPort) Lends() bool { return p.s.Lends() }
+
+// ReadLent implements Lender.
+func (p *afPort) ReadLent(bufs, frames [][]byte) (int, error) {
+	n, trunc, err := p.s.RecvLent(bufs, frames)
+	if trunc > 0 {
+		p.oversize.Add(uint64(trunc))
+	}
+	return n, err
+}
+
+// ReleaseLent implements Lender.
+func (p *afPort) ReleaseLent() { p.s.Release() }
+
 // HasLane implements Laner.
 func (p *afPort) HasLane() bool { return p.s.HasLane() }
 

@@ -160,6 +160,149 @@ func TestAFPacketRingCloseUnblocksRead(t *testing.T) {
 	}
 }
 
+// readLent reads lent batches until n frames with EtherType et arrived,
+// keeping copies, and returns them with the frames of the last batch as
+// lent (still valid: nothing was read after them).
+func readLent(t *testing.T, l dataplane.Lender, mtu, n int, et uint16) (got, last [][]byte) {
+	t.Helper()
+	bufs, frames := make([][]byte, 8), make([][]byte, 8)
+	for i := range bufs {
+		bufs[i] = make([]byte, dataplane.FrameSize(mtu))
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for len(got) < n && time.Now().Before(deadline) {
+		k, err := l.ReadLent(bufs, frames)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = last[:0]
+		for _, f := range frames[:k] {
+			if f != nil && (len(f) >= 14 && binary.BigEndian.Uint16(f[12:]) == et ||
+				len(f) >= 18 && binary.BigEndian.Uint16(f[16:]) == et) {
+				got = append(got, append([]byte(nil), f...))
+				last = append(last, f)
+			}
+		}
+	}
+	if len(got) < n {
+		t.Fatalf("got %d of %d frames", len(got), n)
+	}
+	return got, last
+}
+
+// TestAFPacketLentFrames: frames lent in place out of the ring are the
+// frames sent, 802.1Q tags put back, and a frame longer than the port's
+// MTU allows is skipped and counted as oversize, as with the copy.
+func TestAFPacketLentFrames(t *testing.T) {
+	tx, rx := vethPorts(t, dataplane.PortOptions{}, dataplane.PortOptions{MTU: 1000})
+	l, ok := rx.(dataplane.Lender)
+	if !ok || !l.Lends() {
+		t.Fatal("an AF_PACKET port with a ring does not lend")
+	}
+	const et = 0x88B6
+	var want [][]byte
+	for i, n := range []int{60, 64, 700, 1014} {
+		want = append(want, testFrame(rx.MAC(), tx.MAC(), et, n, byte(i)))
+	}
+	v := testFrame(rx.MAC(), tx.MAC(), 0x8100, 200, 9)
+	binary.BigEndian.PutUint16(v[14:], 0x2005) // PCP 1, VID 5
+	binary.BigEndian.PutUint16(v[16:], et)
+	want = append(want, v)
+	send := append([][]byte{testFrame(rx.MAC(), tx.MAC(), et, 1200, 7)}, want...) // over 1000+18: skipped
+	if n, err := tx.WriteBatch(send); n != len(send) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v; want %d, nil", n, err, len(send))
+	}
+	got, _ := readLent(t, l, rx.MTU(), len(want), et)
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("frame %d:\n got %x\nwant %x", i, got[i], want[i])
+		}
+	}
+	if o := rx.Stats().Oversize; o != 1 {
+		t.Fatalf("Oversize = %d, want 1", o)
+	}
+	l.ReleaseLent()
+	// Without a ring there is nothing to lend.
+	_, rm := vethPorts(t, dataplane.PortOptions{}, dataplane.PortOptions{NoRxRing: true})
+	if l, ok := rm.(dataplane.Lender); ok && l.Lends() {
+		t.Fatal("a recvmmsg port claims to lend")
+	}
+}
+
+// TestAFPacketLentFramesStayValid: lent frames are not overwritten while
+// the kernel keeps filling the ring behind them (far more than the ring
+// holds), the next reads go on in order from where the batch stopped, and
+// Close waits until the frames are handed back.
+func TestAFPacketLentFramesStayValid(t *testing.T) {
+	tx, rx := vethPorts(t, dataplane.PortOptions{}, dataplane.PortOptions{})
+	l := rx.(dataplane.Lender)
+	const et = 0x88B6
+	seqFrame := func(seq uint32) []byte {
+		f := testFrame(rx.MAC(), tx.MAC(), et, 1500, byte(seq))
+		binary.BigEndian.PutUint32(f[14:], seq)
+		return f
+	}
+	var first [][]byte
+	for s := uint32(0); s < 20; s++ {
+		first = append(first, seqFrame(s))
+	}
+	if n, err := tx.WriteBatch(first); n != len(first) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	time.Sleep(5 * time.Millisecond) // past the block timeout: the block is retired
+	bufs, frames := make([][]byte, 4), make([][]byte, 4)
+	for i := range bufs {
+		bufs[i] = make([]byte, dataplane.FrameSize(rx.MTU()))
+	}
+	k, err := l.ReadLent(bufs, frames)
+	if err != nil || k == 0 {
+		t.Fatalf("ReadLent = %d, %v", k, err)
+	}
+	keep := make([][]byte, k)
+	for i, f := range frames[:k] {
+		keep[i] = append([]byte(nil), f...)
+	}
+	// 8 MiB more behind them: the ring (4 MiB) fills and the kernel drops.
+	var flood [][]byte
+	for s := uint32(1000); s < 1000+5600; s++ {
+		flood = append(flood, seqFrame(s))
+		if len(flood) == 64 {
+			tx.WriteBatch(flood)
+			flood = flood[:0]
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	for i, f := range frames[:k] {
+		if !bytes.Equal(f, keep[i]) {
+			t.Fatalf("lent frame %d changed while lent", i)
+		}
+	}
+	// The reads continue with the frame after the batch, in order.
+	next := binary.BigEndian.Uint32(keep[k-1][14:]) + 1
+	got, _ := readLent(t, l, rx.MTU(), int(20-next)+1, et)
+	for i, f := range got {
+		if s := binary.BigEndian.Uint32(f[14:]); i < int(20-next) && s != next+uint32(i) {
+			t.Fatalf("after the lent batch: frame %d has sequence %d, want %d", i, s, next+uint32(i))
+		}
+	}
+	closed := make(chan struct{})
+	go func() { rx.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while frames were lent")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := l.ReadLent(bufs, frames); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("ReadLent after Close: %v, want net.ErrClosed", err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close still waiting after the lent frames were handed back")
+	}
+	l.ReleaseLent() // nothing lent: a no-op
+}
+
 // BenchmarkForwardVeth pushes b.N frames through a running dataplane between
 // two veths (sender -> [dataplane] -> counter, as scripts/bench-forward.sh
 // does across namespaces) and reports received frames/s and ns per received

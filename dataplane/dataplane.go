@@ -56,6 +56,10 @@ type Options struct {
 	// every worker, handing off keeps receiving and aggregating in
 	// parallel instead.
 	NoInline bool
+	// NoLend makes every port copy received frames out of its receive
+	// ring even when it could lend them in place (Lender): for tests and
+	// A/B measurements.
+	NoLend bool
 }
 
 // portState is one port inside the dataplane. It outlives port-set changes
@@ -364,9 +368,12 @@ type rx struct {
 	ps        *portState
 	bufs      [][]byte
 	sizes     []int
-	snap      *snapshot
-	txq       [][][]byte // per output port index: frames (aliases of bufs) to send
-	woke      []bool     // per worker: a frame was pushed this batch
+	// frames[:n] is the batch being processed: bufs[i][:sizes[i]], or
+	// frames a Lender lent in place (nil: skip).
+	frames [][]byte
+	snap   *snapshot
+	txq    [][][]byte // per output port index: frames (aliases of frames) to send
+	woke   []bool     // per worker: a frame was pushed this batch
 	// held[w]: local frames of this batch for worker w, not yet copied
 	// anywhere (inline mode): run inline they are handled straight from
 	// the receive buffers; otherwise they are pushed to the ring at the
@@ -383,7 +390,7 @@ type rx struct {
 }
 
 func (d *Dataplane) newRx(ps *portState, lane bool) *rx {
-	r := &rx{d: d, ps: ps, bufs: make([][]byte, d.opts.Batch), sizes: make([]int, d.opts.Batch),
+	r := &rx{d: d, ps: ps, bufs: make([][]byte, d.opts.Batch), sizes: make([]int, d.opts.Batch), frames: make([][]byte, d.opts.Batch),
 		woke: make([]bool, len(d.workers)), stuck: make([]bool, len(d.workers)), stuckAt: make([]uint64, len(d.workers)),
 		lane: lane}
 	if !d.opts.NoInline || lane {
@@ -422,7 +429,49 @@ func (d *Dataplane) rxLoop(ps *portState) {
 	defer close(ps.done)
 	r := d.newRx(ps, false)
 	defer r.release()
-	r.loop(ps.port.ReadBatch)
+	read, done := r.portReader()
+	defer done()
+	r.loop(read)
+}
+
+// portReader returns the port's batch reader into r.frames, and what to
+// call when the reading stops. Only the port itself lends (Lender): a
+// fault wrapper holds frames past the batch (delay, reordering), so
+// through one the frames are copied.
+func (r *rx) portReader() (read func() (int, error), done func()) {
+	if l, ok := r.ps.port.(Lender); ok && l.Lends() && !r.d.opts.NoLend {
+		return func() (int, error) { return l.ReadLent(r.bufs, r.frames) }, l.ReleaseLent
+	}
+	return r.copyReader(r.ps.port.ReadBatch), func() {}
+}
+
+// copyReader reads batches into the rx's own buffers with read.
+func (r *rx) copyReader(read func(bufs [][]byte, sizes []int) (int, error)) func() (int, error) {
+	return func() (int, error) {
+		n, err := read(r.bufs, r.sizes)
+		for i := 0; i < n; i++ {
+			r.frames[i] = r.bufs[i][:r.sizes[i]]
+			if r.sizes[i] == 0 {
+				r.frames[i] = nil
+			}
+		}
+		return n, err
+	}
+}
+
+// Lender is implemented by a Port that can hand out received frames in
+// place, in its receive ring, instead of copying them into the caller's
+// buffers (the copy was 5-6% of a switch's CPU, at every hop). ReadLent
+// blocks like ReadBatch and sets frames[:n]: a frame in place, bufs[i]
+// holding a copy when the port must rewrite it, or nil for one to skip
+// (counted as oversize, as ReadBatch's size 0). The frames stay valid
+// until the next ReadLent or ReleaseLent call and nothing may keep them
+// past it; Close waits for that call. ReadLent, ReleaseLent and Lends must
+// be called from the one reading goroutine.
+type Lender interface {
+	Lends() bool
+	ReadLent(bufs, frames [][]byte) (int, error)
+	ReleaseLent()
 }
 
 // Laner is implemented by a Port with a control lane (PortOptions.Lane):
@@ -458,16 +507,16 @@ func (d *Dataplane) laneLoop(ps *portState, l Laner) {
 	defer close(ps.laneDone)
 	r := d.newRx(ps, true)
 	defer r.release()
-	r.loop(l.ReadLane)
+	r.loop(r.copyReader(l.ReadLane))
 }
 
-// loop reads batches with read and processes them until the port closes
-// or keeps failing.
-func (r *rx) loop(read func(bufs [][]byte, sizes []int) (int, error)) {
+// loop reads batches into r.frames with read and processes them until the
+// port closes or keeps failing.
+func (r *rx) loop(read func() (int, error)) {
 	d, ps := r.d, r.ps
 	errs := 0
 	for {
-		n, err := read(r.bufs, r.sizes)
+		n, err := read()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -495,11 +544,11 @@ func (r *rx) process(n int) {
 	tab := r.d.table.Load()
 	nowNs := r.d.Now()
 	now := uint32(nowNs / int64(time.Second))
-	for i := 0; i < n; i++ {
-		if r.sizes[i] == 0 {
+	for _, f := range r.frames[:n] {
+		if f == nil {
 			continue
 		}
-		r.ingress(s, tab, in, now, r.bufs[i][:r.sizes[i]])
+		r.ingress(s, tab, in, now, f)
 	}
 	r.flush(s)
 	for w, woke := range r.woke {

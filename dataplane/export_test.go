@@ -1,7 +1,7 @@
 package dataplane
 
 // StepForTest installs ports without RX goroutines and returns a function
-// that runs one RX batch of port in (ReadBatch + process), so allocation
+// that runs one RX batch of port in (read + process, lending as the RX goroutine would), so allocation
 // tests and benchmarks drive the per-frame path synchronously.
 func (d *Dataplane) StepForTest(ports []Port, in int) func() {
 	var states []*portState
@@ -14,12 +14,14 @@ func (d *Dataplane) StepForTest(ports []Port, in int) func() {
 	}
 	d.snap.Store(d.buildSnapshot(states))
 	r := d.newRx(states[in], false)
+	read, done := r.portReader()
 	return func() {
-		n, err := states[in].port.ReadBatch(r.bufs, r.sizes)
+		n, err := read()
 		if err != nil {
 			panic(err)
 		}
 		r.process(n)
+		done() // hand lent frames back: a test may close the port next
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package afpacket owns the raw AF_PACKET sockets of one interface: opening
 // the receive socket with github.com/mdlayher/packet (promiscuous,
 // PACKET_IGNORE_OUTGOING, large socket buffers), its TPACKET_V3 mmap RX ring
-// (or batched recvmmsg), and a second, transmit-only socket kept out of the
+// (frames copied out with RecvBatch, or lent in place with RecvLent until
+// the next read; or batched recvmmsg), and a second, transmit-only socket kept out of the
 // Go netpoller for batched sendmmsg (optionally PACKET_QDISC_BYPASS).
 //
 // With the ring it can add a lane (lane.go): a third socket that takes PRISM

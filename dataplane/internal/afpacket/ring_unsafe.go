@@ -1,12 +1,13 @@
 package afpacket
 
 // This file owns the TPACKET_V3 mmap RX ring: its geometry, the mapping and
-// the walk over retired blocks. Frames are copied out of the ring into the
-// caller's buffers (the Port contract has caller-owned buffers), which costs
-// one memcpy per frame but saves, per frame, the skb queueing, the
-// recvmmsg header copies and, above all, the socket wakeup: a V3 socket
-// signals readability once per block (when it is full or its timeout
-// expires), not once per frame.
+// the walk over retired blocks. The ring saves, per frame, the skb
+// queueing, the recvmmsg header copies and, above all, the socket wakeup:
+// a V3 socket signals readability once per block (when it is full or its
+// timeout expires), not once per frame. recv copies frames out into the
+// caller's buffers (the Port contract); lend hands them out in place and
+// keeps their blocks from the kernel until giveBack, which saves that copy
+// too.
 
 import (
 	"os"
@@ -67,6 +68,9 @@ type ring struct {
 	owned   bool   // cur has been handed to user space and is being walked
 	left    uint32 // frames left in cur
 	off     uint32 // offset of the next frame in cur
+	// lent counts the walked blocks behind cur that lend has not handed
+	// back to the kernel yet: frames in them are still lent out.
+	lent int
 }
 
 // setupRing switches fd to TPACKET_V3 and maps an RX ring of about total
@@ -127,60 +131,149 @@ func (r *ring) release() {
 	}
 }
 
+// enter makes the first retired block with frames the current one, moving
+// past empty ones (kept from the kernel with the lent blocks when lending,
+// so that those stay the run of blocks behind cur); false if no block is
+// retired yet.
+func (r *ring) enter(lending bool) bool {
+	for {
+		if atomic.LoadUint32(r.status(r.cur))&unix.TP_STATUS_USER == 0 {
+			return false
+		}
+		bh := (*unix.TpacketHdrV1)(unsafe.Pointer(&r.mem[r.cur*r.bs+blockStatusOff]))
+		r.owned, r.left, r.off = true, bh.Num_pkts, bh.Offset_to_first_pkt
+		if r.left > 0 {
+			return true
+		}
+		if lending {
+			r.passLent()
+			if r.lent >= r.nblocks-1 {
+				return false
+			}
+		} else {
+			r.release()
+		}
+	}
+}
+
+// giveBack hands the kernel the blocks whose frames lend lent out.
+func (r *ring) giveBack() {
+	for ; r.lent > 0; r.lent-- {
+		b := r.cur - r.lent
+		if b < 0 {
+			b += r.nblocks
+		}
+		atomic.StoreUint32(r.status(b), unix.TP_STATUS_KERNEL)
+	}
+}
+
+// lend is recv without the copy: frames[i] is the i-th frame in place in
+// the ring (capacity limited to the frame), or bufs[i] holding a copy when
+// its VLAN tag must be put back, or nil for a frame the ring truncated or
+// longer than len(bufs[i]) (counted in trunc). A walked block is not
+// handed back to the kernel until giveBack, so the frames stay valid until
+// then. The walk stops one block short of the oldest lent block: beyond
+// it, the ring would read a lent block again as new.
+func (r *ring) lend(bufs, frames [][]byte) (n, trunc int) {
+	for n < len(frames) {
+		if !r.owned && (r.lent >= r.nblocks-1 || !r.enter(true)) {
+			break
+		}
+		h, start := r.frame()
+		snap, length := int(h.Snaplen), int(h.Len)
+		switch {
+		case h.Status&unix.TP_STATUS_VLAN_VALID != 0 && snap >= 12:
+			var size int
+			size, trunc = copyFrame(bufs[n], r.mem[start:start+snap], length, h.Status, h.Hv1.Vlan_tpid, uint16(h.Hv1.Vlan_tci), trunc)
+			frames[n] = bufs[n][:size]
+			if size == 0 {
+				frames[n] = nil
+			}
+		case snap < length || length > len(bufs[n]):
+			frames[n] = nil
+			trunc++
+		default:
+			frames[n] = r.mem[start : start+snap : start+snap]
+		}
+		n++
+		r.step(h, true)
+	}
+	return n, trunc
+}
+
+// frame returns the current frame's header and the offset in mem of its
+// first byte.
+func (r *ring) frame() (*unix.Tpacket3Hdr, int) {
+	at := r.cur*r.bs + int(r.off)
+	h := (*unix.Tpacket3Hdr)(unsafe.Pointer(&r.mem[at]))
+	return h, at + int(h.Mac)
+}
+
+// step moves past the current frame h and, after a block's last frame,
+// past the block: handed back to the kernel, or kept with the lent ones.
+func (r *ring) step(h *unix.Tpacket3Hdr, lending bool) {
+	r.off += h.Next_offset
+	if r.left--; r.left > 0 {
+		return
+	}
+	if lending {
+		r.passLent()
+	} else {
+		r.release()
+	}
+}
+
+// passLent moves past the current block, keeping it from the kernel.
+func (r *ring) passLent() {
+	r.owned = false
+	r.lent++
+	if r.cur++; r.cur == r.nblocks {
+		r.cur = 0
+	}
+}
+
 // recv copies up to len(bufs) frames out of retired blocks, without
 // waiting. sizes[i] = 0 marks a frame that did not fit its buffer (or that
 // the ring truncated), counted in trunc. A block is returned to the kernel as
 // soon as its last frame is copied.
 func (r *ring) recv(bufs [][]byte, sizes []int) (n, trunc int) {
 	for n < len(bufs) {
-		if !r.owned {
-			st := r.status(r.cur)
-			if atomic.LoadUint32(st)&unix.TP_STATUS_USER == 0 {
-				break
-			}
-			bh := (*unix.TpacketHdrV1)(unsafe.Pointer(&r.mem[r.cur*r.bs+blockStatusOff]))
-			r.owned, r.left, r.off = true, bh.Num_pkts, bh.Offset_to_first_pkt
-			if r.left == 0 {
-				r.release()
-				continue
-			}
+		if !r.owned && !r.enter(false) {
+			break
 		}
-		base := r.cur * r.bs
-		h := (*unix.Tpacket3Hdr)(unsafe.Pointer(&r.mem[base+int(r.off)]))
-		data := r.mem[base+int(r.off)+int(h.Mac):]
-		snap, length := int(h.Snaplen), int(h.Len)
-		buf := bufs[n]
-		// The kernel moves an 802.1Q tag into the metadata (skb_vlan_untag
-		// runs before packet taps); put it back so tagged frames are bridged
-		// unchanged, as they are by the Linux bridge.
-		vlan := h.Status&unix.TP_STATUS_VLAN_VALID != 0 && snap >= 12
-		extra := 0
-		if vlan {
-			extra = 4
-		}
-		switch {
-		case snap < length || length+extra > len(buf):
-			sizes[n] = 0
-			trunc++
-		case vlan:
-			copy(buf[:12], data[:12])
-			tpid := uint16(unix.ETH_P_8021Q)
-			if h.Status&unix.TP_STATUS_VLAN_TPID_VALID != 0 {
-				tpid = h.Hv1.Vlan_tpid
-			}
-			tci := uint16(h.Hv1.Vlan_tci)
-			buf[12], buf[13], buf[14], buf[15] = byte(tpid>>8), byte(tpid), byte(tci>>8), byte(tci)
-			copy(buf[16:], data[12:snap])
-			sizes[n] = snap + 4
-		default:
-			sizes[n] = copy(buf, data[:snap])
-		}
+		h, start := r.frame()
+		sizes[n], trunc = copyFrame(bufs[n], r.mem[start:start+int(h.Snaplen)], int(h.Len), h.Status, h.Hv1.Vlan_tpid, uint16(h.Hv1.Vlan_tci), trunc)
 		n++
-		r.off += h.Next_offset
-		r.left--
-		if r.left == 0 {
-			r.release()
-		}
+		r.step(h, false)
 	}
 	return n, trunc
+}
+
+// copyFrame copies a ring frame (its captured bytes data, its wire length
+// length) into buf and returns its size, or 0 and trunc+1 for a frame the
+// ring truncated or buf cannot hold.
+func copyFrame(buf, data []byte, length int, status uint32, tpid, tci uint16, trunc int) (int, int) {
+	snap := len(data)
+	// The kernel moves an 802.1Q tag into the metadata (skb_vlan_untag
+	// runs before packet taps); put it back so tagged frames are bridged
+	// unchanged, as they are by the Linux bridge.
+	vlan := status&unix.TP_STATUS_VLAN_VALID != 0 && snap >= 12
+	extra := 0
+	if vlan {
+		extra = 4
+	}
+	switch {
+	case snap < length || length+extra > len(buf):
+		return 0, trunc + 1
+	case vlan:
+		copy(buf[:12], data[:12])
+		if status&unix.TP_STATUS_VLAN_TPID_VALID == 0 {
+			tpid = unix.ETH_P_8021Q
+		}
+		buf[12], buf[13], buf[14], buf[15] = byte(tpid>>8), byte(tpid), byte(tci>>8), byte(tci)
+		copy(buf[16:], data[12:snap])
+		return snap + 4, trunc
+	default:
+		return copy(buf, data), trunc
+	}
 }

@@ -82,6 +82,10 @@ type Socket struct {
 	ringMu   sync.Mutex
 	ring     *ring
 	ringWait func(fd uintptr) bool
+	// lent is set while frames RecvLent returned are in use: ringMu stays
+	// held from that return to the next RecvLent or Release, so Close
+	// cannot unmap the ring under them. Reader only.
+	lent bool
 
 	// tx is a second AF_PACKET socket, used only to transmit, kept out of
 	// the Go netpoller (mmsg.TxSocket says why).
@@ -246,6 +250,7 @@ func (s *Socket) recvmmsg(rc syscall.RawConn, r *mmsg.Recv, bufs [][]byte, sizes
 }
 
 func (s *Socket) recvRing(bufs [][]byte, sizes []int) (n, truncated int, err error) {
+	s.Release()
 	s.ringMu.Lock()
 	defer s.ringMu.Unlock()
 	for {
@@ -264,6 +269,66 @@ func (s *Socket) recvRing(bufs [][]byte, sizes []int) (n, truncated int, err err
 			return 0, 0, err
 		}
 	}
+}
+
+// Lends reports whether RecvLent lends frames in place (the socket has a
+// ring); without one it has nothing to lend and RecvBatch is the way to
+// read.
+func (s *Socket) Lends() bool { return s.ringWait != nil }
+
+// RecvLent is RecvBatch without the copy out of the ring: frames[i] is set
+// to the i-th frame in place in the mapped ring, or to bufs[i] holding it
+// when its VLAN tag has to be put back, or to nil for a frame longer than
+// len(bufs[i]) or truncated by the ring (counted in truncated). The frames
+// stay valid, and writable, until the next RecvLent, RecvBatch or Release
+// call from the same goroutine: the ring blocks that hold them are handed
+// back to the kernel only then, and Close waits for it. A reader that
+// stops must call Release. Without a ring (Lends false) it returns
+// net.ErrClosed.
+func (s *Socket) RecvLent(bufs, frames [][]byte) (n, truncated int, err error) {
+	if s.lent {
+		s.lent = false // ringMu is still held since the last return
+	} else {
+		s.ringMu.Lock()
+	}
+	if len(bufs) < len(frames) {
+		frames = frames[:len(bufs)]
+	}
+	for {
+		if s.ring == nil || s.isClosed() {
+			if s.ring != nil {
+				s.ring.giveBack()
+			}
+			s.ringMu.Unlock()
+			return 0, 0, net.ErrClosed
+		}
+		s.ring.giveBack()
+		if n, truncated = s.ring.lend(bufs, frames); n > 0 {
+			s.lent = true
+			return n, truncated, nil
+		}
+		// As in recvRing: readable once the kernel retires a block.
+		if err := s.rc.Read(s.ringWait); err != nil {
+			s.ringMu.Unlock()
+			if s.isClosed() {
+				return 0, 0, net.ErrClosed
+			}
+			return 0, 0, err
+		}
+	}
+}
+
+// Release hands back the frames the last RecvLent lent. It is a no-op when
+// none are lent; it must be called from the reading goroutine.
+func (s *Socket) Release() {
+	if !s.lent {
+		return
+	}
+	s.lent = false
+	if s.ring != nil {
+		s.ring.giveBack()
+	}
+	s.ringMu.Unlock()
 }
 
 // SendBatch transmits bufs in order and returns how many were sent; a frame
