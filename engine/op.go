@@ -508,6 +508,15 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 	start := o.emitted
 	budget := kulisch.BodyBudget(o.spec.MTU, 0)
 	for o.emitted < o.frontier {
+		// A frame of one value and one byte is the least any plan sends
+		// (CanSend is monotone in both): if even that cannot go out, a plan
+		// made now would be thrown away below. A leaf whose parent is out
+		// of credit planned again at every arrival (TestAutoPlansNotWasted).
+		for _, ob := range o.emitOut {
+			if !ob.sw.CanSend(now, o.emitted+1, 1) {
+				goto done
+			}
+		}
 		avail := o.frontier - o.emitted
 		// Holding back a short frame is only safe while more input can
 		// arrive: the contributor at the frontier must fit its next frame

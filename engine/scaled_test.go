@@ -738,30 +738,44 @@ func TestScaledAdmission(t *testing.T) {
 // stay exact (math/big).
 func TestAutoPlansNotWasted(t *testing.T) {
 	const vlen = 1 << 15
-	vecs := make([][]float32, 4)
-	for r := range vecs {
-		vecs[r] = make([]float32, vlen)
-		for i := range vecs[r] {
-			vecs[r][i] = float32((i + r) % 1000) // like 'prismctl bench --data integral'
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, c := range []struct {
+		name   string
+		window uint32 // element window of every stream
+		val    func(i, r int) float32
+	}{
+		// Small integers of mixed widths, a window as large as the vector.
+		{"mixed-widths", vlen, func(i, r int) float32 { return float32((i + r) % 1000) }},
+		// Like 'prismctl bench --data integral' (FP32 partials), with a
+		// window of two INT8 frames: the leaf's output to the root is often
+		// out of credit when its inputs arrive.
+		{"integral-tight-window", 2 * 1452, func(i, r int) float32 { return float32(rng.IntN(1<<20) - 1<<19) }},
+	} {
+		vecs := make([][]float32, 4)
+		for r := range vecs {
+			vecs[r] = make([]float32, vlen)
+			for i := range vecs[r] {
+				vecs[r][i] = c.val(i, r)
+			}
 		}
-	}
-	tr := newTree(t, kulisch.AUTO, vlen, vlen, false)
-	for r := range vecs {
-		tr.contribute(t, r, vecs[r])
-	}
-	tr.run(t)
-	if tr.resEnd != vlen {
-		t.Fatalf("results up to %d of %d", tr.resEnd, vlen)
-	}
-	for i := 0; i < vlen; i++ {
-		if want := exactFP32(vecs[0][i], vecs[1][i], vecs[2][i], vecs[3][i]); tr.res[i] != want {
-			t.Fatalf("element %d = %#08x, exact %#08x", i, tr.res[i], want)
+		tr := newTree(t, kulisch.AUTO, vlen, c.window, false)
+		for r := range vecs {
+			tr.contribute(t, r, vecs[r])
 		}
-	}
-	leaf := tr.n[0].e.ops[tr.key]
-	frames := tr.upData[0]
-	t.Logf("leaf 0 sent %d partial frames after %d AUTO plans", frames, leaf.autoPlans)
-	if leaf.autoPlans > frames+frames/8+2 {
-		t.Errorf("%d AUTO plans for %d partial frames: plans thrown away", leaf.autoPlans, frames)
+		tr.run(t)
+		if tr.resEnd != vlen {
+			t.Fatalf("%s: results up to %d of %d", c.name, tr.resEnd, vlen)
+		}
+		for i := 0; i < vlen; i++ {
+			if want := exactFP32(vecs[0][i], vecs[1][i], vecs[2][i], vecs[3][i]); tr.res[i] != want {
+				t.Fatalf("%s: element %d = %#08x, exact %#08x", c.name, i, tr.res[i], want)
+			}
+		}
+		leaf := tr.n[0].e.ops[tr.key]
+		frames := tr.upData[0]
+		t.Logf("%s: leaf 0 sent %d partial frames after %d AUTO plans", c.name, frames, leaf.autoPlans)
+		if leaf.autoPlans > frames+frames/8+2 {
+			t.Errorf("%s: %d AUTO plans for %d partial frames: plans thrown away", c.name, leaf.autoPlans, frames)
+		}
 	}
 }
