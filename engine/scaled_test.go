@@ -370,19 +370,7 @@ func TestScaledProbeAdapts(t *testing.T) {
 				}
 			}
 		}
-		tr := newTree(t, kulisch.AUTO, vlen, vlen, false)
-		for r := range vecs {
-			tr.contribute(t, r, vecs[r])
-		}
-		tr.run(t)
-		if tr.resEnd != vlen {
-			t.Fatalf("%s: results up to %d of %d", c.name, tr.resEnd, vlen)
-		}
-		for i := 0; i < vlen; i++ {
-			if want := exactFP32(vecs[0][i], vecs[1][i], vecs[2][i], vecs[3][i]); tr.res[i] != want {
-				t.Fatalf("%s: element %d = %#08x, exact %#08x", c.name, i, tr.res[i], want)
-			}
-		}
+		tr := runAutoTree(t, c.name, vlen, vlen, vecs)
 		leaf := tr.n[0].e.ops[tr.key]
 		frames := tr.upData[0]
 		t.Logf("%s: leaf 0 sent %d partial frames, made %d scaled plans, first scaled frame at element %d",
@@ -758,19 +746,7 @@ func TestAutoPlansNotWasted(t *testing.T) {
 				vecs[r][i] = c.val(i, r)
 			}
 		}
-		tr := newTree(t, kulisch.AUTO, vlen, c.window, false)
-		for r := range vecs {
-			tr.contribute(t, r, vecs[r])
-		}
-		tr.run(t)
-		if tr.resEnd != vlen {
-			t.Fatalf("%s: results up to %d of %d", c.name, tr.resEnd, vlen)
-		}
-		for i := 0; i < vlen; i++ {
-			if want := exactFP32(vecs[0][i], vecs[1][i], vecs[2][i], vecs[3][i]); tr.res[i] != want {
-				t.Fatalf("%s: element %d = %#08x, exact %#08x", c.name, i, tr.res[i], want)
-			}
-		}
+		tr := runAutoTree(t, c.name, vlen, c.window, vecs)
 		leaf := tr.n[0].e.ops[tr.key]
 		frames := tr.upData[0]
 		t.Logf("%s: leaf 0 sent %d partial frames after %d AUTO plans", c.name, frames, leaf.autoPlans)
@@ -778,4 +754,25 @@ func TestAutoPlansNotWasted(t *testing.T) {
 			t.Errorf("%s: %d AUTO plans for %d partial frames: plans thrown away", c.name, leaf.autoPlans, frames)
 		}
 	}
+}
+
+// runAutoTree runs a REDUCE of the four ranks' vecs through a tree with
+// AUTO partials and an element window of window, and checks every result
+// against the exact sum (math/big).
+func runAutoTree(t *testing.T, name string, vlen, window uint32, vecs [][]float32) *tree {
+	t.Helper()
+	tr := newTree(t, kulisch.AUTO, vlen, window, false)
+	for r := range vecs {
+		tr.contribute(t, r, vecs[r])
+	}
+	tr.run(t)
+	if tr.resEnd != vlen {
+		t.Fatalf("%s: results up to %d of %d", name, tr.resEnd, vlen)
+	}
+	for i := 0; i < int(vlen); i++ {
+		if want := exactFP32(vecs[0][i], vecs[1][i], vecs[2][i], vecs[3][i]); tr.res[i] != want {
+			t.Fatalf("%s: element %d = %#08x, exact %#08x", name, i, tr.res[i], want)
+		}
+	}
+	return tr
 }
