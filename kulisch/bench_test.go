@@ -196,3 +196,55 @@ func BenchmarkPutValuesFP32(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/value")
 }
+
+// BenchmarkPlanScaled plans one jumbo frame of KULISCH_SCALED groups for
+// gradient-like sums (two N(0,1) values scaled by 2^-12..2^-4, as a leaf
+// of two ranks sees with 'prismctl bench --data gradient'), and encodes it.
+func BenchmarkPlanScaled(b *testing.B) {
+	const n = 4000
+	r := rand.New(rand.NewPCG(7, 8))
+	v, _ := NewVector(n, 288)
+	for range 2 {
+		vals := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			x := float32(r.NormFloat64() * math.Ldexp(1, -12+r.IntN(9)))
+			binary.LittleEndian.PutUint32(vals[4*i:], math.Float32bits(x))
+		}
+		v.AddFP32LE(0, vals)
+	}
+	spans := make([]Span, n)
+	if err := v.Spans(0, spans); err != nil {
+		b.Fatal(err)
+	}
+	budget := BodyBudget(9000, 0)
+	dst := make([]ScaledGroup, 0, MaxGroups)
+	out := make([]byte, budget)
+	var p ScaledPlanner
+	b.Run("plan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p.Plan(dst, spans, 288, budget)
+		}
+	})
+	gs, used, err := p.Plan(dst, spans, 288, budget)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d values in %d groups", used, len(gs))
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			at := 0
+			for _, g := range gs {
+				if g.Bytes == 0 {
+					at += g.Count
+					continue
+				}
+				if err := v.PutScaled(out, at, g.Count, g.Shift, g.Bytes); err != nil {
+					b.Fatal(err)
+				}
+				at += g.Count
+			}
+		}
+	})
+}

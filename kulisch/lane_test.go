@@ -277,13 +277,15 @@ func TestLaneReadersMatchDigits(t *testing.T) {
 			if spansL[i] != spansD[i] {
 				t.Fatalf("iteration %d element %d (lane %g): span %v from the lane, %v from the digits", it, i, lane.lane[i], spansL[i], spansD[i])
 			}
-			// Scaled at the element's own extent and one byte wider, both
-			// readers; and one bit too narrow must fail for both.
+			// Scaled at the element's own extent, one byte wider and eight
+			// (as in a group with a far larger value: bytes past the
+			// eighth carry the sign), both readers; and one bit too narrow
+			// must fail for both.
 			s := spansD[i]
 			if s.Hi == 0 {
 				continue
 			}
-			for _, extra := range []int{0, 8} {
+			for _, extra := range []int{0, 8, 64} {
 				shift, b := ScaleFor(int(s.Lo), int(s.Hi)+extra, w)
 				bl, bd := make([]byte, 1+b), make([]byte, 1+b)
 				el, ed := lane.PutScaled(bl, i, 1, shift, b), dig.PutScaled(bd, i, 1, shift, b)

@@ -184,11 +184,12 @@ func (v *Vector) PutScaled(dst []byte, first, count, shift, b int) error {
 		i := first + k
 		out := dst[k*ws : (k+1)*ws]
 		if l, ok := v.laneOnly(i); ok {
-			if s := laneSpan(l); int(s.Lo) < shift || int(s.Hi) > shift+8*b {
+			neg, m, lo := laneParts(l) // once for the check and the bytes
+			if s := partsSpan(neg, m, lo); int(s.Lo) < shift || int(s.Hi) > shift+8*b {
 				return fmt.Errorf("%w: element %d (bits %d..%d) in KULISCH_SCALED Shift %d, B %d", ErrNotLossless, i, s.Lo, s.Hi, shift, b)
 			}
 			out[0] = uint8(Finite)
-			putLaneScaled(out[1:], l, shift)
+			putLaneScaled(out[1:], neg, m, lo, shift)
 			continue
 		}
 		x := v.get(i)
