@@ -741,3 +741,51 @@ func FuzzMergeScaled(f *testing.F) {
 		}
 	})
 }
+
+// TestNewGroupFastMatchesSlow: the planner's call-free inner loop decides
+// exactly what the general one decides (the same total and start, ties
+// included) whenever it decides at all, and gives way to it when a
+// candidate's B comes within 7 bytes of W/8. Prefix states and extents are
+// random, with runs of equal totals (ties), zero values and huge extents.
+func TestNewGroupFastMatchesSlow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, w := range []int{280, 288, 640} {
+		plainFrom := w/8 - 7
+		decided, gaveWay := 0, 0
+		for it := 0; it < 20000; it++ {
+			n := 1 + rng.IntN(40)
+			spans := make([]Span, n)
+			st := make([]planState, n+1)
+			for i := range spans {
+				switch rng.IntN(10) {
+				case 0: // zero
+				case 1: // huge extent
+					lo := rng.IntN(w / 4)
+					spans[i] = Span{Lo: uint16(lo), Hi: uint16(min(w, lo+w/2+rng.IntN(w/2)))}
+				default:
+					lo := 100 + rng.IntN(40)
+					spans[i] = Span{Lo: uint16(lo), Hi: uint16(lo + 1 + rng.IntN(40))}
+				}
+			}
+			for i := 1; i <= n; i++ {
+				st[i].total = st[i-1].total + int32(rng.IntN(3)*4) // equal totals are common
+				st[i].ng = int32(rng.IntN(5))
+			}
+			j := 1 + rng.IntN(n)
+			ext := st[j-1].total + int32(rng.IntN(12))
+			fb, fi, ok := newGroupFast(st, spans, j, ext, plainFrom)
+			sb, si := newGroupSlow(st, spans, j, ext, w)
+			if !ok {
+				gaveWay++
+				continue
+			}
+			decided++
+			if fb != sb || fi != si {
+				t.Fatalf("W=%d j=%d: fast (%d, %d), general (%d, %d)\nspans %v", w, j, fb, fi, sb, si, spans)
+			}
+		}
+		if decided == 0 || gaveWay == 0 {
+			t.Errorf("W=%d: %d decided, %d gave way: both paths must be exercised", w, decided, gaveWay)
+		}
+	}
+}
