@@ -476,10 +476,7 @@ func (p *ScaledPlanner) Extend(dst []ScaledGroup, spans []Span, w, budget int) (
 		// extent and the group size are computed inline. Short new groups
 		// are never plain KULISCH unless B is within a byte of W/8, which
 		// groupBytes decides.
-		best, bi, ok := newGroupFast(st, spans, j, c.total, plainFrom)
-		if !ok {
-			best, bi = newGroupSlow(st, spans, j, c.total, w)
-		}
+		best, bi := newGroup(st, spans, j, c.total, w, plainFrom)
 		if bi >= 0 && (best < c.total || best == c.total && st[bi].ng+1 < c.ng) {
 			e := extent{lo: noLo}
 			for i := bi; i < j; i++ {
@@ -520,65 +517,51 @@ func (p *ScaledPlanner) Extend(dst []ScaledGroup, spans []Span, w, budget int) (
 	return out, pos, nil
 }
 
-// newGroupSlow finds the cheapest plan for prefix j whose last group is a
-// new group of the last 1..ScaledLookahead values: its total and start
-// (bi -1 when none is cheaper than ext, the total by extension; among
-// equal totals, fewer groups, then the longest). A group that plain
-// KULISCH holds in no more bytes is costed as plain (groupBytes).
-func newGroupSlow(st []planState, spans []Span, j int, ext int32, w int) (best int32, bi int) {
+// newGroup finds the cheapest plan for prefix j whose last group is a new
+// group of the last 1..ScaledLookahead values: its total and start (bi -1
+// when none is cheaper than ext, the total by extension; among equal
+// totals, fewer groups, then the longest). A group that plain KULISCH
+// holds in no more bytes is costed as plain (groupBytes), which can only
+// happen once B is within 7 bytes of W/8 (plainFrom).
+//
+// It is the planner's hot loop: the candidates below plainFrom are tried
+// in a loop without calls, so its state stays in registers (with the
+// groupBytes call in it, the compiler spilled that state at every value:
+// 76 ns a value), and the rest, from the first candidate whose B reaches
+// plainFrom (B only grows with the group), in a second loop.
+func newGroup(st []planState, spans []Span, j int, ext int32, w, plainFrom int) (best int32, bi int) {
 	lo, hi := noLo, 0
 	best, bi = ext, -1
-	for i := j - 1; i >= max(0, j-ScaledLookahead); i-- {
+	i0 := max(0, j-ScaledLookahead)
+	i := j - 1
+	for ; i >= i0; i-- {
+		lo2, hi2 := lo, hi
+		if h := int(spans[i].Hi); h != 0 {
+			lo2, hi2 = min(lo, int(spans[i].Lo)), max(hi, h)
+		}
+		b := 1
+		if hi2 != 0 {
+			b = max(1, (hi2-lo2+7)>>3)
+		}
+		if b >= plainFrom {
+			break // this candidate and the longer ones: below
+		}
+		lo, hi = lo2, hi2
+		size := DescriptorSize + (ScaleWordSize+(j-i)*(1+b)+3)&^3
+		if t := st[i].total + int32(size); t < best || t == best && bi >= 0 && st[i].ng < st[bi].ng {
+			best, bi = t, i
+		}
+	}
+	for ; i >= i0; i-- {
 		if h := int(spans[i].Hi); h != 0 {
 			lo, hi = min(lo, int(spans[i].Lo)), max(hi, h)
 		}
-		k := j - i
-		b := 1
-		if hi != 0 {
-			b = max(1, (hi-lo+7)>>3)
-		}
-		var size int
-		if k*(w/8-b) <= 7 {
-			size, _ = groupBytes(extent{n: k, lo: lo, hi: hi}, w)
-		} else {
-			size = DescriptorSize + pad4(ScaleWordSize+k*(1+b))
-		}
+		size, _ := groupBytes(extent{n: j - i, lo: lo, hi: hi}, w)
 		if t := st[i].total + int32(size); t < best || t == best && bi >= 0 && st[i].ng < st[bi].ng {
 			best, bi = t, i
 		}
 	}
 	return best, bi
-}
-
-// newGroupFast is newGroupSlow for the common case, every candidate a
-// scaled group (B below plainFrom): the planner's hot loop, kept free of
-// calls so its state stays in registers (with the groupBytes call in it,
-// the compiler spilled it to the stack at every value: 76 ns a value).
-// ok is false, and nothing is decided, when some candidate's B reaches
-// plainFrom.
-func newGroupFast(st []planState, spans []Span, j int, ext int32, plainFrom int) (best int32, bi int, ok bool) {
-	lo, hi := noLo, 0
-	best, bi = ext, -1
-	i0 := max(0, j-ScaledLookahead)
-	sp, ps := spans[i0:j], st[i0:j]
-	for i := len(sp) - 1; i >= 0; i-- {
-		if h := int(sp[i].Hi); h != 0 {
-			lo, hi = min(lo, int(sp[i].Lo)), max(hi, h)
-		}
-		k := len(sp) - i
-		b := 1
-		if hi != 0 {
-			b = max(1, (hi-lo+7)>>3)
-		}
-		if b >= plainFrom {
-			return 0, 0, false
-		}
-		size := DescriptorSize + (ScaleWordSize+k*(1+b)+3)&^3
-		if t := ps[i].total + int32(size); t < best || t == best && bi >= 0 && ps[i].ng < st[bi].ng {
-			best, bi = t, i0+i
-		}
-	}
-	return best, bi, true
 }
 
 // PlanScaled is ScaledPlanner.Plan with a fresh planner, which allocates its
