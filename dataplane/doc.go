@@ -4,7 +4,10 @@
 // to per-worker Handlers through lock-free SPSC rings. A Handler runs on
 // one goroutine at a time: its worker's, or (unless Options.NoInline) the
 // RX goroutine that just gave it frames while nobody ran it, which saves
-// a thread wakeup per batch (worker.go, runInline).
+// a thread wakeup per batch (worker.go, runInline). A port that can
+// (Lender: AF_PACKET with its ring) lends each batch in place, so frames
+// are read where the kernel wrote them; a Handler must not keep a frame
+// past its Handle call (the SPSC rings and the lane queue copy).
 //
 // It must not decode PRISM class headers (package parser knows bytes; the
 // Handler, i.e. package engine, knows operations), parse configuration files
