@@ -51,6 +51,9 @@ type tree struct {
 	// firstScaled is the First of the earliest leaf 0 -> root frame with a
 	// KULISCH_SCALED group (0: none, or the frame at 0).
 	firstScaled uint32
+	// plainFirsts are the First of leaf 0's frames to the root without a
+	// KULISCH_SCALED group, in sending order.
+	plainFirsts []uint32
 	res         []uint32
 	got         []bool
 	resEnd      uint32 // contiguous results received
@@ -186,13 +189,18 @@ func (tr *tree) run(t *testing.T) {
 					t.Fatalf("leaf %d sent a frame its parent cannot decode: %v", h.from, err)
 				}
 				var it parser.GroupIter
+				plain := true
 				for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
 					if g.Format == parser.FormatKulischScaled {
 						tr.scaled++
+						plain = false
 						if h.from == 0 && (tr.firstScaled == 0 || d.First < tr.firstScaled) {
 							tr.firstScaled = d.First
 						}
 					}
+				}
+				if plain && h.from == 0 {
+					tr.plainFirsts = append(tr.plainFirsts, d.First)
 				}
 			}
 			tr.n[2].e.HandleData(tr.now, h.from, h.frame, tr.n[2])
@@ -359,17 +367,7 @@ func TestScaledProbeAdapts(t *testing.T) {
 		name    string
 		switch_ uint32 // first gradient-like element (vlen: none)
 	}{{"integral", vlen}, {"integral-then-gradient", vlen / 2}} {
-		vecs := make([][]float32, 4)
-		for r := range vecs {
-			vecs[r] = make([]float32, vlen)
-			for i := range vecs[r] {
-				if uint32(i) < c.switch_ {
-					vecs[r][i] = integral()
-				} else {
-					vecs[r][i] = gradient()
-				}
-			}
-		}
+		vecs := switchVecs(vlen, c.switch_, integral, gradient)
 		tr := runAutoTree(t, c.name, vlen, vlen, vecs)
 		leaf := tr.n[0].e.ops[tr.key]
 		frames := tr.upData[0]
@@ -775,4 +773,73 @@ func runAutoTree(t *testing.T, name string, vlen, window uint32, vecs [][]float3
 		}
 	}
 	return tr
+}
+
+// TestAutoSkipAdapts: once the scaled plan has beaten any possible AUTO plan
+// scaledWinsToSkip frames in a row (gradient-like sums, where AUTO needs
+// KULISCH groups), a leaf computes AUTO sets for one frame in
+// scaledProbeEvery only; when the data turns to small integers (which AUTO
+// carries in INT8 or FP16), an AUTO frame is back within scaledProbeEvery
+// frames. The results stay exact (math/big).
+func TestAutoSkipAdapts(t *testing.T) {
+	const vlen = 1 << 16
+	rng := rand.New(rand.NewPCG(19, 20))
+	gradient := func() float32 { return float32(rng.NormFloat64() * math.Ldexp(1, -12+rng.IntN(9))) }
+	small := func() float32 { return float32(rng.IntN(64) - 32) }
+	for _, c := range []struct {
+		name    string
+		switch_ uint32 // first small-integer element (vlen: none)
+	}{{"gradient", vlen}, {"gradient-then-small-integers", vlen / 2}} {
+		vecs := switchVecs(vlen, c.switch_, gradient, small)
+		tr := runAutoTree(t, c.name, vlen, vlen, vecs)
+		leaf := tr.n[0].e.ops[tr.key]
+		frames := tr.upData[0]
+		t.Logf("%s: leaf 0 sent %d partial frames (%d without scaled groups), computed AUTO sets for %d",
+			c.name, frames, len(tr.plainFirsts), leaf.autoSetFrames)
+		if c.switch_ == vlen {
+			if max := scaledWinsToSkip + frames/scaledProbeEvery + frames/8; leaf.autoSetFrames > max {
+				t.Errorf("%s: AUTO sets computed for %d of %d frames, want at most %d", c.name, leaf.autoSetFrames, frames, max)
+			}
+			if len(tr.plainFirsts) != 0 {
+				t.Errorf("%s: %d frames without scaled groups where scaled carries more", c.name, len(tr.plainFirsts))
+			}
+			continue
+		}
+		// FP32 AUTO partials carry 363 values a frame at MTU 1500, scaled
+		// gradient frames about 240: the first plain frame may begin a
+		// little before the switch and must come within the probe period.
+		first, ok := firstAtOrAfter(tr.plainFirsts, c.switch_-400)
+		if !ok || first > c.switch_+(scaledProbeEvery+1)*400 {
+			t.Errorf("%s: first AUTO frame after the switch at %d (found %v), want within %d frames of element %d",
+				c.name, first, ok, scaledProbeEvery+1, c.switch_)
+		}
+	}
+}
+
+// firstAtOrAfter returns the smallest of firsts at or above at.
+func firstAtOrAfter(firsts []uint32, at uint32) (uint32, bool) {
+	best, ok := uint32(0), false
+	for _, f := range firsts {
+		if f >= at && (!ok || f < best) {
+			best, ok = f, true
+		}
+	}
+	return best, ok
+}
+
+// switchVecs makes four ranks' vectors of vlen values drawn from before up
+// to element at, and from after from there on.
+func switchVecs(vlen, at uint32, before, after func() float32) [][]float32 {
+	vecs := make([][]float32, 4)
+	for r := range vecs {
+		vecs[r] = make([]float32, vlen)
+		for i := range vecs[r] {
+			if uint32(i) < at {
+				vecs[r][i] = before()
+			} else {
+				vecs[r][i] = after()
+			}
+		}
+	}
+	return vecs
 }
