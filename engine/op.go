@@ -543,21 +543,12 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		var groups []kulisch.Group
 		scaled := false                    // o.sgroups is the plan
 		probed, scaledLost := false, false // a scaled plan was made, and carried fewer values than AUTO
-		autoLost := false                  // the scaled plan beat any AUTO plan without one being made
-		if o.emitFmt == kulisch.AUTO {
-			base := o.spec.Tuple.Acc.Base()
-			if o.scaled && base == kulisch.KULISCH && o.autoSkip() {
-				sc, err := o.planScaled(avail, budget)
-				if err != nil {
-					o.encodeFailed(now, err, tx)
-					return
-				}
-				if sc == avail && canWait && avail < uint32(len(o.spans)) {
-					break // the plan used everything: a later plan may pack more
-				}
-				count, scaled, autoLost = sc, true, true
-				goto planned
-			}
+		base := o.spec.Tuple.Acc.Base()
+		// AUTO under KULISCH_FIXED that scaled partials keep beating is
+		// planned like plain scaled partials (autoSkip).
+		skipAuto := o.emitFmt == kulisch.AUTO && o.scaled && base == kulisch.KULISCH && o.autoSkip()
+		autoLost := skipAuto // the scaled plan beat any AUTO plan without one being made
+		if o.emitFmt == kulisch.AUTO && !skipAuto {
 			n := min(avail, uint32(len(o.sets)))
 			o.autoSetFrames++
 			if err := o.autoSets(o.emitted, n); err != nil {

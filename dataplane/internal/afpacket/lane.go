@@ -48,29 +48,19 @@ const (
 )
 
 // laneFilter keeps the PRISM frames whose class is in mask (bit c for
-// class c) and long enough to carry the class byte: the lane socket is
-// bound to EtherType 0x88B5, so only those reach it.
-func laneFilter(mask uint16) []bpf.RawInstruction {
-	return mustAssemble([]bpf.Instruction{
-		bpf.LoadExtension{Num: bpf.ExtLen},
-		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: classOff + 1, SkipTrue: 8},
-		bpf.LoadAbsolute{Off: classOff, Size: 1},
-		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: maxLaneClass, SkipTrue: 6},
-		bpf.TAX{},
-		bpf.LoadConstant{Dst: bpf.RegA, Val: 1},
-		bpf.ALUOpX{Op: bpf.ALUOpShiftLeft},
-		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: uint32(mask)},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
-		bpf.RetConstant{Val: 1 << 18}, // the whole frame (any MTU)
-		bpf.RetConstant{Val: 0},
-	})
-}
+// class c) and long enough to carry the class byte.
+func laneFilter(mask uint16) []bpf.RawInstruction { return classFilter(mask, 1<<18, 0) }
 
 // ringFilter is its complement on the ring socket: everything except the
 // lane's frames. A frame too short to hold the class byte stays on the ring
 // (a load past the end would abort the filter and drop it unseen), where
 // the dataplane counts it as a short frame.
-func ringFilter(mask uint16) []bpf.RawInstruction {
+func ringFilter(mask uint16) []bpf.RawInstruction { return classFilter(mask, 0, 1<<18) }
+
+// classFilter returns in (a snap length: 1<<18 keeps the whole frame at any
+// MTU, 0 drops it) for PRISM frames whose class is in mask, and out for
+// every other frame, short ones included.
+func classFilter(mask uint16, in, out uint32) []bpf.RawInstruction {
 	return mustAssemble([]bpf.Instruction{
 		bpf.LoadExtension{Num: bpf.ExtLen},
 		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: classOff + 1, SkipTrue: 10},
@@ -83,8 +73,8 @@ func ringFilter(mask uint16) []bpf.RawInstruction {
 		bpf.ALUOpX{Op: bpf.ALUOpShiftLeft},
 		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: uint32(mask)},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
-		bpf.RetConstant{Val: 0},
-		bpf.RetConstant{Val: 1 << 18},
+		bpf.RetConstant{Val: in},
+		bpf.RetConstant{Val: out},
 	})
 }
 
