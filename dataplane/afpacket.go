@@ -4,6 +4,8 @@ package dataplane
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prismd/prismd/dataplane/internal/afpacket"
@@ -44,7 +46,35 @@ type PortOptions struct {
 	// the block timeout, while the RESULT stream still fills blocks and
 	// keeps the ring's one wakeup per block.
 	LaneProgress bool
+	// SparseFPS, with a lane, lets every PRISM frame take the lane while
+	// the port receives fewer than SparseFPS frames a second, and only the
+	// lane's own classes once it receives more than twice that (config
+	// "rx_sparse_fps"; 0 keeps the lane to its own classes). On the ring a
+	// frame waits for its block to fill or time out, up to a millisecond
+	// at every hop: that wait set the time of a small collective (15 ms for
+	// 2 values on a spine-leaf lab; 8 ms without rings) and held back
+	// window-paced streams at jumbo MTU. The ring's one wakeup per block
+	// wins only at high frame rates (plain forwarding, DATA at MTU 1500).
+	SparseFPS int
 }
+
+// DefaultSparseFPS is prismd's rx_sparse_fps when the config gives none
+// (measured in docs/architecture.md: below it the lane was faster).
+const DefaultSparseFPS = 50000
+
+// sparseWindow is how often a port re-decides between lane and ring: long
+// enough to count a few hundred frames at the threshold, short next to a
+// collective. A port goes back to the lane only after sparseQuiet windows
+// in a row below the threshold: on a loaded machine a sender that loses
+// its core for a few milliseconds makes a busy stream look sparse for a
+// window, and every move off the ring leaves the frames of its partly
+// filled block waiting for the block timeout (measured: 4-ms decisions
+// flipped a port 30-250 times in 5 s of MTU-1500 DATA and cost up to 40%
+// of its rate).
+const (
+	sparseWindow = 4 * time.Millisecond
+	sparseQuiet  = 8
+)
 
 // laneClasses is afpacket's class mask for PortOptions.LaneProgress.
 func laneClasses(progress bool) uint16 {
@@ -59,6 +89,78 @@ type afPort struct {
 	mtu int
 	// oversize is written by the RX goroutine and the lane goroutine.
 	oversize atomicCounter
+	// sparse decides where PRISM frames are read (PortOptions.SparseFPS);
+	// nil without a lane that can widen.
+	sparse *sparseTuner
+}
+
+// sparseTuner moves every PRISM frame to the lane while the port's frame
+// rate is below fps, and back to the ring above 2*fps. Both receive
+// goroutines count what they read and, once per sparseWindow, one of them
+// (TryLock) re-decides. A port that goes quiet on the ring is re-decided
+// by its next read, lane or ring: the AM's CONTROL comes through the lane
+// before any DATA of a new collective, so the lane is widened by then.
+type sparseTuner struct {
+	fps    uint64
+	start  time.Time // the monotonic clock's origin
+	frames atomic.Uint64
+	next   atomic.Int64 // ns since start: when the next decision is due
+	mu     sync.Mutex
+	// under mu:
+	lastNs     int64
+	lastFrames uint64
+	quiet      int         // windows in a row below fps while on the ring
+	wide       atomic.Bool // read by Stats
+	switches   atomic.Uint64
+	set        func(all bool) error
+}
+
+func newSparseTuner(fps int, set func(all bool) error) (*sparseTuner, error) {
+	t := &sparseTuner{fps: uint64(fps), start: time.Now(), set: set}
+	if err := set(true); err != nil { // a new port is quiet
+		return nil, err
+	}
+	t.wide.Store(true)
+	t.next.Store(int64(sparseWindow))
+	return t, nil
+}
+
+// read counts n frames read and re-decides when a window has passed.
+func (t *sparseTuner) read(n int) { t.readAt(n, int64(time.Since(t.start))) }
+
+// readAt is read at now, in ns since t.start.
+func (t *sparseTuner) readAt(n int, now int64) {
+	t.frames.Add(uint64(n))
+	if now < t.next.Load() || !t.mu.TryLock() {
+		return
+	}
+	defer t.mu.Unlock()
+	if now < t.next.Load() {
+		return // another reader just decided
+	}
+	t.next.Store(now + int64(sparseWindow))
+	frames := t.frames.Load()
+	elapsed := uint64(now - t.lastNs)
+	rate := (frames - t.lastFrames) * uint64(time.Second) / max(elapsed, 1)
+	t.lastNs, t.lastFrames = now, frames
+	wide := t.wide.Load()
+	switch {
+	case wide && rate > 2*t.fps:
+		wide = false
+		t.quiet = 0
+	case !wide && rate < t.fps:
+		if t.quiet++; t.quiet < sparseQuiet {
+			return
+		}
+		wide = true
+	default:
+		t.quiet = 0
+		return
+	}
+	if t.set(wide) == nil {
+		t.wide.Store(wide)
+		t.switches.Add(1)
+	}
 }
 
 // OpenAFPacket opens an AF_PACKET port on interface name (needs CAP_NET_RAW).
@@ -79,7 +181,26 @@ func OpenAFPacket(name string, o PortOptions) (Port, error) {
 	if p.mtu == 0 {
 		p.mtu = s.MTU()
 	}
+	if o.SparseFPS > 0 && s.CanWidenLane() {
+		if p.sparse, err = newSparseTuner(o.SparseFPS, s.SetLaneAll); err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("dataplane: port %q: %w", name, err)
+		}
+	}
 	return p, nil
+}
+
+// laneNarrower is a port whose lane can be kept to its own classes for good
+// (an ingress fault wrapper impairs the ring's frames only).
+type laneNarrower interface{ keepLaneNarrow() }
+
+// keepLaneNarrow turns PortOptions.SparseFPS off; call it before the port
+// is read.
+func (p *afPort) keepLaneNarrow() {
+	if p.sparse != nil {
+		_ = p.s.SetLaneAll(false)
+		p.sparse = nil
+	}
 }
 
 func (p *afPort) Name() string   { return p.s.Name() }
@@ -92,6 +213,9 @@ func (p *afPort) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	n, trunc, err := p.s.RecvBatch(bufs, sizes)
 	if trunc > 0 {
 		p.oversize.Add(uint64(trunc))
+	}
+	if p.sparse != nil {
+		p.sparse.read(n)
 	}
 	return n, err
 }
@@ -106,6 +230,9 @@ func (p *afPort) ReadLent(bufs, frames [][]byte) (int, error) {
 	n, trunc, err := p.s.RecvLent(bufs, frames)
 	if trunc > 0 {
 		p.oversize.Add(uint64(trunc))
+	}
+	if p.sparse != nil {
+		p.sparse.read(n)
 	}
 	return n, err
 }
@@ -122,10 +249,17 @@ func (p *afPort) ReadLane(bufs [][]byte, sizes []int) (int, error) {
 	if trunc > 0 {
 		p.oversize.Add(uint64(trunc))
 	}
+	if p.sparse != nil {
+		p.sparse.read(n)
+	}
 	return n, err
 }
 
 func (p *afPort) Stats() PortStats {
 	kd, _ := p.s.KernelDrops()
-	return PortStats{KernelDrops: kd, Oversize: p.oversize.Load()}
+	st := PortStats{KernelDrops: kd, Oversize: p.oversize.Load()}
+	if t := p.sparse; t != nil {
+		st.LaneAll, st.LaneSwitches = t.wide.Load(), t.switches.Load()
+	}
+	return st
 }

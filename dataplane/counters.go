@@ -96,6 +96,9 @@ type PortSample struct {
 	Drops [numDropReasons]uint64
 	// Fault counts what WithFault did to this port's frames on purpose.
 	Fault FaultStats
+	// LaneAll and LaneSwitches are the port's (PortStats).
+	LaneAll      bool
+	LaneSwitches uint64
 }
 
 // Stats is a snapshot of every counter, for package metrics.

@@ -70,8 +70,14 @@ type portState struct {
 	mac       uint64 // macKey of port MAC
 	frameSize int
 	ctr       portCounters
-	rings     []*spscRing // one per worker; produced only by this port's RX goroutine
-	done      chan struct{}
+	rings     []*spscRing // one per worker
+	// prodMu makes the port's two receive loops (rxLoop and laneLoop) take
+	// turns as the rings' one producer. A loop takes it only for a batch
+	// that hands frames over (rx.lockProd), so it is uncontended but when
+	// the lane and the ring both carry PRISM frames, as when the lane
+	// takes every frame (PortOptions.SparseFPS) or CONTROL arrives.
+	prodMu sync.Mutex
+	done   chan struct{}
 	// laneDone is closed when the port's lane loop has stopped (at once
 	// for a port without a lane).
 	laneDone chan struct{}
@@ -325,6 +331,7 @@ func (d *Dataplane) Stats() Stats {
 		}
 		ps2.Drops[DropOversize] += ks.Oversize
 		ps2.Fault = ks.Fault
+		ps2.LaneAll, ps2.LaneSwitches = ks.LaneAll, ks.LaneSwitches
 		for c := range st.Classes {
 			st.Classes[c] += ps.ctr.classes[c].Load()
 		}
@@ -383,10 +390,28 @@ type rx struct {
 	// stuckAt[w]; until the head moves, full-ring frames drop at once.
 	stuck   []bool
 	stuckAt []uint64
-	// lane: this is the port's lane loop (laneLoop), which never writes the
-	// port's rings (each has one producer, the port's RX goroutine): its
-	// local frames are run inline, or queued for the holder (pushLane).
+	// lane: this is the port's lane loop (laneLoop): it always runs
+	// workers inline when it can.
 	lane bool
+	// prodLocked: this loop holds ps.prodMu until the end of the batch.
+	prodLocked bool
+}
+
+// unlockProd ends lockProd at the end of a batch.
+func (r *rx) unlockProd() {
+	if r.prodLocked {
+		r.prodLocked = false
+		r.ps.prodMu.Unlock()
+	}
+}
+
+// lockProd makes this loop the producer of the port's rings until the end
+// of the batch (process).
+func (r *rx) lockProd() {
+	if !r.prodLocked {
+		r.ps.prodMu.Lock()
+		r.prodLocked = true
+	}
 }
 
 func (d *Dataplane) newRx(ps *portState, lane bool) *rx {
@@ -538,6 +563,7 @@ func (r *rx) loop(read func() (int, error)) {
 // process handles one received batch: classify and forward every frame, then
 // flush the TX queues and wake the workers that got frames.
 func (r *rx) process(n int) {
+	defer r.unlockProd()
 	s := r.d.snap.Load()
 	r.refresh(s)
 	in := int(r.ps.index.Load())
@@ -557,6 +583,7 @@ func (r *rx) process(n int) {
 		}
 		r.woke[w] = false
 		if r.d.opts.NoInline && !r.lane {
+			r.lockProd()
 			r.ps.rings[w].publish()
 			r.d.workers[w].wake()
 			continue
@@ -566,18 +593,10 @@ func (r *rx) process(n int) {
 		if r.d.workers[w].runInline(in, held) {
 			continue
 		}
-		if r.lane {
-			// Someone else runs the worker: queue the frames for it.
-			for _, f := range held {
-				if !r.d.workers[w].pushLane(in, f) {
-					r.ps.ctr.drops[DropRingFull].Add(1)
-				}
-			}
-			r.d.workers[w].wake()
-			r.d.workers[w].runInline(in, nil) // in case the holder just let go
-			continue
-		}
-		// Someone else runs the worker: hand the frames over.
+		// Someone else runs the worker: hand the frames over. The holder
+		// looks at the rings after letting go (runInline, run), so no
+		// wakeup is needed.
+		r.lockProd()
 		for _, f := range held {
 			if !r.ps.rings[w].push(in, f) && !r.waitPush(w, in, f) {
 				r.ps.ctr.drops[DropRingFull].Add(1)
@@ -660,6 +679,7 @@ func (r *rx) local(s *snapshot, in int, f []byte) {
 		r.woke[w] = true
 		return
 	}
+	r.lockProd()
 	if !r.ps.rings[w].push(in, f) && !r.waitPush(w, in, f) {
 		c.drops[DropRingFull].Add(1)
 		return

@@ -7,7 +7,7 @@
 // a thread wakeup per batch (worker.go, runInline). A port that can
 // (Lender: AF_PACKET with its ring) lends each batch in place, so frames
 // are read where the kernel wrote them; a Handler must not keep a frame
-// past its Handle call (the SPSC rings and the lane queue copy).
+// past its Handle call (the SPSC rings copy).
 //
 // It must not decode PRISM class headers (package parser knows bytes; the
 // Handler, i.e. package engine, knows operations), parse configuration files
@@ -17,11 +17,14 @@
 //
 // Ports have two backends behind the same Port interface. OpenAFPacket
 // (afpacket.go) uses AF_PACKET sockets with a TPACKET_V3 receive ring and,
-// with PortOptions.Lane, a control lane: a port implementing Laner hands
+// with PortOptions.Lane, a lane: a port implementing Laner hands
 // CONTROL frames to a second receive loop (laneLoop) as soon as they arrive,
-// instead of after the ring's block timeout. PortOptions.LaneProgress puts
-// PROGRESS on such a lane too, for end hosts (prismd-blast contribute) whose
-// send windows it paces.
+// instead of after the ring's block timeout, and with PortOptions.SparseFPS
+// every frame while the port's traffic is sparse (the lane and the ring
+// share a PACKET_FANOUT group, so a frame reaches exactly one of them).
+// The two loops take turns as producers of the port's SPSC rings.
+// PortOptions.LaneProgress puts PROGRESS on such a lane too, for end hosts
+// (prismd-blast contribute) whose send windows it paces.
 // OpenAFXDP (afxdp.go) attaches a small XDP program (built in Go with
 // cilium/ebpf/asm, generic mode by default, native by option) through a BPF
 // link and reads and writes through one copy-mode AF_XDP socket per receive

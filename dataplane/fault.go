@@ -72,6 +72,11 @@ type faultPort struct {
 // with an inactive f it returns p unchanged.
 func WithFault(p Port, f Fault) Port {
 	if f.Ingress.Active() {
+		// Lane frames bypass the ingress fault (laneOf looks through
+		// it), so the lane must not take DATA: keep it to CONTROL.
+		if n, ok := p.(laneNarrower); ok {
+			n.keepLaneNarrow()
+		}
 		p = withIngressFault(p, f.Ingress)
 	}
 	if !f.egressActive() {

@@ -75,7 +75,8 @@ func (h *laneGateHandler) Tick(now int64, tx dataplane.Sender) {}
 // TestLaneFramesReachBusyWorker: CONTROL frames from a port's lane reach
 // the worker's handler exactly once, with the lane port's index, also while
 // another goroutine holds the worker for longer than RingWait (they wait in
-// the worker's lane queue instead of being dropped), and a lane frame for
+// the port's ring to the worker, which the lane loop produces into in turn
+// with the RX goroutine, instead of being dropped), and a lane frame for
 // another switch is forwarded like any frame.
 func TestLaneFramesReachBusyWorker(t *testing.T) {
 	for _, noInline := range []bool{false, true} {

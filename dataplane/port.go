@@ -54,6 +54,10 @@ type PortStats struct {
 	Drops [numDropReasons]uint64
 	// Fault counts what WithFault did on purpose.
 	Fault FaultStats
+	// LaneAll: every PRISM frame is read on the port's lane, traffic being
+	// sparse (PortOptions.SparseFPS); LaneSwitches counts the changes.
+	LaneAll      bool
+	LaneSwitches uint64
 }
 
 // FaultStats counts the impairments WithFault applied to one port (tests

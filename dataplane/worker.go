@@ -5,7 +5,6 @@ package dataplane
 
 import (
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -51,67 +50,6 @@ type worker struct {
 	// leaves the handler with timers armed while the ticker is stopped
 	// wakes the goroutine so Tick resumes.
 	ticking atomic.Bool
-	// lq carries the frames of ports' lane loops that found the handler
-	// held by another goroutine (pushLane).
-	lq laneQueue
-}
-
-// laneQueue hands lane frames (CONTROL) to whoever runs a worker's handler.
-// A lane loop must not write a port's SPSC ring (the port's RX goroutine is
-// its one producer), and polling for the handler could starve behind a
-// worker kept busy by DATA; CONTROL is rare, so a short lock per frame on
-// this path is cheap, and the DATA path pays one atomic load per round.
-type laneQueue struct {
-	n      atomic.Int32 // frames queued, read without the lock
-	mu     sync.Mutex
-	frames []laneFrame
-	spare  []laneFrame // the holder's: the slice drained last
-}
-
-type laneFrame struct {
-	in  int
-	buf []byte
-}
-
-// laneQueueMax bounds a worker's lane queue: beyond it frames are dropped
-// as ring_full, as a full ring's would be.
-const laneQueueMax = 256
-
-// pushLane queues a copy of frame f of port in for the worker; false if
-// the queue is full.
-func (w *worker) pushLane(in int, f []byte) bool {
-	q := &w.lq
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.frames) >= laneQueueMax {
-		return false
-	}
-	b := getBuffer(len(f))
-	copy(b, f)
-	q.frames = append(q.frames, laneFrame{in: in, buf: b})
-	q.n.Add(1)
-	return true
-}
-
-// drainLane hands the queued lane frames to the handler (owner only) and
-// reports whether there were any.
-func (w *worker) drainLane() bool {
-	q := &w.lq
-	if q.n.Load() == 0 {
-		return false
-	}
-	q.mu.Lock()
-	fs := q.frames
-	q.frames, q.spare = q.spare[:0], nil
-	q.n.Store(0)
-	q.mu.Unlock()
-	for i, lf := range fs {
-		w.h.Handle(w.d.Now(), lf.in, lf.buf, &w.tx)
-		putBuffer(lf.buf)
-		fs[i] = laneFrame{}
-	}
-	q.spare = fs[:0]
-	return len(fs) > 0
 }
 
 func newWorker(d *Dataplane, id int, h Handler) *worker {
@@ -139,9 +77,6 @@ func (w *worker) step() bool {
 	s := w.d.snap.Load()
 	w.tx.refresh(s)
 	did := w.drain(s)
-	if w.drainLane() {
-		did = true
-	}
 	now := w.d.Now()
 	if did && w.flusher != nil {
 		w.flusher.Flush(now, &w.tx)
@@ -156,11 +91,8 @@ func (w *worker) step() bool {
 
 func (w *worker) idle() bool { return w.idler != nil && w.idler.Idle() }
 
-// pending reports whether a ring or the lane queue holds a frame.
+// pending reports whether a ring holds a frame.
 func (w *worker) pending() bool {
-	if w.lq.n.Load() > 0 {
-		return true
-	}
 	for _, ps := range w.d.snap.Load().ports {
 		if r := ps.rings[w.id]; r.head.Load() != r.tail.Load() {
 			return true

@@ -23,6 +23,7 @@ type Collector struct {
 	ringWaits                            *prometheus.Desc
 	drops, kernelDrops, frames, macs     *prometheus.Desc
 	faultDrops, faultDups                *prometheus.Desc
+	laneAll, laneSwitches                *prometheus.Desc
 }
 
 // Fault injection (config fault:, tests and labs) has its own families,
@@ -65,14 +66,17 @@ func NewCollector(src Source) *Collector {
 		faultDups: d("port_fault_duplicates_total", "Extra copies of received frames the port's ingress fault injection delivered; each copy is counted as received.", port),
 		ringWaits: d("port_ring_waits_total", "Local PRISM frames the port's receive loop held (up to dataplane.RingWait) until a busy engine worker had room, "+
 			"instead of dropping them as ring_full.", port),
-		frames: d("frames_total", "Received frames by classification.", []string{"class"}),
-		macs:   d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
+		laneAll: d("port_lane_all", "1 while every frame the port receives is read on its lane (traffic below rx_sparse_fps: no ring block wait), "+
+			"0 while only PRISM CONTROL is (the ring's one wakeup per block).", port),
+		laneSwitches: d("port_lane_switches_total", "Times the port moved its frames between its lane and its ring (rx_sparse_fps).", port),
+		frames:       d("frames_total", "Received frames by classification.", []string{"class"}),
+		macs:         d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.ringWaits} {
+	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.ringWaits, c.laneAll, c.laneSwitches} {
 		ch <- d
 	}
 }
@@ -98,6 +102,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		cnt(c.faultDrops, p.Fault.IngressDrops, p.Name, dirIngress)
 		cnt(c.faultDrops, p.Fault.EgressDrops, p.Name, dirEgress)
 		cnt(c.faultDups, p.Fault.IngressDuplicates, p.Name)
+		all := 0.0
+		if p.LaneAll {
+			all = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.laneAll, prometheus.GaugeValue, all, p.Name)
+		cnt(c.laneSwitches, p.LaneSwitches, p.Name)
 	}
 	for _, cl := range dataplane.FrameClasses() {
 		cnt(c.frames, st.Classes[cl], cl.String())

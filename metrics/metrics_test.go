@@ -26,6 +26,7 @@ func TestCollectorExposition(t *testing.T) {
 	p.Drops[dataplane.DropUnsupported] = 5
 	p.Drops[dataplane.DropTxDriverDrop] = 8
 	p.Fault = dataplane.FaultStats{IngressDrops: 11, IngressDuplicates: 4, EgressDrops: 13}
+	p.LaneAll, p.LaneSwitches = true, 6
 	st.Ports = append(st.Ports, p)
 	st.Classes[dataplane.ClassL2] = 4
 	st.Classes[dataplane.ClassData] = 6
@@ -85,6 +86,17 @@ prismd_port_drops_total{port="p1",reason="tx_ring_full"} 0
 prismd_port_drops_total{port="p1",reason="unknown_class"} 0
 prismd_port_drops_total{port="p1",reason="unsupported"} 5
 `
+	wantLane := `
+# HELP prismd_port_lane_all 1 while every frame the port receives is read on its lane (traffic below rx_sparse_fps: no ring block wait), 0 while only PRISM CONTROL is (the ring's one wakeup per block).
+# TYPE prismd_port_lane_all gauge
+prismd_port_lane_all{port="p1"} 1
+# HELP prismd_port_lane_switches_total Times the port moved its frames between its lane and its ring (rx_sparse_fps).
+# TYPE prismd_port_lane_switches_total counter
+prismd_port_lane_switches_total{port="p1"} 6
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantLane), "prismd_port_lane_all", "prismd_port_lane_switches_total"); err != nil {
+		t.Fatal(err)
+	}
 	names := []string{"prismd_port_receive_frames_total", "prismd_port_receive_bytes_total",
 		"prismd_port_transmit_frames_total", "prismd_port_transmit_bytes_total", "prismd_port_kernel_drops_total",
 		"prismd_mac_table_entries", "prismd_frames_total", "prismd_port_drops_total",

@@ -28,6 +28,7 @@ import (
 //	    mtu: 1500                   # optional; default: the interface MTU
 //	    rx_ring: true               # optional; TPACKET_V3 receive ring (false: recvmmsg)
 //	    rx_ring_timeout: 1ms        # optional; max wait of a frame in a partly filled block
+//	    rx_sparse_fps: 50000        # optional; below this many frames/s all PRISM frames skip the ring (0: only CONTROL)
 //	    qdisc_bypass: true          # optional; false keeps egress visible to tcpdump
 //	    backend: afpacket           # optional; afpacket (default) or afxdp (XDP program + AF_XDP sockets)
 //	    xdp_mode: generic           # optional, afxdp only; generic (default, any driver) or native (driver XDP)
@@ -91,6 +92,11 @@ type PortConfig struct {
 	// switch on their way, and the AM's setup of every collective is four
 	// such exchanges with every node (dataplane.PortOptions.Lane).
 	RxLane *bool `yaml:"rx_lane"`
+	// RxSparseFPS (default dataplane.DefaultSparseFPS, with the lane):
+	// below this many received frames a second every PRISM frame takes
+	// the lane, above twice it only CONTROL does; 0 keeps the lane to
+	// CONTROL (dataplane.PortOptions.SparseFPS).
+	RxSparseFPS *int `yaml:"rx_sparse_fps"`
 	// QdiscBypass sends past the qdisc layer (default true); false keeps
 	// egress visible to tcpdump and subject to any qdisc on the port.
 	QdiscBypass *bool `yaml:"qdisc_bypass"`
@@ -119,13 +125,18 @@ func (p PortConfig) XDPOptions() dataplane.XDPOptions {
 
 // Options maps the port entry to the dataplane's socket options.
 func (p PortConfig) Options() dataplane.PortOptions {
-	return dataplane.PortOptions{
+	o := dataplane.PortOptions{
 		MTU:           p.MTU,
 		NoRxRing:      p.RxRing != nil && !*p.RxRing,
 		Lane:          p.RxLane == nil || *p.RxLane,
 		RingTimeout:   p.RxRingTimeout,
 		NoQdiscBypass: p.QdiscBypass != nil && !*p.QdiscBypass,
+		SparseFPS:     dataplane.DefaultSparseFPS,
 	}
+	if p.RxSparseFPS != nil {
+		o.SparseFPS = *p.RxSparseFPS
+	}
+	return o
 }
 
 // FaultConfig impairs frames transmitted on the port (tests and labs only).
@@ -190,7 +201,7 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
 		msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
 		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, worker_handoff, mac_aging, metrics_listen, control_listen, am_sources, kulisch_partials)")
-		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, rx_ring, rx_ring_timeout, qdisc_bypass, backend, xdp_mode, fault)")
+		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, rx_ring, rx_ring_timeout, rx_lane, rx_sparse_fps, qdisc_bypass, backend, xdp_mode, fault)")
 		msg = strings.ReplaceAll(msg, "in type main.FaultConfig", "in fault (valid keys: reorder_percent, reorder_depth, delay_us, ingress, egress)")
 		msg = strings.ReplaceAll(msg, "in type main.IngressFaultConfig", "in fault.ingress (valid keys: drop_percent, duplicate_percent, reorder_percent, reorder_depth, delay_us, seed)")
 		msg = strings.ReplaceAll(msg, "in type main.EgressFaultConfig", "in fault.egress (valid keys: reorder_percent, reorder_depth, delay_us, seed)")
@@ -258,11 +269,14 @@ func (c *Config) Validate(file string) error {
 		if p.RxRingTimeout < 0 || p.RxRingTimeout > 100*time.Millisecond {
 			return bad(f+".rx_ring_timeout", "%v is out of range; use 0..100ms (default 1ms)", p.RxRingTimeout)
 		}
+		if p.RxSparseFPS != nil && (*p.RxSparseFPS < 0 || *p.RxSparseFPS > 100_000_000) {
+			return bad(f+".rx_sparse_fps", "%d is out of range; use 0 (the lane takes CONTROL only) up to 100000000 frames/s (default %d)", *p.RxSparseFPS, dataplane.DefaultSparseFPS)
+		}
 		switch p.Backend {
 		case "", BackendAFPacket:
 		case BackendAFXDP:
-			if p.RxRing != nil || p.RxRingTimeout != 0 || p.QdiscBypass != nil || p.RxLane != nil {
-				return bad(f+".backend", "afxdp has no rx_ring, rx_ring_timeout, rx_lane or qdisc_bypass (AF_PACKET socket options); remove them or use backend: afpacket")
+			if p.RxRing != nil || p.RxRingTimeout != 0 || p.QdiscBypass != nil || p.RxLane != nil || p.RxSparseFPS != nil {
+				return bad(f+".backend", "afxdp has no rx_ring, rx_ring_timeout, rx_lane, rx_sparse_fps or qdisc_bypass (AF_PACKET socket options); remove them or use backend: afpacket")
 			}
 		default:
 			return bad(f+".backend", "%q is not a port backend; use afpacket (default) or afxdp", p.Backend)

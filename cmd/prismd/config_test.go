@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prismd/prismd/dataplane"
 )
 
 const fullConfig = `node_mac: "02:00:00:00:00:01"
@@ -65,6 +67,8 @@ func TestConfigErrors(t *testing.T) {
 		{"dup port", "ports: [{name: a}, {name: a}]\n", "ports[1].name: interface \"a\" is already ports[0]"},
 		{"long name", "ports: [{name: abcdefghijklmnop}]\n", "ports[0].name"},
 		{"mtu", "ports: [{name: a, mtu: 20000}]\n", "ports[0].mtu: 20000 is out of range"},
+		{"sparse fps", "ports: [{name: a, rx_sparse_fps: -1}]\n", "ports[0].rx_sparse_fps: -1 is out of range"},
+		{"sparse fps afxdp", "ports: [{name: a, backend: afxdp, rx_sparse_fps: 10}]\n", "afxdp has no rx_ring, rx_ring_timeout, rx_lane, rx_sparse_fps"},
 		{"reorder pct", "ports: [{name: a, fault: {reorder_percent: 101, reorder_depth: 1}}]\n", "reorder_percent: 101"},
 		{"reorder depth", "ports: [{name: a, fault: {reorder_percent: 5}}]\n", "reorder_depth: must be >= 1"},
 		{"node mac group", "node_mac: \"01:00:5e:00:00:01\"\nports: [{name: a}]\n", "node_mac: 01:00:5e:00:00:01 is a group"},
@@ -122,12 +126,13 @@ func TestCheckConfigFlag(t *testing.T) {
 	}
 }
 
-// TestPortSocketOptions: the rx_ring, rx_ring_timeout, rx_lane and qdisc_bypass keys
+// TestPortSocketOptions: the rx_ring, rx_ring_timeout, rx_lane, rx_sparse_fps and qdisc_bypass keys
 // reach the dataplane's port options; absent keys keep the fast defaults.
 func TestPortSocketOptions(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "p.yaml")
-	src := "ports:\n  - name: a\n  - name: b\n    rx_ring: false\n    rx_ring_timeout: 2ms\n    qdisc_bypass: false\n    rx_lane: false\n"
+	src := "ports:\n  - name: a\n  - name: b\n    rx_ring: false\n    rx_ring_timeout: 2ms\n    qdisc_bypass: false\n    rx_lane: false\n" +
+		"  - name: c\n    rx_sparse_fps: 0\n  - name: d\n    rx_sparse_fps: 120000\n"
 	if err := os.WriteFile(f, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +141,14 @@ func TestPortSocketOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := c.Ports[0].Options(), c.Ports[1].Options()
-	if a.NoRxRing || a.NoQdiscBypass || a.RingTimeout != 0 || !a.Lane {
-		t.Errorf("defaults: got %+v, want ring, lane and bypass on", a)
+	if a.NoRxRing || a.NoQdiscBypass || a.RingTimeout != 0 || !a.Lane || a.SparseFPS != dataplane.DefaultSparseFPS {
+		t.Errorf("defaults: got %+v, want ring, lane and bypass on, SparseFPS %d", a, dataplane.DefaultSparseFPS)
+	}
+	if o := c.Ports[2].Options(); o.SparseFPS != 0 || !o.Lane {
+		t.Errorf("rx_sparse_fps: 0: got %+v, want SparseFPS 0 with the lane", o)
+	}
+	if o := c.Ports[3].Options(); o.SparseFPS != 120000 {
+		t.Errorf("rx_sparse_fps: 120000: got SparseFPS %d", o.SparseFPS)
 	}
 	if !b.NoRxRing || !b.NoQdiscBypass || b.RingTimeout != 2*time.Millisecond || b.Lane {
 		t.Errorf("explicit: got %+v, want ring off, bypass off, 2ms, lane off", b)

@@ -23,11 +23,14 @@ package afpacket
 // before every node has acknowledged COMMIT.
 
 import (
+	"errors"
 	"net"
+	"os"
 	"syscall"
 
 	"github.com/mdlayher/packet"
 	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/prismd/prismd/internal/mmsg"
 )
@@ -93,10 +96,69 @@ type lane struct {
 	rx   *mmsg.Recv
 }
 
+// Fanout: the ring socket and the lane share one PACKET_FANOUT group whose
+// classic BPF program returns 1 (the lane, second member) for the lane's
+// frames and 0 (the ring) for the rest. The kernel runs the group's program
+// once per frame and hands the frame to exactly one member, so the program
+// can be swapped (PACKET_FANOUT_DATA, one setsockopt) while traffic flows
+// without a frame reaching both sockets or neither: two per-socket filters
+// swapped one after the other would duplicate or lose the frames that came
+// between the two calls. This is what lets the lane widen to every PRISM
+// frame while traffic is sparse (SetLaneAll).
+const (
+	// fanoutFlags: a classic BPF group with a kernel-chosen id, and the
+	// group skips the port's own transmissions, as PACKET_IGNORE_OUTGOING
+	// does for a socket outside a group (the group's hook replaces the
+	// sockets' own).
+	fanoutFlags = unix.PACKET_FANOUT_CBPF | unix.PACKET_FANOUT_FLAG_IGNORE_OUTGOING
+)
+
+// fanoutProg is the group's program: for all, 1 (the lane) for every
+// frame; otherwise classFilter's test for the classes in mask, returning a
+// member index. The kernel runs a fanout program on the frame as the
+// protocol handlers see it, past the Ethernet header (a socket filter sees
+// the header), so the EtherType comes from skb->protocol and the class
+// byte is at offset classOff-14.
+func fanoutProg(mask uint16, all bool) []bpf.RawInstruction {
+	if all {
+		return mustAssemble([]bpf.Instruction{bpf.RetConstant{Val: 1}})
+	}
+	const off = classOff - 14
+	return mustAssemble([]bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtProto},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: prismEtherType, SkipTrue: 10},
+		bpf.LoadExtension{Num: bpf.ExtLen},
+		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: off + 1, SkipTrue: 8},
+		bpf.LoadAbsolute{Off: off, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: maxLaneClass, SkipTrue: 6},
+		bpf.TAX{},
+		bpf.LoadConstant{Dst: bpf.RegA, Val: 1},
+		bpf.ALUOpX{Op: bpf.ALUOpShiftLeft},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: uint32(mask)},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
+		bpf.RetConstant{Val: 1},
+		bpf.RetConstant{Val: 0},
+	})
+}
+
 // openLane opens the lane for the classes in mask on ifi with a receive
-// buffer of bufSize bytes.
-func openLane(ifi *net.Interface, mask uint16, bufSize, maxBatch int) (*lane, error) {
-	conn, err := packet.Listen(ifi, packet.Raw, prismEtherType, &packet.Config{Filter: laneFilter(mask)})
+// buffer of bufSize bytes, in a fanout group with the ring socket ringRC
+// when the kernel allows it (fanout reports whether it did); otherwise
+// bound to the PRISM EtherType with a filter of its own, beside the ring
+// socket's complementary filter.
+func openLane(ifi *net.Interface, ringRC syscall.RawConn, mask uint16, bufSize, maxBatch int) (l *lane, fanout bool, err error) {
+	if l, err = joinLane(ifi, ringRC, mask, bufSize, maxBatch); err == nil {
+		return l, true, nil
+	}
+	if l, err = listenLane(ifi, prismEtherType, laneFilter(mask), bufSize, maxBatch); err != nil {
+		return nil, false, err
+	}
+	return l, false, nil
+}
+
+// listenLane opens a lane socket bound to etherType with filter.
+func listenLane(ifi *net.Interface, etherType int, filter []bpf.RawInstruction, bufSize, maxBatch int) (*lane, error) {
+	conn, err := packet.Listen(ifi, packet.Raw, etherType, &packet.Config{Filter: filter})
 	if err != nil {
 		return nil, err
 	}
@@ -114,8 +176,117 @@ func openLane(ifi *net.Interface, mask uint16, bufSize, maxBatch int) (*lane, er
 		_ = conn.Close()
 		return nil, cerr
 	}
-	_, _ = conn.Stats() // frames dropped before the dataplane started are not its drops
 	return &lane{conn: conn, rc: rc, rx: mmsg.NewRecv(maxBatch)}, nil
+}
+
+// joinLane opens the lane as the second member of a fanout group with the
+// ring socket. Until it has joined, the lane's filter drops everything (a
+// frame it read before would also have reached the ring); once it has, the
+// group's program alone decides and the filter goes.
+// On failure nothing is left changed but the ring socket's group, which
+// the caller's fallback does not mind: a group of one hands everything to
+// its one member, whose own filter still applies.
+func joinLane(ifi *net.Interface, ringRC syscall.RawConn, mask uint16, bufSize, maxBatch int) (*lane, error) {
+	l, err := listenLane(ifi, ethPAll, classFilter(0, 0, 0), bufSize, maxBatch)
+	if err != nil {
+		return nil, err
+	}
+	var id int
+	serr := control(ringRC, func(fd int) error {
+		if v, e := unix.GetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_FANOUT); e == nil && v != 0 {
+			id = v & 0xffff // already in the group (a second lane is not opened; kept for safety)
+			return nil
+		}
+		if e := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_FANOUT,
+			(fanoutFlags|unix.PACKET_FANOUT_FLAG_UNIQUEID)<<16); e != nil {
+			return os.NewSyscallError("setsockopt PACKET_FANOUT", e)
+		}
+		v, e := unix.GetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_FANOUT)
+		if e != nil {
+			return os.NewSyscallError("getsockopt PACKET_FANOUT", e)
+		}
+		id = v & 0xffff
+		return setFanoutProg(fd, mask, false)
+	})
+	if serr == nil {
+		serr = control(l.rc, func(fd int) error {
+			if e := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_FANOUT, id|fanoutFlags<<16); e != nil {
+				return os.NewSyscallError("setsockopt PACKET_FANOUT (lane)", e)
+			}
+			return nil
+		})
+	}
+	if serr == nil {
+		serr = control(l.rc, detachFilter)
+	}
+	if serr != nil {
+		_ = l.conn.Close()
+		return nil, serr
+	}
+	return l, nil
+}
+
+// detachFilter removes the socket filter of fd.
+func detachFilter(fd int) error {
+	if e := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DETACH_FILTER, 0); e != nil {
+		return os.NewSyscallError("setsockopt SO_DETACH_FILTER", e)
+	}
+	return nil
+}
+
+// setFanoutProg installs the group program through a member's fd.
+func setFanoutProg(fd int, mask uint16, all bool) error {
+	raw := fanoutProg(mask, all)
+	filter := make([]unix.SockFilter, len(raw))
+	for i, ins := range raw {
+		filter[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if e := unix.SetsockoptSockFprog(fd, unix.SOL_PACKET, unix.PACKET_FANOUT_DATA, &prog); e != nil {
+		return os.NewSyscallError("setsockopt PACKET_FANOUT_DATA", e)
+	}
+	return nil
+}
+
+// control runs f on rc's fd and returns the first error of either.
+func control(rc syscall.RawConn, f func(fd int) error) error {
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// CanWidenLane reports whether SetLaneAll can move every frame to the lane
+// (a lane in a fanout group with the ring).
+func (s *Socket) CanWidenLane() bool { return s.fanout }
+
+// SetLaneAll moves every frame, of any EtherType, to the lane when all is
+// set, and back to the ring but for the lane's own classes (Options)
+// otherwise. While traffic is sparse a frame on the ring waits for its
+// block's timeout, and on the lane it does not: not only PRISM frames
+// but the TCP of the ranks' runtime channel crosses the switch. At high
+// rates the ring's one wakeup per block is cheaper. Frames already queued
+// stay where they are, so frames in flight across a switch may be
+// reordered. Safe for concurrent use; without a fanout lane it returns an
+// error.
+func (s *Socket) SetLaneAll(all bool) error {
+	if !s.fanout {
+		return errors.New("afpacket: no lane in a fanout group")
+	}
+	s.wideMu.Lock()
+	defer s.wideMu.Unlock()
+	if s.isClosed() {
+		return net.ErrClosed
+	}
+	if all == s.wide {
+		return nil
+	}
+	if err := control(s.rc, func(fd int) error { return setFanoutProg(fd, s.laneMask, all) }); err != nil {
+		return err
+	}
+	s.wide = all
+	return nil
 }
 
 // HasLane reports whether the socket has a control lane (Options.Lane with

@@ -94,6 +94,12 @@ type Socket struct {
 
 	// lane is the control lane (Options.Lane), nil without one.
 	lane *lane
+	// fanout: the lane and this socket share a fanout group (lane.go), so
+	// SetLaneAll can widen the lane; laneMask is the lane's own classes.
+	fanout   bool
+	laneMask uint16
+	wideMu   sync.Mutex
+	wide     bool // the lane takes every frame (SetLaneAll)
 
 	statsMu     sync.Mutex
 	kernelDrops uint64
@@ -164,10 +170,16 @@ func Open(name string, opts Options) (*Socket, error) {
 	}
 	s.rx = mmsg.NewRecv(s.max)
 	if s.ring != nil && mask != 0 {
-		if s.lane, err = openLane(ifi, mask, bufSize, s.max); err != nil {
+		if s.lane, s.fanout, err = openLane(ifi, rc, mask, bufSize, s.max); err != nil {
 			s.ring.unmap()
 			_ = s.tx.Close()
 			return fail(fmt.Errorf("control lane: %w", err))
+		}
+		s.laneMask = mask
+		if s.fanout {
+			// The group's program sorts frames now; the ring's own
+			// filter would only cost a second program run per frame.
+			_ = control(rc, detachFilter)
 		}
 	}
 	if s.ring != nil {
