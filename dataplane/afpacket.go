@@ -55,6 +55,8 @@ type PortOptions struct {
 	// 2 values on a spine-leaf lab; 8 ms without rings) and held back
 	// window-paced streams at jumbo MTU. The ring's one wakeup per block
 	// wins only at high frame rates (plain forwarding, DATA at MTU 1500).
+	// The ring itself is mapped only when the port first needs it: an idle
+	// ring's retire timer still fires every millisecond.
 	SparseFPS int
 }
 
@@ -173,7 +175,7 @@ func OpenAFPacket(name string, o PortOptions) (Port, error) {
 	}
 	s, err := afpacket.Open(name, afpacket.Options{SocketBuffer: o.SocketBuffer, MaxBatch: o.Batch,
 		RxRing: !o.NoRxRing, RingTimeout: o.RingTimeout, QdiscBypass: !o.NoQdiscBypass, Lane: o.Lane,
-		LaneClasses: laneClasses(o.LaneProgress)})
+		LaneClasses: laneClasses(o.LaneProgress), LazyRing: o.SparseFPS > 0})
 	if err != nil {
 		return nil, err
 	}

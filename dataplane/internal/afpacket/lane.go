@@ -27,6 +27,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/mdlayher/packet"
 	"golang.org/x/net/bpf"
@@ -113,15 +114,15 @@ const (
 	fanoutFlags = unix.PACKET_FANOUT_CBPF | unix.PACKET_FANOUT_FLAG_IGNORE_OUTGOING
 )
 
-// fanoutProg is the group's program: for all, 1 (the lane) for every
-// frame; otherwise classFilter's test for the classes in mask, returning a
-// member index. The kernel runs a fanout program on the frame as the
+// fanoutProg is the group's program: for all, laneIdx (the lane's index
+// in the group) for every frame; otherwise classFilter's test for the
+// classes in mask, returning a member index. The kernel runs a fanout program on the frame as the
 // protocol handlers see it, past the Ethernet header (a socket filter sees
 // the header), so the EtherType comes from skb->protocol and the class
 // byte is at offset classOff-14.
-func fanoutProg(mask uint16, all bool) []bpf.RawInstruction {
+func fanoutProg(mask uint16, all bool, laneIdx uint32) []bpf.RawInstruction {
 	if all {
-		return mustAssemble([]bpf.Instruction{bpf.RetConstant{Val: 1}})
+		return mustAssemble([]bpf.Instruction{bpf.RetConstant{Val: laneIdx}})
 	}
 	const off = classOff - 14
 	return mustAssemble([]bpf.Instruction{
@@ -136,18 +137,19 @@ func fanoutProg(mask uint16, all bool) []bpf.RawInstruction {
 		bpf.ALUOpX{Op: bpf.ALUOpShiftLeft},
 		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: uint32(mask)},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
-		bpf.RetConstant{Val: 1},
-		bpf.RetConstant{Val: 0},
+		bpf.RetConstant{Val: laneIdx},
+		bpf.RetConstant{Val: 1 - laneIdx},
 	})
 }
 
 // openLane opens the lane for the classes in mask on ifi with a receive
 // buffer of bufSize bytes, in a fanout group with the ring socket ringRC
-// when the kernel allows it (fanout reports whether it did); otherwise
+// when the kernel allows it (fanout reports whether it did), taking every
+// frame if all is set; otherwise
 // bound to the PRISM EtherType with a filter of its own, beside the ring
 // socket's complementary filter.
-func openLane(ifi *net.Interface, ringRC syscall.RawConn, mask uint16, bufSize, maxBatch int) (l *lane, fanout bool, err error) {
-	if l, err = joinLane(ifi, ringRC, mask, bufSize, maxBatch); err == nil {
+func openLane(ifi *net.Interface, ringRC syscall.RawConn, mask uint16, bufSize, maxBatch int, all bool) (l *lane, fanout bool, err error) {
+	if l, err = joinLane(ifi, ringRC, mask, bufSize, maxBatch, all); err == nil {
 		return l, true, nil
 	}
 	if l, err = listenLane(ifi, prismEtherType, laneFilter(mask), bufSize, maxBatch); err != nil {
@@ -186,7 +188,7 @@ func listenLane(ifi *net.Interface, etherType int, filter []bpf.RawInstruction, 
 // On failure nothing is left changed but the ring socket's group, which
 // the caller's fallback does not mind: a group of one hands everything to
 // its one member, whose own filter still applies.
-func joinLane(ifi *net.Interface, ringRC syscall.RawConn, mask uint16, bufSize, maxBatch int) (*lane, error) {
+func joinLane(ifi *net.Interface, ringRC syscall.RawConn, mask uint16, bufSize, maxBatch int, all bool) (*lane, error) {
 	l, err := listenLane(ifi, ethPAll, classFilter(0, 0, 0), bufSize, maxBatch)
 	if err != nil {
 		return nil, err
@@ -206,7 +208,7 @@ func joinLane(ifi *net.Interface, ringRC syscall.RawConn, mask uint16, bufSize, 
 			return os.NewSyscallError("getsockopt PACKET_FANOUT", e)
 		}
 		id = v & 0xffff
-		return setFanoutProg(fd, mask, false)
+		return setFanoutProg(fd, mask, all, 1)
 	})
 	if serr == nil {
 		serr = control(l.rc, func(fd int) error {
@@ -235,8 +237,8 @@ func detachFilter(fd int) error {
 }
 
 // setFanoutProg installs the group program through a member's fd.
-func setFanoutProg(fd int, mask uint16, all bool) error {
-	raw := fanoutProg(mask, all)
+func setFanoutProg(fd int, mask uint16, all bool, laneIdx uint32) error {
+	raw := fanoutProg(mask, all, laneIdx)
 	filter := make([]unix.SockFilter, len(raw))
 	for i, ins := range raw {
 		filter[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
@@ -282,11 +284,78 @@ func (s *Socket) SetLaneAll(all bool) error {
 	if all == s.wide {
 		return nil
 	}
-	if err := control(s.rc, func(fd int) error { return setFanoutProg(fd, s.laneMask, all) }); err != nil {
+	if s.lazy && !s.ringReady.Load() {
+		if !all {
+			if s.ringFailed {
+				return errors.New("afpacket: the receive ring could not be mapped; the lane keeps every frame")
+			}
+			// The reader maps the ring (preRing) and then installs the
+			// program for s.wide; wake it if it waits for frames.
+			s.ringWant.Store(true)
+			_ = s.conn.SetReadDeadline(time.Now())
+		}
+		s.wide = all
+		return nil
+	}
+	if err := control(s.rc, func(fd int) error { return setFanoutProg(fd, s.laneMask, all, s.laneIdx) }); err != nil {
 		return err
 	}
 	s.wide = all
 	return nil
+}
+
+// preRing reads the socket of a lazy ring before the ring exists (ringMu
+// held): what is queued on it (frames that came before it joined the
+// group), then, once SetLaneAll has asked for the ring, the ring is mapped
+// (done false: read it). done with n 0 and a nil error never happens.
+func (s *Socket) preRing(bufs [][]byte, sizes []int) (done bool, n, truncated int, err error) {
+	if !s.ringWant.Load() {
+		n, truncated, err = s.recvmmsg(s.rc, s.rx, bufs, sizes)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return false, 0, 0, nil // SetLaneAll woke us
+		}
+		return true, n, truncated, err
+	}
+	// Frames queued before the ring would be stranded by it: read them now.
+	if len(bufs) > s.rx.Max() {
+		bufs = bufs[:s.rx.Max()]
+	}
+	s.rx.Prepare(bufs)
+	_ = s.rc.Control(func(fd uintptr) { s.rx.Read(fd) })
+	if k, errno := s.rx.Result(); errno == 0 && k > 0 {
+		for i := 0; i < k; i++ {
+			if sizes[i] = s.rx.Size(i, len(bufs[i])); sizes[i] == 0 {
+				truncated++
+			}
+		}
+		return true, k, truncated, nil
+	}
+	s.makeRing()
+	return false, 0, 0, nil
+}
+
+// makeRing maps the lazy ring (reader, ringMu held). On failure the socket
+// stays ringless and SetLaneAll(false) reports it.
+func (s *Socket) makeRing() {
+	s.wideMu.Lock()
+	defer s.wideMu.Unlock()
+	s.ringWant.Store(false)
+	_ = s.conn.SetReadDeadline(time.Time{})
+	var r *ring
+	err := control(s.rc, func(fd int) (e error) { r, e = setupRing(fd, s.ringBytes, s.ringTov, s.ifi.MTU); return })
+	if err != nil {
+		s.ringFailed, s.wide = true, true
+		return
+	}
+	// Mapping the ring took the socket out of the group and back in at
+	// the end (packet_set_ring): the lane is member 0 now. Until the
+	// program below says so, lane frames reach the ring, where they are
+	// read all the same.
+	s.laneIdx = 0
+	_ = control(s.rc, func(fd int) error { return setFanoutProg(fd, s.laneMask, s.wide, s.laneIdx) })
+	s.ring = r
+	s.ringWait = func(uintptr) bool { return r.ready() }
+	s.ringReady.Store(true)
 }
 
 // HasLane reports whether the socket has a control lane (Options.Lane with

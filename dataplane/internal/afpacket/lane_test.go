@@ -181,20 +181,34 @@ func TestLaneTakesItsClassesOnly(t *testing.T) {
 // lane keeping its CONTROL), and however often it flips while frames flow,
 // each frame reaches exactly one of the two receive paths: none lost,
 // none read twice.
+//
+// With LazyRing the socket starts with every frame on the lane and no
+// ring; the first SetLaneAll(false) has the reading goroutine map the ring
+// (which moves the socket within the group), and from then on the modes
+// behave as with a ring from the start.
 func TestLaneWidensExactlyOnce(t *testing.T) {
+	for _, lazy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("LazyRing=%v", lazy), func(t *testing.T) { laneWidens(t, lazy) })
+	}
+}
+
+func laneWidens(t *testing.T, lazy bool) {
 	a, b := vethPair(t)
 	tx, err := Open(a, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Close()
-	rx, err := Open(b, Options{RxRing: true, Lane: true})
+	rx, err := Open(b, Options{RxRing: true, Lane: true, LazyRing: lazy})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rx.Close()
 	if !rx.CanWidenLane() {
 		t.Fatal("the lane did not join a fanout group with the ring (PACKET_FANOUT with IGNORE_OUTGOING needs Linux 4.20+)")
+	}
+	if lazy && (rx.ring != nil || !rx.wide) {
+		t.Fatal("a lazy ring was mapped at Open, or the lane does not take every frame")
 	}
 	if none, err := Open(b, Options{RxRing: true}); err != nil {
 		t.Fatal(err)
@@ -252,6 +266,11 @@ func TestLaneWidensExactlyOnce(t *testing.T) {
 	for _, wide := range []bool{true, false, true, false} {
 		if err := rx.SetLaneAll(wide); err != nil {
 			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(2 * time.Second); !wide && rx.lazy && !rx.ringReady.Load(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the reader did not map the lazy ring within 2 s of SetLaneAll(false)")
+			}
 		}
 		if _, err := tx.SendBatch([][]byte{seqFrame(prismEtherType, 2, 1), seqFrame(0x0800, 2, 2), seqFrame(prismEtherType, classControl, 3)}); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,6 +46,14 @@ type Options struct {
 	// (RecvLane) that returns each one at once instead of after the ring's
 	// block timeout (lane.go).
 	Lane bool
+	// LazyRing, with a lane, maps the ring only when SetLaneAll(false)
+	// first asks for it; until then every frame takes the lane. An idle
+	// ring is not free: its block retire timer fires every RingTimeout,
+	// and on a VM each of those interrupts is expensive (a 1M FP32
+	// collective on the spine-leaf-jumbo lab, 7 ports, took about 20%
+	// longer with idle rings than with none). Without a fanout lane the
+	// ring is mapped at Open as without LazyRing.
+	LazyRing bool
 	// LaneClasses adds PRISM classes to the lane (bit c for class c, up to
 	// 15): an end host puts PROGRESS there, whose frames are too few to
 	// fill ring blocks and pace its send window. With RxRing, a non-zero
@@ -100,6 +109,18 @@ type Socket struct {
 	laneMask uint16
 	wideMu   sync.Mutex
 	wide     bool // the lane takes every frame (SetLaneAll)
+	// A lazy ring (Options.LazyRing) is made by the reading goroutine
+	// once ringWant is set; until then the socket is read with recvmmsg.
+	// Making it moves the socket to the end of the fanout group, so the
+	// lane's index there (laneIdx, under wideMu) becomes 0.
+	lazy       bool
+	ringWant   atomic.Bool
+	ringReady  atomic.Bool
+	ringFailed bool // under wideMu
+	laneIdx    uint32
+	ringBytes  int
+	ringTov    time.Duration
+	preSizes   []int
 
 	statsMu     sync.Mutex
 	kernelDrops uint64
@@ -140,6 +161,11 @@ func Open(name string, opts Options) (*Socket, error) {
 	if bufSize <= 0 {
 		bufSize = DefaultSocketBuffer
 	}
+	tov := opts.RingTimeout
+	if tov <= 0 {
+		tov = DefaultRingTimeout
+	}
+	lazy := opts.RxRing && opts.LazyRing && mask != 0
 	var serr error
 	cerr := rc.Control(func(fd uintptr) {
 		if serr = setRecvOpts(fd, bufSize); serr != nil {
@@ -148,11 +174,7 @@ func Open(name string, opts Options) (*Socket, error) {
 		if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize); e != nil {
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
 		}
-		if opts.RxRing {
-			tov := opts.RingTimeout
-			if tov <= 0 {
-				tov = DefaultRingTimeout
-			}
+		if opts.RxRing && !lazy {
 			s.ring, serr = setupRing(int(fd), bufSize, tov, ifi.MTU)
 		}
 	})
@@ -169,13 +191,28 @@ func Open(name string, opts Options) (*Socket, error) {
 		return fail(err)
 	}
 	s.rx = mmsg.NewRecv(s.max)
-	if s.ring != nil && mask != 0 {
-		if s.lane, s.fanout, err = openLane(ifi, rc, mask, bufSize, s.max); err != nil {
-			s.ring.unmap()
+	if opts.RxRing && mask != 0 {
+		if s.lane, s.fanout, err = openLane(ifi, rc, mask, bufSize, s.max, lazy); err != nil {
+			if s.ring != nil {
+				s.ring.unmap()
+			}
 			_ = s.tx.Close()
 			return fail(fmt.Errorf("control lane: %w", err))
 		}
-		s.laneMask = mask
+		if lazy && !s.fanout {
+			// No fanout group to hand frames to the lane meanwhile: the
+			// ring now, as without LazyRing.
+			lazy = false
+			if err := control(rc, func(fd int) (e error) { s.ring, e = setupRing(fd, bufSize, tov, ifi.MTU); return }); err != nil {
+				_ = s.lane.conn.Close()
+				_ = s.tx.Close()
+				return fail(err)
+			}
+		}
+		s.laneMask, s.laneIdx = mask, 1
+		s.lazy, s.wide = lazy, lazy
+		s.ringBytes, s.ringTov = bufSize, tov
+		s.preSizes = make([]int, s.max)
 		if s.fanout {
 			// The group's program sorts frames now; the ring's own
 			// filter would only cost a second program run per frame.
@@ -211,7 +248,7 @@ func (s *Socket) MTU() int { return s.ifi.MTU }
 // buffer is reported with sizes[i] = 0 and counted in truncated.
 // After Close it returns net.ErrClosed.
 func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (n, truncated int, err error) {
-	if s.ringWait != nil {
+	if s.ringWait != nil || s.lazy {
 		return s.recvRing(bufs, sizes)
 	}
 	return s.recvmmsg(s.rc, s.rx, bufs, sizes)
@@ -266,8 +303,14 @@ func (s *Socket) recvRing(bufs [][]byte, sizes []int) (n, truncated int, err err
 	s.ringMu.Lock()
 	defer s.ringMu.Unlock()
 	for {
-		if s.ring == nil || s.isClosed() {
+		if s.isClosed() || s.ring == nil && !s.lazy {
 			return 0, 0, net.ErrClosed
+		}
+		if s.ring == nil {
+			if done, n, truncated, err := s.preRing(bufs, sizes); done {
+				return n, truncated, err
+			}
+			continue
 		}
 		if n, truncated = s.ring.recv(bufs, sizes); n > 0 {
 			return n, truncated, nil
@@ -286,7 +329,7 @@ func (s *Socket) recvRing(bufs [][]byte, sizes []int) (n, truncated int, err err
 // Lends reports whether RecvLent lends frames in place (the socket has a
 // ring); without one it has nothing to lend and RecvBatch is the way to
 // read.
-func (s *Socket) Lends() bool { return s.ringWait != nil }
+func (s *Socket) Lends() bool { return s.ringWait != nil || s.lazy }
 
 // RecvLent is RecvBatch without the copy out of the ring: frames[i] is set
 // to the i-th frame in place in the mapped ring, or to bufs[i] holding it
@@ -307,12 +350,29 @@ func (s *Socket) RecvLent(bufs, frames [][]byte) (n, truncated int, err error) {
 		frames = frames[:len(bufs)]
 	}
 	for {
-		if s.ring == nil || s.isClosed() {
+		if s.isClosed() || s.ring == nil && !s.lazy {
 			if s.ring != nil {
 				s.ring.giveBack()
 			}
 			s.ringMu.Unlock()
 			return 0, 0, net.ErrClosed
+		}
+		if s.ring == nil {
+			// No ring yet: frames are copied into bufs, nothing is lent.
+			bufs = bufs[:min(len(bufs), s.max)]
+			sizes := s.preSizes[:len(bufs)]
+			done, n, truncated, err := s.preRing(bufs, sizes)
+			if !done {
+				continue
+			}
+			for i := 0; i < n; i++ {
+				frames[i] = bufs[i][:sizes[i]]
+				if sizes[i] == 0 {
+					frames[i] = nil
+				}
+			}
+			s.ringMu.Unlock()
+			return n, truncated, err
 		}
 		s.ring.giveBack()
 		if n, truncated = s.ring.lend(bufs, frames); n > 0 {
