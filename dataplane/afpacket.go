@@ -200,6 +200,7 @@ type laneNarrower interface{ keepLaneNarrow() }
 // is read.
 func (p *afPort) keepLaneNarrow() {
 	if p.sparse != nil {
+		_ = p.s.MapRing() // now: nothing reads the port yet
 		_ = p.s.SetLaneAll(false)
 		p.sparse = nil
 	}

@@ -567,3 +567,52 @@ func TestSparseLaneFollowsRate(t *testing.T) {
 	}
 	t.Logf("%d frames forwarded once each across %d lane/ring switches", seq, st.LaneSwitches)
 }
+
+// TestIngressFaultKeepsLaneNarrow: lane frames do not pass through an
+// ingress fault, so a port wrapped in one keeps only CONTROL on its lane:
+// the DATA the fault must impair is read from the ring, through the fault.
+func TestIngressFaultKeepsLaneNarrow(t *testing.T) {
+	pa, pb := vethPorts(t, dataplane.PortOptions{NoRxRing: true}, dataplane.PortOptions{Lane: true, SparseFPS: dataplane.DefaultSparseFPS})
+	if st := pb.Stats(); !st.LaneAll {
+		t.Fatal("a port with SparseFPS does not start on its lane")
+	}
+	fp := dataplane.WithFault(pb, dataplane.Fault{Ingress: dataplane.IngressFault{DropPercent: 100}})
+	if st := fp.Stats(); st.LaneAll {
+		t.Fatal("behind an ingress fault the port still reads every frame on its lane")
+	}
+	// Every DATA frame must meet the fault (100% loss) on the read path.
+	data := testFrame(pb.MAC(), pa.MAC(), 0x88B5, 64, 0)
+	data[15] = 2 // class DATA
+	for i := 0; i < 20; i++ {
+		if _, err := pa.WriteBatch([][]byte{data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, ok := pb.(dataplane.Laner)
+	if !ok {
+		t.Fatal("the port has no lane")
+	}
+	got := make(chan int, 1)
+	go func() {
+		bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+		n, _ := l.ReadLane(bufs, sizes)
+		got <- n
+	}()
+	select {
+	case n := <-got:
+		t.Fatalf("%d DATA frames came out of the lane, past the ingress fault", n)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if st := fp.Stats(); st.Fault.IngressDrops == 0 {
+		// Nothing read them yet: read through the fault.
+		bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+		done := make(chan struct{})
+		go func() { defer close(done); fp.ReadBatch(bufs, sizes) }()
+		time.Sleep(200 * time.Millisecond)
+		if st := fp.Stats(); st.Fault.IngressDrops == 0 {
+			t.Fatal("the DATA frames did not meet the ingress fault")
+		}
+		fp.Close()
+		<-done
+	}
+}

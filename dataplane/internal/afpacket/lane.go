@@ -334,6 +334,23 @@ func (s *Socket) preRing(bufs [][]byte, sizes []int) (done bool, n, truncated in
 	return false, 0, 0, nil
 }
 
+// MapRing maps a lazy ring at once, for a caller about to narrow the lane
+// before anything reads the socket (SetLaneAll(false) otherwise leaves the
+// mapping to the reader, and frames keep taking the lane until it has).
+// Without a lazy ring it does nothing.
+func (s *Socket) MapRing() error {
+	s.ringMu.Lock()
+	defer s.ringMu.Unlock()
+	if !s.lazy || s.ring != nil || s.isClosed() {
+		return nil
+	}
+	s.makeRing()
+	if !s.ringReady.Load() {
+		return errors.New("afpacket: the receive ring could not be mapped")
+	}
+	return nil
+}
+
 // makeRing maps the lazy ring (reader, ringMu held). On failure the socket
 // stays ringless and SetLaneAll(false) reports it.
 func (s *Socket) makeRing() {
