@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -243,7 +245,10 @@ func (e *env) comms(job uint64, hosts ...string) []*host.Comm {
 // ---- the collectives on the shipped topologies ----
 
 func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
-	e := up(t, topo, hosts[0], am.Config{})
+	// Preparation on: each collective below differs from the one before, so
+	// every prepared operation is ABORTed on the real switches (mismatch),
+	// and the repeated ones at the end are granted prepared operations.
+	e := up(t, topo, hosts[0], am.Config{Prepare: true})
 	cs := e.comms(1, hosts...)
 	seed := uint64(1)
 	for _, c := range []struct {
@@ -262,7 +267,42 @@ func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
 			r.check(t, c.coll, c.root)
 		})
 	}
+	t.Run("repeated-prepared", func(t *testing.T) {
+		used0 := e.amCounter(`prismd_am_prepared_operations_total{outcome="used"}`)
+		for i := 0; i < 3; i++ {
+			seed++
+			r := collective(cs, "allreduce", 0, 1000, seed, &host.Options{Acc: "kulisch"})
+			r.check(t, "allreduce", 0)
+		}
+		// The first of the three follows a REDUCE: only the next two can
+		// have been prepared for.
+		if used := e.amCounter(`prismd_am_prepared_operations_total{outcome="used"}`) - used0; used < 2 {
+			t.Errorf("%v of 3 identical collectives in a row were granted prepared operations, want at least 2", used)
+		}
+	})
 	e.checkNodeMACsLearned(hosts[0])
+}
+
+// amCounter reads one sample of the AM's /metrics.
+func (e *env) amCounter(series string) float64 {
+	e.t.Helper()
+	resp, err := http.Get(e.url + "/metrics")
+	if err != nil {
+		e.t.Fatalf("AM metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				e.t.Fatalf("AM metrics: %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	e.t.Fatalf("AM metrics have no %s", series)
+	return 0
 }
 
 // checkNodeMACsLearned checks that the switch amHost hangs off has learned,

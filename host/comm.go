@@ -88,6 +88,15 @@ type Comm struct {
 	rxErr  error
 	done   chan struct{}
 
+	// reports carries the done reports of successful collectives to the
+	// reporter goroutine (report.go); reportErr is the first one the AM
+	// did not take, returned by Close.
+	reports       chan doneReport
+	reportDone    chan struct{}
+	reportMu      sync.RWMutex // senders hold it shared; stopReporter to close reports
+	reportsClosed bool         // under reportMu
+	reportErr     error        // under mu
+
 	// slabs holds the DATA replay buffers of finished collectives for the
 	// next ones (takeSlab), under slabMu.
 	slabMu sync.Mutex
@@ -160,8 +169,10 @@ func NewCommConn(ctx context.Context, cfg Config, conn Conn) (*Comm, error) {
 }
 
 func newComm(cfg Config, conn Conn, cl *am.Client) *Comm {
-	c := &Comm{slabs: stream.BufferPool{MaxPerSize: maxSlabsPerSize}, cfg: cfg, conn: conn, bconn: asBatch(conn), client: cl, done: make(chan struct{})}
+	c := &Comm{slabs: stream.BufferPool{MaxPerSize: maxSlabsPerSize}, cfg: cfg, conn: conn, bconn: asBatch(conn), client: cl, done: make(chan struct{}),
+		reports: make(chan doneReport, reportQueue), reportDone: make(chan struct{})}
 	c.ops.Store(&opTable{})
+	go c.reporter()
 	copy(c.mac[:], conn.MAC())
 	return c
 }
@@ -179,7 +190,9 @@ func (c *Comm) Rank() int { return c.cfg.Rank }
 // Size returns the number of ranks.
 func (c *Comm) Size() int { return c.cfg.Size }
 
-// Close stops the Comm. Running collectives fail with ErrClosed.
+// Close stops the Comm. Running collectives fail with ErrClosed. It waits
+// for the done reports of finished collectives to reach the AM (each
+// bounded by reportTimeout) and returns the first that did not.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -190,7 +203,11 @@ func (c *Comm) Close() error {
 	c.mu.Unlock()
 	err := c.conn.Close()
 	<-c.done
-	return err
+	c.stopReporter()
+	c.mu.Lock()
+	rerr := c.reportErr
+	c.mu.Unlock()
+	return errors.Join(err, rerr)
 }
 
 // loop is the event loop (see Comm).

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -531,5 +532,52 @@ func TestSwitchLostOperationFailsFast(t *testing.T) {
 	}
 	if el > 10*time.Second {
 		t.Errorf("the ranks failed after %v: a lost operation must end them at once, not at their timeout", el)
+	}
+}
+
+// TestDoneReportedAfterReturn: a successful collective returns before its
+// done report reached the AM (the report goes out in the background), yet
+// every report arrives, in order, and Close returns only once they have:
+// after Close the AM has every rank's report for every operation and has
+// released each. A report the AM refuses comes back from Close.
+func TestDoneReportedAfterReturn(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	var ids []string
+	var comms []*Comm
+	for i := 0; i < 4; i++ {
+		rs := runRanks(t, f, url, uint64(3+i), []string{"h1", "h2"}, "allreduce", 0, 500, nil, nil)
+		checkExact(t, rs, "allreduce", 0)
+		ids = append(ids, rs[0].stats.Grant.ID)
+		for _, rr := range rs {
+			comms = append(comms, rr.comm)
+		}
+	}
+	for _, c := range comms {
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	cl := am.NewClient(url)
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := cl.Op(ctx, id)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.RanksDone) != 2 {
+			t.Fatalf("op %s: ranks done %v after Close, want both", id, st.RanksDone)
+		}
+	}
+	// A report for an operation the AM does not know fails, and Close says so.
+	rr := &rankRun{conn: f.attach("h1")}
+	c, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 9, Coordinator: url, Node: "h1"}, rr.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.report(doneReport{id: "3-0-1-999-1", coll: "allreduce", req: am.DoneRequest{Rank: 0, OK: true}})
+	if err := c.Close(); err == nil || !strings.Contains(err.Error(), "3-0-1-999-1") {
+		t.Fatalf("Close after a refused report: %v, want an error naming the operation", err)
 	}
 }

@@ -220,14 +220,11 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	st.ResultDups = res.dups
 	st.KernelDrops = c.kernelDrops() - drops0
 	if runErr == nil {
-		// Report without waiting: the AM checks every node and RELEASEs
-		// in the background (the loop answers late RESULT meanwhile).
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := c.client.Done(dctx, g.ID, am.DoneRequest{Rank: c.cfg.Rank, OK: true})
-		cancel()
-		if err != nil {
-			return st, &OpError{Collective: coll, Rank: c.cfg.Rank, Op: g.ID, Stage: "done", Err: err}
-		}
+		// The result is complete and exact here: the report that lets the
+		// AM check every node and RELEASE goes out in the background
+		// (report.go), so the rank's next collective does not wait for
+		// that HTTP round trip.
+		c.report(doneReport{id: g.ID, coll: coll, req: am.DoneRequest{Rank: c.cfg.Rank, OK: true}})
 		return st, nil
 	}
 	e := &OpError{Collective: coll, Rank: c.cfg.Rank, Op: g.ID, Stage: "data", Err: runErr}

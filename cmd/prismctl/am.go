@@ -36,6 +36,8 @@ func runAM(args []string) int {
 	barrier := fs.Duration("barrier-timeout", 2*time.Minute, "how long ranks of one invocation wait for each other")
 	quiet := fs.Bool("quiet", false, "do not log setup events")
 	window := fs.Uint("window", 0, "intervals (frames) in flight per stream, 1..65535 (0 = the AM's default); switches' CAPS bound it")
+	prepare := fs.Bool("prepare", true, "install a job's next invocation (same parameters and hosts) while the current one runs, so its grant needs no CONTROL exchange; an unused one is ABORTed after --prepare-ttl")
+	prepareTTL := fs.Duration("prepare-ttl", 0, "how long a prepared operation waits for its ranks (0 = min(2s, half the operation timeout))")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl am --topology FILE --iface IF [--listen :7000]")
 		fs.PrintDefaults()
@@ -55,6 +57,9 @@ func runAM(args []string) int {
 	if *timeoutMS < 1 || *timeoutMS > 600000 {
 		return amFlagErr(fs, "--timeout-ms %d: use 1..600000", *timeoutMS)
 	}
+	if *prepareTTL < 0 {
+		return amFlagErr(fs, "--prepare-ttl %v: use 0 (the default) or a positive duration", *prepareTTL)
+	}
 	if *window > 65535 {
 		return amFlagErr(fs, "--window %d: use 1..65535 intervals (0 for the default)", *window)
 	}
@@ -69,7 +74,7 @@ func runAM(args []string) int {
 		return 1
 	}
 	cfg := am.Config{Topology: t, Conn: conn, RTO: *rto, CtlTimeout: *ctlTimeout, BarrierTimeout: *barrier,
-		DefaultTimeoutMS: uint32(*timeoutMS), Window: am.Window{Intervals: uint16(*window)}}
+		DefaultTimeoutMS: uint32(*timeoutMS), Window: am.Window{Intervals: uint16(*window)}, Prepare: *prepare, PrepareTTL: *prepareTTL}
 	if *quiet {
 		cfg.Logf = func(string, ...any) {}
 	}

@@ -15,6 +15,9 @@
 //     Transaction ID and identical bytes until the ACK or a bounded timeout);
 //   - Operation ID and generation allocation (a reused Operation ID always gets
 //     a strictly newer generation);
+//   - preparation (prepare.go, Config.Prepare): a job's next invocation is set
+//     up while the current one runs, and granted without a CONTROL exchange
+//     when its ranks ask for exactly that, ABORTed otherwise;
 //   - its Prometheus metrics (metrics.go: a registry per Manager, served at
 //     GET /metrics next to the runtime channel).
 //

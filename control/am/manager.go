@@ -45,6 +45,14 @@ type Config struct {
 	// Watchdog is the period of the progress check of a granted operation
 	// whose ranks have not all reported (default 3 x timeout + 10s).
 	Watchdog time.Duration
+	// Prepare installs the operation of a job's next invocation (Seq+1,
+	// same parameters and rank hosts) as soon as the current one is
+	// granted, so its grant needs no CONTROL exchange (prepare.go).
+	// prismctl am turns it on (--prepare); off in a zero Config.
+	Prepare bool
+	// PrepareTTL is how long a prepared operation waits for its ranks
+	// before it is ABORTed (default min(2s, half the operation timeout)).
+	PrepareTTL time.Duration
 	// Logf logs setup events; nil means log.Printf.
 	Logf func(format string, args ...any)
 }
@@ -117,6 +125,7 @@ type Manager struct {
 
 	mu        sync.Mutex
 	invs      map[invKey]*invocation
+	prep      map[invKey]*prepared // operations installed ahead of their invocation
 	ops       map[string]*operation
 	nextOpID  map[opIDKey]uint16
 	lastGen   map[genKey]uint32
@@ -155,7 +164,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, logf: cfg.Logf,
 		genBase: uint32(time.Now().Unix()),
-		invs:    map[invKey]*invocation{}, ops: map[string]*operation{}, nextOpID: map[opIDKey]uint16{},
+		invs:    map[invKey]*invocation{}, prep: map[invKey]*prepared{}, ops: map[string]*operation{}, nextOpID: map[opIDKey]uint16{},
 		lastGen: map[genKey]uint32{}, groupGen: map[opIDKey]groupInfo{}, capsCache: map[string]capsEntry{}}
 	m.metrics = newAMMetrics(m)
 	m.ctl = newCtlClient(cfg.Conn, cfg.RTO, cfg.CtlTimeout, m.metrics)
@@ -170,7 +179,17 @@ func New(cfg Config) (*Manager, error) {
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	m.closed = true
+	prep := m.prep
+	m.prep = map[invKey]*prepared{}
 	m.mu.Unlock()
+	for _, pr := range prep {
+		go func() {
+			<-pr.ready
+			if pr.timer != nil {
+				pr.timer.Stop() // left to the nodes' timeouts, as installed operations are
+			}
+		}()
+	}
 	return m.cfg.Conn.Close()
 }
 
@@ -420,81 +439,20 @@ func (m *Manager) runInvocation(inv *invocation) {
 			hosts[r].MAC = mac
 		}
 	}
-	tree, err := BuildTree(m.cfg.Topology, hosts)
-	if err != nil {
-		fail(&APIError{Code: CodeTopology, Message: err.Error()})
-		return
-	}
-	win := m.cfg.Window
-	// 64 intervals in flight per stream: measured on 2 loaded cores, deeper
-	// windows (256, 1024) turn every spurious 20 ms retransmission timeout
-	// into a burst of hundreds of frames and the fabric collapses; 64
-	// keeps a 1500-byte-MTU FP32 stream at ~23k elements in flight. A
-	// Kulisch-280 partial (40 values per frame) is then the narrowest
-	// stream of a tree; raise Config.Window where RTTs are steady.
-	if win.Intervals == 0 {
-		win.Intervals = 64
-	}
-	if win.ReplayDepth == 0 {
-		// A sender holds every unacknowledged frame for replay, so the
-		// replay depth is what it can have in flight: a window deeper
-		// than it would be unusable.
-		win.ReplayDepth = win.Intervals
-	}
-	if win.Bytes == 0 {
-		win.Bytes = uint32(win.Intervals) * uint32(inv.p.MTU)
-	}
-	// win.Elements 0: each node's element window is sized in setup for
-	// the formats it receives (nodeElements).
-	var op *operation
-	var pl *plan
-	var retryID *uint16
 	start := time.Now()
-	for attempt := 0; ; attempt++ {
-		var err error
-		pl, err = buildPlan(tree, inv.p, win)
-		if err != nil {
-			fail(&APIError{Code: CodeTopology, Message: err.Error()})
-			return
-		}
-		op = &operation{id: m.allocate(inv, retryID), inv: inv, tree: tree, plan: pl, size: inv.p.Size,
-			final: make(chan struct{}), state: "setup", nodes: map[string]*NodeStatus{}, done: map[int]DoneRequest{}}
-		for _, n := range tree.Nodes {
-			ns := &NodeStatus{Name: n.Name, Role: n.Role.String(), MAC: n.MAC.String(), State: "NONE"}
-			if n.Parent != nil {
-				ns.Parent = n.Parent.Parent
-			}
-			op.nodes[n.Name] = ns
-		}
+	op := m.takePrepared(inv, hosts)
+	how := "active (prepared ahead)"
+	if op != nil {
 		m.mu.Lock()
 		inv.op = op
-		m.ops[op.id.Key()] = op
 		m.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 4*m.cfg.CtlTimeout+time.Duration(len(tree.Nodes))*time.Millisecond)
-		aerr := m.setup(ctx, op)
-		cancel()
-		if aerr == nil {
-			break
+	} else {
+		how = "active"
+		if op = m.setupInvocation(inv, hosts, fail); op == nil {
+			return
 		}
-		m.logf("am: op %s setup failed after %v: %v", op.id.Key(), time.Since(start), aerr)
-		op.mu.Lock()
-		op.state, op.err, op.ended = "failed", aerr, time.Now()
-		op.mu.Unlock()
-		close(op.final)
-		m.retire(op)
-		if aerr.stale && attempt == 0 && aerr.Code == CodeSetupFailed {
-			// A node remembers a newer generation of this Operation ID
-			// than this AM allocated (an AM restarted within the same
-			// second, or a pinned op_id reused by another AM): skip ahead
-			// and try once more. The failed attempt was rolled back.
-			m.skipGenerations(op.id)
-			id := op.id.OpID
-			retryID = &id
-			continue
-		}
-		fail(aerr)
-		return
 	}
+	tree, pl := op.tree, op.plan
 	grants := make([]Grant, inv.p.Size)
 	for r := range grants {
 		rp := tree.Ranks[r]
@@ -516,7 +474,7 @@ func (m *Manager) runInvocation(inv *invocation) {
 	// nodes' contexts forever.
 	op.watchdog = time.AfterFunc(m.watchdogPeriod(op), func() { m.watch(op, 0) })
 	op.mu.Unlock()
-	m.logf("am: op %s (%s, %d ranks, %d nodes, root %s) active after %v", op.id.Key(), tree.Kind(), inv.p.Size, len(tree.Nodes), tree.Root, time.Since(start))
+	m.logf("am: op %s (%s, %d ranks, %d nodes, root %s) %s after %v", op.id.Key(), tree.Kind(), inv.p.Size, len(tree.Nodes), tree.Root, how, time.Since(start))
 	m.mu.Lock()
 	inv.grants = grants
 	m.settingUp-- // op (state active) counts from now on
@@ -524,6 +482,96 @@ func (m *Manager) runInvocation(inv *invocation) {
 	m.metrics.granted.Inc()
 	close(inv.ready)
 	m.forget(inv, time.Duration(3*inv.p.TimeoutMS)*time.Millisecond+time.Minute)
+	m.prepareNext(inv, hosts, op)
+}
+
+// window is the receive window wished for an invocation of p: the
+// configured one with its defaults filled in.
+func (m *Manager) window(p params) Window {
+	win := m.cfg.Window
+	// 64 intervals in flight per stream: measured on 2 loaded cores, deeper
+	// windows (256, 1024) turn every spurious 20 ms retransmission timeout
+	// into a burst of hundreds of frames and the fabric collapses; 64
+	// keeps a 1500-byte-MTU FP32 stream at ~23k elements in flight. A
+	// Kulisch-280 partial (40 values per frame) is then the narrowest
+	// stream of a tree; raise Config.Window where RTTs are steady.
+	if win.Intervals == 0 {
+		win.Intervals = 64
+	}
+	if win.ReplayDepth == 0 {
+		// A sender holds every unacknowledged frame for replay, so the
+		// replay depth is what it can have in flight: a window deeper
+		// than it would be unusable.
+		win.ReplayDepth = win.Intervals
+	}
+	if win.Bytes == 0 {
+		win.Bytes = uint32(win.Intervals) * uint32(p.MTU)
+	}
+	// win.Elements 0: each node's element window is sized in setup for
+	// the formats it receives (nodeElements).
+	return win
+}
+
+func newOperation(id OpIdentity, inv *invocation, tree *Tree, pl *plan) *operation {
+	op := &operation{id: id, inv: inv, tree: tree, plan: pl, size: inv.p.Size,
+		final: make(chan struct{}), state: "setup", nodes: map[string]*NodeStatus{}, done: map[int]DoneRequest{}}
+	for _, n := range tree.Nodes {
+		ns := &NodeStatus{Name: n.Name, Role: n.Role.String(), MAC: n.MAC.String(), State: "NONE"}
+		if n.Parent != nil {
+			ns.Parent = n.Parent.Parent
+		}
+		op.nodes[n.Name] = ns
+	}
+	return op
+}
+
+// setupInvocation places inv and sets it up on every node; on failure it
+// calls fail and returns nil.
+func (m *Manager) setupInvocation(inv *invocation, hosts []RankHost, fail func(*APIError)) *operation {
+	tree, err := BuildTree(m.cfg.Topology, hosts)
+	if err != nil {
+		fail(&APIError{Code: CodeTopology, Message: err.Error()})
+		return nil
+	}
+	win := m.window(inv.p)
+	var retryID *uint16
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		pl, err := buildPlan(tree, inv.p, win)
+		if err != nil {
+			fail(&APIError{Code: CodeTopology, Message: err.Error()})
+			return nil
+		}
+		op := newOperation(m.allocate(inv, retryID), inv, tree, pl)
+		m.mu.Lock()
+		inv.op = op
+		m.ops[op.id.Key()] = op
+		m.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 4*m.cfg.CtlTimeout+time.Duration(len(tree.Nodes))*time.Millisecond)
+		aerr := m.setup(ctx, op)
+		cancel()
+		if aerr == nil {
+			return op
+		}
+		m.logf("am: op %s setup failed after %v: %v", op.id.Key(), time.Since(start), aerr)
+		op.mu.Lock()
+		op.state, op.err, op.ended = "failed", aerr, time.Now()
+		op.mu.Unlock()
+		close(op.final)
+		m.retire(op)
+		if aerr.stale && attempt == 0 && aerr.Code == CodeSetupFailed {
+			// A node remembers a newer generation of this Operation ID
+			// than this AM allocated (an AM restarted within the same
+			// second, or a pinned op_id reused by another AM): skip ahead
+			// and try once more. The failed attempt was rolled back.
+			m.skipGenerations(op.id)
+			id := op.id.OpID
+			retryID = &id
+			continue
+		}
+		fail(aerr)
+		return nil
+	}
 }
 
 // skipGenerations makes the next generation of id's Operation ID jump far

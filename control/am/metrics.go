@@ -40,7 +40,7 @@ type amMetrics struct {
 	reg *prometheus.Registry
 
 	begun, granted, completed, barrierTimeouts prometheus.Counter
-	failed, rollbacks                          *prometheus.CounterVec
+	failed, rollbacks, prepared                *prometheus.CounterVec
 	ctlTxns, ctlRetrans, ctlTimeouts           *prometheus.CounterVec
 }
 
@@ -64,10 +64,16 @@ func newAMMetrics(m *Manager) *amMetrics {
 		ctlTxns:   vec("control_transactions_total", "CONTROL transactions (requests) the AM sent, by command.", "command"),
 		ctlRetrans: vec("control_retransmissions_total", "CONTROL requests sent again (same Transaction ID, same bytes) because no answer came "+
 			"within the retransmission timeout, by command.", "command"),
+		prepared: vec("prepared_operations_total", "Operations installed ahead of a job's next invocation (Config.Prepare), by outcome: "+
+			"used (granted to its ranks without a CONTROL exchange), unused (not asked for within PrepareTTL: ABORTed), "+
+			"mismatch (the next invocation differed: ABORTed) or failed (its setup failed).", "outcome"),
 		ctlTimeouts: vec("control_timeouts_total", "CONTROL transactions that got no answer within the transaction timeout, by command.", "command"),
 	}
 	for _, r := range failReasons {
 		x.failed.WithLabelValues(r)
+	}
+	for _, o := range prepOutcomes {
+		x.prepared.WithLabelValues(o)
 	}
 	x.rollbacks.WithLabelValues("complete")
 	x.rollbacks.WithLabelValues("incomplete")
@@ -78,7 +84,7 @@ func newAMMetrics(m *Manager) *amMetrics {
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "active_operations",
 		Help: "Operations being set up or running: begun and not yet released or failed."}, func() float64 { return float64(m.activeOps()) })
-	x.reg.MustRegister(x.begun, x.granted, x.completed, x.barrierTimeouts, x.failed, x.rollbacks,
+	x.reg.MustRegister(x.begun, x.granted, x.completed, x.barrierTimeouts, x.failed, x.rollbacks, x.prepared,
 		x.ctlTxns, x.ctlRetrans, x.ctlTimeouts, active,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x
@@ -105,7 +111,7 @@ func (m *Manager) activeOps() int {
 	for _, op := range ops {
 		op.mu.Lock()
 		// An operation in "setup" belongs to a runInvocation counted above.
-		if op.ended.IsZero() && op.state != "setup" {
+		if op.ended.IsZero() && op.state != "setup" && op.state != "prepared" {
 			n++
 		}
 		op.mu.Unlock()
