@@ -103,6 +103,28 @@ func (p *planner) window(pos int, open Format, mod int) (Format, int) {
 			break
 		}
 	}
+	if open != 0 && pos+m < len(p.sets) {
+		// Every plan but extending the open group over the window opens
+		// a group of another format: a descriptor, DescriptorSize bytes,
+		// plus its padding. So when the bytes narrower formats could save
+		// over the window are fewer than that, extending is strictly
+		// cheapest and the program below would return it: skip it. (On
+		// sums of small integers, mostly FP16 with the odd INT8-able
+		// value, this was most of a leaf's planning.) The window's end is
+		// excluded: there the open group's final padding counts too.
+		save := 0
+		for j := 0; j < m && save < DescriptorSize; j++ {
+			s := p.sets[pos+j] & p.allow
+			if !s.Has(open) {
+				save = DescriptorSize
+				break
+			}
+			save += p.width[open] - p.minWidth(s)
+		}
+		if save < DescriptorSize && m > 0 {
+			return open, m
+		}
+	}
 	var cur, nxt [KULISCH + 1][4]dpState
 	reset := func(t *[KULISCH + 1][4]dpState) {
 		for f := range t {

@@ -181,3 +181,138 @@ func BenchmarkPlanAutoRuns(b *testing.B) {
 		}
 	}
 }
+
+// windowDP is planner.window without its shortcut: the dynamic program
+// alone, the oracle of TestWindowShortcutMatchesDP.
+func (p *planner) windowDP(pos int, open Format, mod int) (Format, int) {
+	m := min(Lookahead, len(p.sets)-pos)
+	for j := 0; j < m; j++ {
+		if p.sets[pos+j]&p.allow == 0 {
+			m = j // defensive: PlanAuto rejects such sets before planning
+			break
+		}
+	}
+	var cur, nxt [KULISCH + 1][4]dpState
+	reset := func(t *[KULISCH + 1][4]dpState) {
+		for f := range t {
+			for r := range t[f] {
+				t[f][r] = dpState{cost: inf}
+			}
+		}
+	}
+	reset(&cur)
+	cur[open][mod] = dpState{}
+	padClose := func(f Format, r int) int {
+		if f == 0 {
+			return 0
+		}
+		return (4 - r) & 3
+	}
+	for j := 0; j < m; j++ {
+		reset(&nxt)
+		s := p.sets[pos+j] & p.allow
+		relax := func(f Format, r int, st dpState) {
+			if st.cost < nxt[f][r].cost {
+				nxt[f][r] = st
+			}
+		}
+		for f := Format(0); f <= KULISCH; f++ {
+			for r := 0; r < 4; r++ {
+				st := cur[f][r]
+				if st.cost >= inf {
+					continue
+				}
+				if f != 0 && s.Has(f) {
+					ns := st
+					ns.cost += p.width[f]
+					if j == 0 {
+						ns.first, ns.flen = f, 1
+					} else if !ns.closed {
+						ns.flen++
+					}
+					relax(f, (r+p.width[f])&3, ns)
+				}
+				for g := INT8; g <= KULISCH; g++ {
+					if g == f || !s.Has(g) {
+						continue // a new group of the open format never beats extending
+					}
+					ns := st
+					ns.cost += padClose(f, r) + DescriptorSize + p.width[g]
+					if j == 0 {
+						ns.first, ns.flen = g, 1
+					} else {
+						ns.closed = true
+					}
+					relax(g, p.width[g]&3, ns)
+				}
+			}
+		}
+		cur = nxt
+	}
+	// The group open at the window's end usually continues past it, so its
+	// padding is only charged when the window reaches the last value.
+	last := pos+m == len(p.sets)
+	best := dpState{cost: inf}
+	for f := INT8; f <= KULISCH; f++ {
+		for r := 0; r < 4; r++ {
+			st := cur[f][r]
+			if st.cost >= inf {
+				continue
+			}
+			if last {
+				st.cost += padClose(f, r)
+			}
+			if st.cost < best.cost {
+				best = st
+			}
+		}
+	}
+	return best.first, best.flen
+}
+
+// TestWindowShortcutMatchesDP: the window's shortcut (extend the open group
+// when narrower formats could save less than a descriptor) returns what
+// the full dynamic program returns, on random windows of every kind of
+// set, open format and alignment, including the sets' last window.
+func TestWindowShortcutMatchesDP(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	pick := []FormatSet{SetOf(FP32, KULISCH), SetOf(FP16, FP32, KULISCH), SetOf(BF16, FP32, KULISCH),
+		SetOf(INT8, FP16, BF16, FP32, KULISCH), SetOf(KULISCH), SetOf(FP16, BF16, FP32, KULISCH), SetOf(INT8, FP32, KULISCH)}
+	shortcuts := 0
+	for it := 0; it < 200000; it++ {
+		n := 1 + r.IntN(20)
+		sets := make([]FormatSet, n)
+		// Mostly one set with the odd other, as on real data, or any.
+		common := pick[r.IntN(len(pick))]
+		for i := range sets {
+			sets[i] = common
+			if r.IntN(4) == 0 {
+				sets[i] = pick[r.IntN(len(pick))]
+			}
+		}
+		p := planner{sets: sets}
+		for f := INT8; f <= FP32; f++ {
+			p.width[f] = f.Width(288)
+			p.allow |= 1 << f
+		}
+		p.width[KULISCH] = KULISCH.Width(288)
+		p.allow |= 1 << KULISCH
+		pos := r.IntN(n)
+		open := Format(r.IntN(int(KULISCH) + 1))
+		mod := 0
+		if open != 0 {
+			mod = r.IntN(4)
+		}
+		g1, l1 := p.window(pos, open, mod)
+		g2, l2 := p.windowDP(pos, open, mod)
+		if g1 != g2 || l1 != l2 {
+			t.Fatalf("sets %v pos %d open %v mod %d: window %v,%d, program %v,%d", sets, pos, open, mod, g1, l1, g2, l2)
+		}
+		if open != 0 && g1 == open && l1 == min(Lookahead, n-pos) {
+			shortcuts++
+		}
+	}
+	if shortcuts == 0 {
+		t.Fatal("no case extended the open group over a whole window: the test does not reach the shortcut")
+	}
+}

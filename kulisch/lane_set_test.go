@@ -1,0 +1,85 @@
+package kulisch
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// laneSetRef is laneSet without its small-integer path: the general
+// reading of sign, odd significand and exponent.
+func laneSetRef(x float64) FormatSet {
+	s := FormatSet(1 << KULISCH)
+	if x == math.Trunc(x) && x >= -128 && x <= 127 {
+		s |= 1 << INT8
+	}
+	_, m, lo := laneParts(x)
+	if exactIn(fmt32, m, lo) {
+		s |= 1 << FP32
+		if exactIn(fmt16, m, lo) {
+			s |= 1 << FP16
+		}
+		if exactIn(fmtBF, m, lo) {
+			s |= 1 << BF16
+		}
+	}
+	return s
+}
+
+// TestLaneSetSmallIntegers: laneSet agrees with the general reading on every
+// nonzero integer up to 70000 in magnitude (past FP16's largest finite
+// value), on the edges of the integer path (2^24 and its neighbours), on
+// random integers below 2^26 and their multiples by powers of two, and on
+// halves, quarters and random fractions.
+func TestLaneSetSmallIntegers(t *testing.T) {
+	check := func(x float64) {
+		if x == 0 {
+			return
+		}
+		if got, want := laneSet(x), laneSetRef(x); got != want {
+			t.Fatalf("laneSet(%v) = %08b, want %08b", x, got, want)
+		}
+	}
+	for i := -70000; i <= 70000; i++ {
+		check(float64(i))
+		check(float64(i) + 0.5)
+		check(float64(i) / 4)
+	}
+	for _, e := range []float64{65504, 65505, 65536, 1<<24 - 1, 1 << 24, 1<<24 + 2, 1 << 30, 1 << 62, 1 << 63, 1 << 70} {
+		check(e)
+		check(-e)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 200000; i++ {
+		check((r.Float64() - 0.5) * 5000)
+		check(math.Ldexp(float64(r.IntN(1<<20)), r.IntN(40)-20))
+		n := float64(r.IntN(1<<26) - 1<<25)
+		check(n)
+		check(math.Ldexp(n, r.IntN(12)))
+	}
+}
+
+// BenchmarkLaneSet reads the AUTO sets of sums of 20-bit integers (the
+// integral data of prismctl bench) with laneSet and with the general path.
+func BenchmarkLaneSet(b *testing.B) {
+	r := rand.New(rand.NewPCG(7, 8))
+	xs := make([]float64, 4096)
+	for i := range xs {
+		xs[i] = float64(r.IntN(1<<21) - 1<<20)
+		if xs[i] == 0 {
+			xs[i] = 1
+		}
+	}
+	for _, c := range []struct {
+		name string
+		f    func(float64) FormatSet
+	}{{"laneSet", laneSet}, {"general", laneSetRef}} {
+		b.Run(c.name, func(b *testing.B) {
+			var acc FormatSet
+			for i := 0; i < b.N; i++ {
+				acc |= c.f(xs[i&4095])
+			}
+			_ = acc
+		})
+	}
+}
