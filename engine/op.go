@@ -76,10 +76,12 @@ type op struct {
 	relayOut      []*outbound
 
 	// sets caches the AUTO sets of completed elements [setAt, setAt+setN).
-	sets   []kulisch.FormatSet
-	setAt  uint32
-	setN   int
-	groups []kulisch.Group
+	sets  []kulisch.FormatSet
+	setAt uint32
+	setN  int
+	// autoCnt mirrors sets[:setN] to answer AutoMaxCount without a pass.
+	autoCnt kulisch.AutoCounter
+	groups  []kulisch.Group
 
 	// scaled: KULISCH and AUTO partials under KULISCH_FIXED go out as
 	// KULISCH_SCALED groups where that is smaller. spans caches the extents of completed elements
@@ -204,6 +206,11 @@ func newOp(e *Engine, s *Spec) (*op, error) {
 	if o.emitFmt == kulisch.AUTO {
 		o.sets = make([]kulisch.FormatSet, parser.MaxPacketElements(s.MTU))
 		o.groups = make([]kulisch.Group, 0, parser.MaxGroups)
+		w := 0 // as emit passes AutoMaxCount: KULISCH is a choice only when it is the base
+		if s.Tuple.Acc.Base() == kulisch.KULISCH {
+			w = o.w
+		}
+		o.autoCnt.Reset(w, len(o.sets))
 	}
 	if o.emitClass == parser.ClassData && (o.emitFmt == kulisch.KULISCH || o.emitFmt == kulisch.AUTO) && o.kv != nil &&
 		!e.cfg.PlainKulischPartials {
@@ -559,7 +566,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 			if base == kulisch.KULISCH {
 				w = o.w
 			}
-			if canWait && n == avail && avail < uint32(len(o.sets)) && kulisch.AutoMaxCount(o.sets[:n], w, budget) >= int(n) {
+			if canWait && n == avail && avail < uint32(len(o.sets)) && o.autoCnt.MaxCount(int(n), budget) >= int(n) {
 				// Even at their narrowest widths every value fits: a plan
 				// could only use them all, and such a plan is held back
 				// below. Wait for more without planning: on small integer
@@ -579,7 +586,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 					o.encodeFailed(now, err, tx)
 					return
 				}
-				if int(sc) > kulisch.AutoMaxCount(o.sets[:n], w, budget) {
+				if int(sc) > o.autoCnt.MaxCount(int(n), budget) {
 					count, scaled, autoLost = sc, true, true
 					goto planned
 				}
@@ -700,16 +707,21 @@ func (o *op) release(now int64, tx dataplane.Sender) {
 func (o *op) autoSets(first, n uint32) error {
 	if k := first - o.setAt; first >= o.setAt && int(k) <= o.setN {
 		o.setN = copy(o.sets, o.sets[k:o.setN])
+		o.autoCnt.Drop(int(k))
 	} else {
 		o.setN = 0
+		o.autoCnt.Drop(o.autoCnt.Len())
 	}
 	o.setAt = first
 	for uint32(o.setN) < n {
 		idx := (first + uint32(o.setN)) % o.ring
 		c := min(n-uint32(o.setN), o.ring-idx) // up to the ring's end
 		if err := kulisch.AutoSets(o.bank, int(idx), o.sets[o.setN:o.setN+int(c)]); err != nil {
+			o.setN = 0 // the cache and its counter are rebuilt on the next call
+			o.autoCnt.Drop(o.autoCnt.Len())
 			return err
 		}
+		o.autoCnt.Append(o.sets[o.setN : o.setN+int(c)])
 		o.setN += int(c)
 	}
 	return nil

@@ -316,3 +316,40 @@ func TestWindowShortcutMatchesDP(t *testing.T) {
 		t.Fatal("no case extended the open group over a whole window: the test does not reach the shortcut")
 	}
 }
+
+// TestAutoCounterMatchesAutoMaxCount: an AutoCounter fed and drained like a
+// leaf's set cache answers every question as AutoMaxCount does on the sets
+// it holds.
+func TestAutoCounterMatchesAutoMaxCount(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	pick := []FormatSet{SetOf(FP32, KULISCH), SetOf(FP16, FP32, KULISCH), SetOf(BF16, FP32, KULISCH),
+		SetOf(INT8, FP16, BF16, FP32, KULISCH), SetOf(KULISCH), SetOf(INT8, FP32, KULISCH)}
+	for _, w := range []int{0, 288, 4096} {
+		var c AutoCounter
+		c.Reset(w, 0)
+		var held []FormatSet
+		for it := 0; it < 20000; it++ {
+			switch r.IntN(3) {
+			case 0:
+				add := make([]FormatSet, r.IntN(300))
+				for i := range add {
+					add[i] = pick[r.IntN(len(pick))]
+				}
+				c.Append(add)
+				held = append(held, add...)
+			case 1:
+				k := r.IntN(len(held) + 1)
+				c.Drop(k)
+				held = held[k:]
+			}
+			if c.Len() != len(held) {
+				t.Fatalf("Len %d, holding %d", c.Len(), len(held))
+			}
+			n := r.IntN(len(held) + 1)
+			budget := []int{3, 4, 40, 1458, 8958, r.IntN(20000)}[r.IntN(6)]
+			if got, want := c.MaxCount(n, budget), AutoMaxCount(held[:n], w, budget); got != want {
+				t.Fatalf("w %d: MaxCount(%d, %d) = %d, AutoMaxCount %d", w, n, budget, got, want)
+			}
+		}
+	}
+}
