@@ -46,10 +46,11 @@ type PortOptions struct {
 	// the block timeout, while the RESULT stream still fills blocks and
 	// keeps the ring's one wakeup per block.
 	LaneProgress bool
-	// SparseFPS, with a lane, lets every PRISM frame take the lane while
-	// the port receives fewer than SparseFPS frames a second, and only the
-	// lane's own classes once it receives more than twice that (config
-	// "rx_sparse_fps"; 0 keeps the lane to its own classes). On the ring a
+	// SparseFPS, with a lane, lets every frame (of any EtherType: the
+	// ranks' TCP to the AM crosses switches too) take the lane while the
+	// port receives fewer than SparseFPS frames a second, and only the
+	// lane's own PRISM classes once it receives more than twice that
+	// (config "rx_sparse_fps"; 0 keeps the lane to its own classes). On the ring a
 	// frame waits for its block to fill or time out, up to a millisecond
 	// at every hop: that wait set the time of a small collective (15 ms for
 	// 2 values on a spine-leaf lab; 8 ms without rings) and held back
@@ -91,13 +92,13 @@ type afPort struct {
 	mtu int
 	// oversize is written by the RX goroutine and the lane goroutine.
 	oversize atomicCounter
-	// sparse decides where PRISM frames are read (PortOptions.SparseFPS);
-	// nil without a lane that can widen.
+	// sparse decides where frames are read (PortOptions.SparseFPS); nil
+	// without a lane that can widen.
 	sparse *sparseTuner
 }
 
-// sparseTuner moves every PRISM frame to the lane while the port's frame
-// rate is below fps, and back to the ring above 2*fps. Both receive
+// sparseTuner moves every frame to the lane while the port's frame rate is
+// below fps, and back to the ring above 2*fps (the lane keeping CONTROL). Both receive
 // goroutines count what they read and, once per sparseWindow, one of them
 // (TryLock) re-decides. A port that goes quiet on the ring is re-decided
 // by its next read, lane or ring: the AM's CONTROL comes through the lane

@@ -54,7 +54,7 @@ type PortStats struct {
 	Drops [numDropReasons]uint64
 	// Fault counts what WithFault did on purpose.
 	Fault FaultStats
-	// LaneAll: every PRISM frame is read on the port's lane, traffic being
+	// LaneAll: every frame is read on the port's lane, traffic being
 	// sparse (PortOptions.SparseFPS); LaneSwitches counts the changes.
 	LaneAll      bool
 	LaneSwitches uint64

@@ -28,7 +28,7 @@ import (
 //	    mtu: 1500                   # optional; default: the interface MTU
 //	    rx_ring: true               # optional; TPACKET_V3 receive ring (false: recvmmsg)
 //	    rx_ring_timeout: 1ms        # optional; max wait of a frame in a partly filled block
-//	    rx_sparse_fps: 50000        # optional; below this many frames/s all PRISM frames skip the ring (0: only CONTROL)
+//	    rx_sparse_fps: 50000        # optional; below this many frames/s every frame skips the ring (0: only CONTROL does)
 //	    qdisc_bypass: true          # optional; false keeps egress visible to tcpdump
 //	    backend: afpacket           # optional; afpacket (default) or afxdp (XDP program + AF_XDP sockets)
 //	    xdp_mode: generic           # optional, afxdp only; generic (default, any driver) or native (driver XDP)
@@ -93,7 +93,7 @@ type PortConfig struct {
 	// such exchanges with every node (dataplane.PortOptions.Lane).
 	RxLane *bool `yaml:"rx_lane"`
 	// RxSparseFPS (default dataplane.DefaultSparseFPS, with the lane):
-	// below this many received frames a second every PRISM frame takes
+	// below this many received frames a second every frame takes
 	// the lane, above twice it only CONTROL does; 0 keeps the lane to
 	// CONTROL (dataplane.PortOptions.SparseFPS).
 	RxSparseFPS *int `yaml:"rx_sparse_fps"`
