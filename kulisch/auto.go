@@ -382,7 +382,7 @@ func FrameElements(f Format, w, mtu int, scaled bool) int {
 // a twentieth of its CPU. It keeps prefix sums of the narrowest widths.
 type AutoCounter struct {
 	p   planner
-	pre []int // pre[k]: narrowest widths of the first k sets
+	pre []int32 // pre[k]: narrowest widths of the first k sets (at most 512 B each)
 }
 
 // Reset empties c for Kulisch width w (0: KULISCH never chosen, as in
@@ -392,7 +392,7 @@ func (c *AutoCounter) Reset(w, n int) {
 	c.p.allow = 1<<INT8 | 1<<FP16 | 1<<BF16 | 1<<FP32 | 1<<KULISCH
 	c.p.width[KULISCH] = KULISCH.Width(w)
 	if cap(c.pre) < n+1 {
-		c.pre = make([]int, 0, n+1)
+		c.pre = make([]int32, 0, n+1)
 	}
 	c.pre = append(c.pre[:0], 0)
 }
@@ -414,7 +414,7 @@ func (c *AutoCounter) Drop(k int) {
 func (c *AutoCounter) Append(sets []FormatSet) {
 	t := c.pre[len(c.pre)-1]
 	for _, s := range sets {
-		t += c.p.minWidth(s)
+		t += int32(c.p.minWidth(s))
 		c.pre = append(c.pre, t)
 	}
 }
@@ -426,7 +426,7 @@ func (c *AutoCounter) MaxCount(n, budget int) int {
 	lo, hi := 0, n
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if c.pre[mid] <= room {
+		if int(c.pre[mid]) <= room {
 			lo = mid
 		} else {
 			hi = mid - 1
