@@ -80,6 +80,27 @@ func (p *planner) minWidth(s FormatSet) int {
 	return p.width[KULISCH]
 }
 
+// narrowest[f][s] reports whether f is in s and as narrow as the narrowest
+// format of s: whether extending a group of f by a value of set s is
+// what the planner's run test asks. The widths it compares do not depend
+// on the Kulisch width (KULISCH is the widest format, so it is the
+// narrowest only of a set holding nothing else) nor on whether KULISCH is
+// allowed (a set holding f has a narrower format than KULISCH). A table
+// lookup replaced four set tests per value in PlanAuto's run scan.
+var narrowest = func() (t [KULISCH + 1][256]bool) {
+	p := planner{allow: 1<<INT8 | 1<<FP16 | 1<<BF16 | 1<<FP32 | 1<<KULISCH}
+	for f := INT8; f <= FP32; f++ {
+		p.width[f] = f.Width(0)
+	}
+	p.width[KULISCH] = KULISCH.Width(64)
+	for f := INT8; f <= KULISCH; f++ {
+		for s := range t[f] {
+			t[f][s] = FormatSet(s).Has(f) && p.width[f] == p.minWidth(FormatSet(s))
+		}
+	}
+	return t
+}()
+
 type dpState struct {
 	cost   int
 	first  Format // format of the window's first value
@@ -284,7 +305,8 @@ plan:
 			// window lies inside it in one step (a value at a time, this
 			// loop was most of the planning on homogeneous data).
 			okUntil = max(okUntil, pos)
-			for okUntil < n && sets[okUntil].Has(cur) && p.width[cur] == p.minWidth(sets[okUntil]) {
+			ok := &narrowest[cur]
+			for okUntil < n && ok[sets[okUntil]] {
 				okUntil++
 			}
 			switch {
@@ -381,16 +403,18 @@ func FrameElements(f Format, w, mtu int, scaled bool) int {
 // values it has could all fit, and on sums of integers those passes were
 // a twentieth of its CPU. It keeps prefix sums of the narrowest widths.
 type AutoCounter struct {
-	p   planner
-	pre []int32 // pre[k]: narrowest widths of the first k sets (at most 512 B each)
+	minW [256]int32 // narrowest width of each set
+	pre  []int32    // pre[k]: narrowest widths of the first k sets (at most 512 B each)
 }
 
 // Reset empties c for Kulisch width w (0: KULISCH never chosen, as in
 // AutoMaxCount), with room for n sets before Append allocates.
 func (c *AutoCounter) Reset(w, n int) {
-	c.p = planner{}
-	c.p.allow = 1<<INT8 | 1<<FP16 | 1<<BF16 | 1<<FP32 | 1<<KULISCH
-	c.p.width[KULISCH] = KULISCH.Width(w)
+	p := planner{allow: 1<<INT8 | 1<<FP16 | 1<<BF16 | 1<<FP32 | 1<<KULISCH}
+	p.width[KULISCH] = KULISCH.Width(w)
+	for s := range c.minW {
+		c.minW[s] = int32(p.minWidth(FormatSet(s)))
+	}
 	if cap(c.pre) < n+1 {
 		c.pre = make([]int32, 0, n+1)
 	}
@@ -414,7 +438,7 @@ func (c *AutoCounter) Drop(k int) {
 func (c *AutoCounter) Append(sets []FormatSet) {
 	t := c.pre[len(c.pre)-1]
 	for _, s := range sets {
-		t += int32(c.p.minWidth(s))
+		t += c.minW[s]
 		c.pre = append(c.pre, t)
 	}
 }
