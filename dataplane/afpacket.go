@@ -263,7 +263,7 @@ func (p *afPort) Stats() PortStats {
 	kd, _ := p.s.KernelDrops()
 	st := PortStats{KernelDrops: kd, Oversize: p.oversize.Load()}
 	if t := p.sparse; t != nil {
-		st.LaneAll, st.LaneSwitches = t.wide.Load(), t.switches.Load()
+		st.LaneTuned, st.LaneAll, st.LaneSwitches = true, t.wide.Load(), t.switches.Load()
 	}
 	return st
 }

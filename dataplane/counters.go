@@ -96,7 +96,8 @@ type PortSample struct {
 	Drops [numDropReasons]uint64
 	// Fault counts what WithFault did to this port's frames on purpose.
 	Fault FaultStats
-	// LaneAll and LaneSwitches are the port's (PortStats).
+	// LaneTuned, LaneAll and LaneSwitches are the port's (PortStats).
+	LaneTuned    bool
 	LaneAll      bool
 	LaneSwitches uint64
 }

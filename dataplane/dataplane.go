@@ -331,7 +331,7 @@ func (d *Dataplane) Stats() Stats {
 		}
 		ps2.Drops[DropOversize] += ks.Oversize
 		ps2.Fault = ks.Fault
-		ps2.LaneAll, ps2.LaneSwitches = ks.LaneAll, ks.LaneSwitches
+		ps2.LaneTuned, ps2.LaneAll, ps2.LaneSwitches = ks.LaneTuned, ks.LaneAll, ks.LaneSwitches
 		for c := range st.Classes {
 			st.Classes[c] += ps.ctr.classes[c].Load()
 		}

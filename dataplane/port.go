@@ -54,8 +54,10 @@ type PortStats struct {
 	Drops [numDropReasons]uint64
 	// Fault counts what WithFault did on purpose.
 	Fault FaultStats
-	// LaneAll: every frame is read on the port's lane, traffic being
-	// sparse (PortOptions.SparseFPS); LaneSwitches counts the changes.
+	// LaneTuned: the port moves its frames between lane and ring by its
+	// rate (PortOptions.SparseFPS). LaneAll: every frame is read on the
+	// lane now, traffic being sparse; LaneSwitches counts the moves.
+	LaneTuned    bool
 	LaneAll      bool
 	LaneSwitches uint64
 }

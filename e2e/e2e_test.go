@@ -281,6 +281,30 @@ func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
 		}
 	})
 	e.checkNodeMACsLearned(hosts[0])
+	e.checkRxPaths()
+}
+
+// checkRxPaths checks that prismctl show ports, against each running switch,
+// names every port's current receive path: the lab's afpacket ports move
+// their frames between lane and ring by rate (rx_sparse_fps).
+func (e *env) checkRxPaths() {
+	t := e.t
+	t.Helper()
+	for _, sw := range e.lab.Topo.NodesOf(deploy.KindPrismd) {
+		out, err := exec.Command(prismctl(t), "show", "ports", "--socket", e.lab.ControlSocket(sw)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("prismctl show ports on %s: %v\n%s", sw, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) < 2 || !strings.Contains(lines[0], "RX_PATH") {
+			t.Fatalf("prismctl show ports on %s has no RX_PATH column:\n%s", sw, out)
+		}
+		for _, l := range lines[1:] {
+			if !strings.Contains(l, "lane (") && !strings.Contains(l, "ring (") {
+				t.Errorf("%s: port line without its receive path: %q\n%s", sw, l, out)
+			}
+		}
+	}
 }
 
 // amCounter reads one sample of the AM's /metrics.

@@ -247,6 +247,8 @@ type status struct {
 		RxFrames uint64            `json:"rx_frames"`
 		TxFrames uint64            `json:"tx_frames"`
 		Drops    map[string]uint64 `json:"drops"`
+		RxPath   string            `json:"rx_path"`
+		Switches uint64            `json:"lane_switches"`
 	} `json:"ports"`
 	Frames     map[string]uint64 `json:"frames"`
 	MACEntries int               `json:"mac_table_entries"`
@@ -258,7 +260,7 @@ func printPorts(w io.Writer, body []byte) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tNAME\tMAC\tMTU\tRX\tTX\tDROPS\t")
+	fmt.Fprintln(tw, "INDEX\tNAME\tMAC\tMTU\tRX\tTX\tRX_PATH\tDROPS\t")
 	for _, p := range s.Ports {
 		var ds []string
 		for r, n := range p.Drops {
@@ -269,7 +271,13 @@ func printPorts(w io.Writer, body []byte) error {
 		if d == "" {
 			d = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t\n", p.Index, p.Name, p.MAC, p.MTU, p.RxFrames, p.TxFrames, d)
+		// The receive path of a port that moves its frames by rate, and
+		// how often it moved them; "-" for one with a single path.
+		path := "-"
+		if p.RxPath != "" {
+			path = fmt.Sprintf("%s (%d moves)", p.RxPath, p.Switches)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t\n", p.Index, p.Name, p.MAC, p.MTU, p.RxFrames, p.TxFrames, path, d)
 	}
 	return tw.Flush()
 }

@@ -32,7 +32,8 @@ func TestShowOverUnixSocket(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/ops", func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(ops) })
 	mux.HandleFunc("/v1/status", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"version":"x","ports":[{"index":0,"name":"p0","mac":"02:00:00:00:00:01","mtu":1500,"rx_frames":5,"tx_frames":6,"drops":{"short_frame":1}}],"frames":{},"mac_table_entries":3}`))
+		w.Write([]byte(`{"version":"x","ports":[{"index":0,"name":"p0","mac":"02:00:00:00:00:01","mtu":1500,"rx_frames":5,"tx_frames":6,"drops":{"short_frame":1},"rx_path":"lane","lane_switches":2},` +
+			`{"index":1,"name":"p1","mac":"02:00:00:00:00:02","mtu":1500,"rx_frames":0,"tx_frames":0,"drops":{}}],"frames":{},"mac_table_entries":3}`))
 	})
 	mux.HandleFunc("/v1/macs", func(w http.ResponseWriter, r *http.Request) {
 		// Deliberately out of order: prismctl sorts.
@@ -67,8 +68,12 @@ func TestShowOverUnixSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	if err := printPorts(&out, body); err != nil || !strings.Contains(out.String(), "short_frame=1") {
+	if err := printPorts(&out, body); err != nil || !strings.Contains(out.String(), "short_frame=1") ||
+		!strings.Contains(out.String(), "lane (2 moves)") || !strings.Contains(out.String(), "RX_PATH") {
 		t.Fatalf("ports: %v\n%s", err, out.String())
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 3 || !strings.Contains(lines[2], " - ") {
+		t.Fatalf("ports: a port with one receive path must show '-':\n%s", out.String())
 	}
 	body, err = getUnix(sock, "/v1/macs")
 	if err != nil {

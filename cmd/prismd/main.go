@@ -266,6 +266,11 @@ func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 		RxFrames uint64            `json:"rx_frames"`
 		TxFrames uint64            `json:"tx_frames"`
 		Drops    map[string]uint64 `json:"drops"`
+		// RxPath is where the port reads its frames now, for a port
+		// that moves them by rate (rx_sparse_fps): "lane" (every frame
+		// at once) or "ring" (batched; CONTROL on the lane).
+		RxPath       string `json:"rx_path,omitempty"`
+		LaneSwitches uint64 `json:"lane_switches,omitempty"`
 	}
 	out := struct {
 		Version    string            `json:"version"`
@@ -276,6 +281,12 @@ func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 	ports := d.dp.Ports()
 	for i, ps := range st.Ports {
 		p := port{Index: i, Name: ps.Name, RxFrames: ps.RxFrames, TxFrames: ps.TxFrames, Drops: map[string]uint64{}}
+		if ps.LaneTuned {
+			p.RxPath, p.LaneSwitches = "ring", ps.LaneSwitches
+			if ps.LaneAll {
+				p.RxPath = "lane"
+			}
+		}
 		if i < len(ports) {
 			p.MAC = net.HardwareAddr(macSlice(ports[i].MAC())).String()
 			p.MTU = ports[i].MTU()
