@@ -214,7 +214,12 @@ func (p *afPort) Close() error   { return p.s.Close() }
 func (p *afPort) String() string { return "afpacket:" + p.s.Name() }
 
 func (p *afPort) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
-	n, trunc, err := p.s.RecvBatch(bufs, sizes)
+	return p.counted(p.s.RecvBatch(bufs, sizes))
+}
+
+// counted accounts one read of either receive path: frames too long for
+// their buffer, and the frames the lane policy counts.
+func (p *afPort) counted(n, trunc int, err error) (int, error) {
 	if trunc > 0 {
 		p.oversize.Add(uint64(trunc))
 	}
@@ -231,14 +236,7 @@ func (p *afPort) Lends() bool { return p.s.Lends() }
 
 // ReadLent implements Lender.
 func (p *afPort) ReadLent(bufs, frames [][]byte) (int, error) {
-	n, trunc, err := p.s.RecvLent(bufs, frames)
-	if trunc > 0 {
-		p.oversize.Add(uint64(trunc))
-	}
-	if p.sparse != nil {
-		p.sparse.read(n)
-	}
-	return n, err
+	return p.counted(p.s.RecvLent(bufs, frames))
 }
 
 // ReleaseLent implements Lender.
@@ -249,14 +247,7 @@ func (p *afPort) HasLane() bool { return p.s.HasLane() }
 
 // ReadLane implements Laner.
 func (p *afPort) ReadLane(bufs [][]byte, sizes []int) (int, error) {
-	n, trunc, err := p.s.RecvLane(bufs, sizes)
-	if trunc > 0 {
-		p.oversize.Add(uint64(trunc))
-	}
-	if p.sparse != nil {
-		p.sparse.read(n)
-	}
-	return n, err
+	return p.counted(p.s.RecvLane(bufs, sizes))
 }
 
 func (p *afPort) Stats() PortStats {

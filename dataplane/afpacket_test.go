@@ -320,8 +320,12 @@ func BenchmarkForwardVeth(b *testing.B) {
 	}
 }
 
-func benchForwardVeth(b *testing.B, ring bool, size int) {
-	env := netnstest.New(b, "pt")
+// forwardVeths builds h1 <-> swA and h2 <-> swB veth pairs in a fresh
+// namespace, opens the hosts' ends with host and the switch's ends with sw,
+// and starts a dataplane bridging swA and swB. ports is h1, swA, h2, swB;
+// everything is closed at cleanup.
+func forwardVeths(tb testing.TB, host, sw dataplane.PortOptions) (ports [4]dataplane.Port, d *dataplane.Dataplane) {
+	env := netnstest.New(tb, "pt")
 	ns := env.Namespace("x")
 	h1, swA := env.Veth(ns, ns)
 	h2, swB := env.Veth(ns, ns)
@@ -329,27 +333,59 @@ func benchForwardVeth(b *testing.B, ring bool, size int) {
 		env.DisableOffloads(ns, i)
 	}
 	env.MustExec(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-	po := dataplane.PortOptions{NoRxRing: !ring}
-	var ports [4]dataplane.Port
 	var err error
 	env.Do(ns, func() {
 		for i, n := range []string{h1, swA, h2, swB} {
-			if ports[i], err = dataplane.OpenAFPacket(n, po); err != nil {
+			o := host
+			if i%2 == 1 {
+				o = sw
+			}
+			if ports[i], err = dataplane.OpenAFPacket(n, o); err != nil {
 				return
 			}
 		}
 	})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	d, err := dataplane.New(dataplane.Options{})
-	if err != nil {
-		b.Fatal(err)
+	if d, err = dataplane.New(dataplane.Options{}); err != nil {
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { d.Close(); ports[0].Close(); ports[2].Close() })
+	tb.Cleanup(func() { d.Close(); ports[0].Close(); ports[2].Close() })
 	if err := d.SetPorts([]dataplane.Port{ports[1], ports[3]}); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
+	return ports, d
+}
+
+// readEvery reads p until it is closed, calling each with every frame of
+// EtherType et (at least min bytes long); the channel closes when it stops.
+func readEvery(p dataplane.Port, et uint16, min int, each func(f []byte)) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bufs := make([][]byte, dataplane.DefaultBatch)
+		for i := range bufs {
+			bufs[i] = make([]byte, 2048)
+		}
+		sizes := make([]int, len(bufs))
+		for {
+			n, err := p.ReadBatch(bufs, sizes)
+			if err != nil {
+				return
+			}
+			for i := 0; i < n; i++ {
+				if sizes[i] >= max(min, 14) && binary.BigEndian.Uint16(bufs[i][12:]) == et {
+					each(bufs[i][:sizes[i]])
+				}
+			}
+		}
+	}()
+	return done
+}
+
+func benchForwardVeth(b *testing.B, ring bool, size int) {
+	ports, _ := forwardVeths(b, dataplane.PortOptions{NoRxRing: !ring}, dataplane.PortOptions{NoRxRing: !ring})
 	const et = 0x88B6
 	// Teach the switch where h2 is, then stream h1 -> h2.
 	ports[2].WriteBatch([][]byte{testFrame([6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, ports[2].MAC(), 0x88B7, 60, 0)})
@@ -360,26 +396,7 @@ func benchForwardVeth(b *testing.B, ring bool, size int) {
 		batch[i] = f
 	}
 	var got atomic.Int64
-	rxDone := make(chan struct{})
-	go func() {
-		defer close(rxDone)
-		bufs := make([][]byte, dataplane.DefaultBatch)
-		for i := range bufs {
-			bufs[i] = make([]byte, 2048)
-		}
-		sizes := make([]int, len(bufs))
-		for {
-			n, err := ports[2].ReadBatch(bufs, sizes)
-			if err != nil {
-				return
-			}
-			for i := 0; i < n; i++ {
-				if sizes[i] >= 14 && binary.BigEndian.Uint16(bufs[i][12:]) == et {
-					got.Add(1)
-				}
-			}
-		}
-	}()
+	rxDone := readEvery(ports[2], et, 14, func([]byte) { got.Add(1) })
 	b.ReportAllocs()
 	b.ResetTimer()
 	for sent := 0; sent < b.N; {
@@ -449,39 +466,8 @@ func TestAFPacketPortZeroAllocs(t *testing.T) {
 // quiet for a while; across the moves every frame is forwarded exactly
 // once (sequence numbers counted at the receiving host).
 func TestSparseLaneFollowsRate(t *testing.T) {
-	env := netnstest.New(t, "sl")
-	ns := env.Namespace("x")
-	h1, swA := env.Veth(ns, ns)
-	h2, swB := env.Veth(ns, ns)
-	for _, i := range []string{h1, swA, h2, swB} {
-		env.DisableOffloads(ns, i)
-	}
-	env.MustExec(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
 	const fps = 10000
-	var ports [4]dataplane.Port
-	var err error
-	env.Do(ns, func() {
-		for i, n := range []string{h1, swA, h2, swB} {
-			o := dataplane.PortOptions{NoRxRing: true} // the hosts
-			if i%2 == 1 {
-				o = dataplane.PortOptions{Lane: true, SparseFPS: fps}
-			}
-			if ports[i], err = dataplane.OpenAFPacket(n, o); err != nil {
-				return
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dataplane.New(dataplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close(); ports[0].Close(); ports[2].Close() })
-	if err := d.SetPorts([]dataplane.Port{ports[1], ports[3]}); err != nil {
-		t.Fatal(err)
-	}
+	ports, d := forwardVeths(t, dataplane.PortOptions{NoRxRing: true}, dataplane.PortOptions{Lane: true, SparseFPS: fps})
 	portA := func() dataplane.PortSample { return d.Stats().Ports[0] }
 	if !portA().LaneAll {
 		t.Fatal("a new port is not on its lane")
@@ -491,29 +477,12 @@ func TestSparseLaneFollowsRate(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	var seen sync.Map
 	var got, dups atomic.Int64
-	rxDone := make(chan struct{})
-	go func() {
-		defer close(rxDone)
-		bufs := make([][]byte, dataplane.DefaultBatch)
-		for i := range bufs {
-			bufs[i] = make([]byte, 2048)
+	readEvery(ports[2], et, 20, func(f []byte) {
+		if _, dup := seen.LoadOrStore(binary.BigEndian.Uint32(f[14:]), true); dup {
+			dups.Add(1)
 		}
-		sizes := make([]int, len(bufs))
-		for {
-			n, err := ports[2].ReadBatch(bufs, sizes)
-			if err != nil {
-				return
-			}
-			for i := 0; i < n; i++ {
-				if sizes[i] >= 20 && binary.BigEndian.Uint16(bufs[i][12:]) == et {
-					if _, dup := seen.LoadOrStore(binary.BigEndian.Uint32(bufs[i][14:]), true); dup {
-						dups.Add(1)
-					}
-					got.Add(1)
-				}
-			}
-		}
-	}()
+		got.Add(1)
+	})
 	seq := uint32(0)
 	send := func(k int) {
 		batch := make([][]byte, k)

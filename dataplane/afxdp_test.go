@@ -568,26 +568,7 @@ func benchForwardXDP(b *testing.B, native bool, size int) {
 		batch[i] = f
 	}
 	var got atomic.Int64
-	rxDone := make(chan struct{})
-	go func() {
-		defer close(rxDone)
-		bufs := make([][]byte, dataplane.DefaultBatch)
-		for i := range bufs {
-			bufs[i] = make([]byte, 2048)
-		}
-		sizes := make([]int, len(bufs))
-		for {
-			n, err := hosts[1].ReadBatch(bufs, sizes)
-			if err != nil {
-				return
-			}
-			for i := 0; i < n; i++ {
-				if sizes[i] >= 14 && binary.BigEndian.Uint16(bufs[i][12:]) == et {
-					got.Add(1)
-				}
-			}
-		}
-	}()
+	rxDone := readEvery(hosts[1], et, 14, func([]byte) { got.Add(1) })
 	b.ReportAllocs()
 	b.ResetTimer()
 	for sent := 0; sent < b.N; {

@@ -65,12 +65,24 @@ func ringFilter(mask uint16) []bpf.RawInstruction { return classFilter(mask, 0, 
 // MTU, 0 drops it) for PRISM frames whose class is in mask, and out for
 // every other frame, short ones included.
 func classFilter(mask uint16, in, out uint32) []bpf.RawInstruction {
-	return mustAssemble([]bpf.Instruction{
+	return mustAssemble(append([]bpf.Instruction{
 		bpf.LoadExtension{Num: bpf.ExtLen},
-		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: classOff + 1, SkipTrue: 10},
+		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: classOff + 1, SkipTrue: classTestLen + 1},
 		bpf.LoadAbsolute{Off: 12, Size: 2},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: prismEtherType, SkipTrue: 8},
-		bpf.LoadAbsolute{Off: classOff, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: prismEtherType, SkipTrue: classTestLen - 1},
+	}, classTest(classOff, mask, in, out)...))
+}
+
+// classTestLen is len(classTest(...)).
+const classTestLen = 9
+
+// classTest is the tail of classFilter and fanoutProg: return in if the
+// class byte at off is in mask, else out (a class byte past maxLaneClass
+// is in no mask: 1<<36 would wrap to bit 4). Jumping past its first
+// len-1 instructions returns out.
+func classTest(off uint32, mask uint16, in, out uint32) []bpf.Instruction {
+	return []bpf.Instruction{
+		bpf.LoadAbsolute{Off: off, Size: 1},
 		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: maxLaneClass, SkipTrue: 6},
 		bpf.TAX{},
 		bpf.LoadConstant{Dst: bpf.RegA, Val: 1},
@@ -79,7 +91,7 @@ func classFilter(mask uint16, in, out uint32) []bpf.RawInstruction {
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
 		bpf.RetConstant{Val: in},
 		bpf.RetConstant{Val: out},
-	})
+	}
 }
 
 func mustAssemble(p []bpf.Instruction) []bpf.RawInstruction {
@@ -125,21 +137,12 @@ func fanoutProg(mask uint16, all bool, laneIdx uint32) []bpf.RawInstruction {
 		return mustAssemble([]bpf.Instruction{bpf.RetConstant{Val: laneIdx}})
 	}
 	const off = classOff - 14
-	return mustAssemble([]bpf.Instruction{
+	return mustAssemble(append([]bpf.Instruction{
 		bpf.LoadExtension{Num: bpf.ExtProto},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: prismEtherType, SkipTrue: 10},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: prismEtherType, SkipTrue: classTestLen + 1},
 		bpf.LoadExtension{Num: bpf.ExtLen},
-		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: off + 1, SkipTrue: 8},
-		bpf.LoadAbsolute{Off: off, Size: 1},
-		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: maxLaneClass, SkipTrue: 6},
-		bpf.TAX{},
-		bpf.LoadConstant{Dst: bpf.RegA, Val: 1},
-		bpf.ALUOpX{Op: bpf.ALUOpShiftLeft},
-		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: uint32(mask)},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
-		bpf.RetConstant{Val: laneIdx},
-		bpf.RetConstant{Val: 1 - laneIdx},
-	})
+		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: off + 1, SkipTrue: classTestLen - 1},
+	}, classTest(off, mask, laneIdx, 1-laneIdx)...))
 }
 
 // openLane opens the lane for the classes in mask on ifi with a receive
