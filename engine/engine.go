@@ -443,7 +443,7 @@ func (e *Engine) Flush(now int64, tx dataplane.Sender) {
 // header from a unicast source is answered, within the token bucket.
 func (e *Engine) answerUnknown(now int64, in int, frame []byte, tx dataplane.Sender) {
 	h := parser.DataHeader(frame[parser.HdrOff:parser.DataBodyOff])
-	if frame[6]&1 != 0 || h.Reserved() != 0 || h.Flags()&^(parser.FlagLast|parser.FlagInexact|parser.FlagExt|parser.FlagRetransmit) != 0 {
+	if frame[6]&1 != 0 || h.Reserved() != 0 || h.Flags()&^(parser.FlagLast|parser.FlagInexact|parser.FlagExt|parser.FlagRetransmit|parser.FlagPush) != 0 {
 		return
 	}
 	if e.unknownTokens = min(unknownBurst, e.unknownTokens+(now-e.unknownAt)/int64(unknownEvery)); e.unknownTokens == 0 {

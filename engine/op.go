@@ -26,6 +26,20 @@ type inbound struct {
 	armed      bool // RESULT_IN: inactivity clock running
 	owed       bool // an OK PROGRESS waits for Engine.Flush
 	owedPID    uint32
+	// pushAt is the end of the furthest admitted frame that carried PUSH:
+	// the sender (a persistent collective between invocations) sends
+	// nothing beyond it until it hears back, so emission must not wait for
+	// more input there and the inactivity clock rests (paused).
+	pushAt uint32
+	// heldSince is when another contributor first passed this paused one
+	// (0: nobody waits for it); its inactivity counts from then.
+	heldSince int64
+}
+
+// paused reports whether the sender rests at a PUSH boundary with
+// everything before it received.
+func (ib *inbound) paused() bool {
+	return ib.pushAt != 0 && ib.rw.Committed() == ib.pushAt && ib.rw.Pending() == 0
 }
 
 // outbound is a sending binding: the parent (DATA out) or a result path out
@@ -58,7 +72,11 @@ type op struct {
 	outs   []outbound // RESULT_OUT
 
 	frontier uint32 // every contributor committed below it
-	emitted  uint32 // elements encoded into every outgoing window
+	// pushed: a contributor rests at the frontier (PUSH), so no more input
+	// comes for it until the result goes out: emission holds nothing back
+	// and the frame that reaches the frontier carries PUSH onward.
+	pushed  bool
+	emitted uint32 // elements encoded into every outgoing window
 	// maxIn is the most elements one inbound DATA frame can carry (the
 	// largest contributor MinRoom): emission may only hold back a short
 	// frame while a contributor's next frame still fits the element window.
@@ -407,6 +425,9 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 	switch v {
 	case stream.Accepted:
 		m.Frames[d.Class].Add(1)
+		if d.Flags&parser.FlagPush != 0 {
+			ib.pushAt = max(ib.pushAt, first+count)
+		}
 		if relay {
 			o.relay(now, frame[:n], first, count, tx)
 			// The onward copies live in the RESULT_OUT replay buffers, so
@@ -514,6 +535,18 @@ func (o *op) advance(now int64, tx dataplane.Sender) {
 		f = min(f, o.in[i].rw.Committed())
 	}
 	o.frontier = f
+	o.pushed = false
+	for i := range o.in {
+		ib := &o.in[i]
+		if !ib.paused() {
+			ib.heldSince = 0
+			continue
+		}
+		o.pushed = o.pushed || ib.rw.Committed() == f
+		if ib.heldSince == 0 && o.passed(ib) {
+			ib.heldSince = now // its inactivity clock starts now
+		}
+	}
 	o.emit(now, tx)
 }
 
@@ -544,7 +577,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		// Holding back a short frame is only safe while more input can
 		// arrive: the contributor at the frontier must fit its next frame
 		// into the element window, which is measured from o.emitted.
-		canWait := o.frontier < o.spec.VectorLen &&
+		canWait := o.frontier < o.spec.VectorLen && !o.pushed &&
 			uint64(o.frontier)+uint64(o.maxIn) <= uint64(o.emitted)+uint64(o.spec.WindowElements)
 		var count uint32
 		var groups []kulisch.Group
@@ -763,6 +796,9 @@ func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulis
 	var flags uint8
 	if first+count == o.spec.VectorLen {
 		flags = parser.FlagLast
+	}
+	if o.pushed && first+count == o.frontier {
+		flags |= parser.FlagPush
 	}
 	h := parser.DataFields{
 		Eth:   parser.Eth{Dst: ob.b.PeerMAC, Src: tx.PortMAC(ob.b.Port)},
@@ -1180,7 +1216,21 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 	timeout := int64(o.spec.Timeout)
 	for i := range o.in {
 		ib := &o.in[i]
-		if !ib.rw.Done() && !o.inexact && now-ib.lastActive > timeout {
+		if ib.rw.Done() || o.inexact {
+			continue
+		}
+		idle := now - ib.lastActive
+		if ib.paused() {
+			// A persistent collective between invocations: resting at its
+			// PUSH boundary is the application's pace, not a failure,
+			// until another contributor has gone past it and waits
+			// (advance starts that clock).
+			if ib.heldSince == 0 {
+				continue
+			}
+			idle = now - max(ib.lastActive, ib.heldSince)
+		}
+		if idle > timeout {
 			o.fail(now, o.timeoutErr(now, ib))
 			return
 		}
@@ -1205,10 +1255,21 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 	o.checkDone(now)
 }
 
+// passed reports whether another contributor has data beyond ib's.
+func (o *op) passed(ib *inbound) bool {
+	c := ib.rw.Committed()
+	for i := range o.in {
+		if x := &o.in[i]; x != ib && (x.rw.Committed() > c || x.rw.Pending() > 0) {
+			return true
+		}
+	}
+	return false
+}
+
 func (o *op) timeoutErr(now int64, ib *inbound) error {
 	return &ContributorTimeoutError{Op: o.spec.Op, Kind: ib.b.Kind, Stream: ib.b.Stream, PeerEP: ib.b.PeerEP,
 		PeerMAC: ib.b.PeerMAC, Port: ib.b.Port, From: ib.rw.Committed(), To: o.spec.VectorLen,
-		Idle: time.Duration(now - ib.lastActive)}
+		Idle: time.Duration(now - max(ib.lastActive, ib.heldSince))}
 }
 
 // errInexact is the Status.Err of an operation whose sum was not

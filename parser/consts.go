@@ -336,7 +336,13 @@ const (
 	FlagInexact    uint8 = 0x02 // ACCUMULATION_INEXACT
 	FlagExt        uint8 = 0x04
 	FlagRetransmit uint8 = 0x08
-	flagsReserved  uint8 = 0xF0
+	// FlagPush marks the frame after which its sender sends no more DATA
+	// until something comes back (a persistent collective's invocation
+	// ends here): a receiver must not hold back a partial frame ending at
+	// this position waiting for more input, and must not time the sender
+	// out while it rests there (docs/protocol.md section 6.1).
+	FlagPush      uint8 = 0x10
+	flagsReserved uint8 = 0xE0
 )
 
 // Endpoint-set encodings (extension Encoding, set record prefix).

@@ -94,7 +94,7 @@ var rules = []rule{
 	{"data truncated header", "data-fp32", cut(DataBodyOff - 1), nil, ErrTruncated, "header"},
 	{"data over mtu", "data-fp32", nil, lim(Limits{MTU: 60}), ErrMTU, "frame"},
 	{"data reserved", "data-fp32", setB(dOff+dataReserved+1, 1), nil, ErrReserved, "reserved"},
-	{"data flags reserved", "data-fp32", setB(dOff+dataFlags, 0x10), nil, ErrReserved, "flags"},
+	{"data flags reserved", "data-fp32", setB(dOff+dataFlags, 0x20), nil, ErrReserved, "flags"},
 	{"data body past frame", "data-fp32", set16(dOff+dataBodyLen, 24), nil, ErrTruncated, "body_length"},
 	{"data body shorter than group", "data-fp32", set16(dOff+dataBodyLen, 16), nil, ErrLength, "body_length"},
 	{"data body longer than groups", "data-fp32", func(b []byte) []byte { put16(b, dOff+dataBodyLen, 24); return append(b, 0, 0, 0, 0) }, nil, ErrLength, "body_length"},

@@ -562,6 +562,18 @@ func validCases(t *testing.T) []tcase {
 			eqU(t, p, "prismd.ng.position", 64)
 		}})
 
+	// DATA that ends a persistent collective's invocation (PUSH).
+	cs = append(cs, tcase{name: "DATA-push", valid: true,
+		frame: encData(t, parser.DataFields{Class: parser.ClassData, PacketID: 12, First: 10, Flags: parser.FlagPush, Stream: 3}, nil,
+			parser.Group{Format: parser.FormatFP32, Count: 1, Values: []byte{0, 0, 0x80, 0x3f}}),
+		check: func(t *testing.T, p *packet) {
+			eqU(t, p, "prismd.data.flags", uint64(parser.FlagPush))
+			eqU(t, p, "prismd.data.flags.push", 1)
+			eqU(t, p, "prismd.data.flags.last", 0)
+			eqU(t, p, "prismd.data.flags.reserved", 0)
+			eqF32(t, p, "prismd.ng.value_fp32", 1)
+		}})
+
 	// ACCUMULATION_INEXACT terminal.
 	cs = append(cs, tcase{name: "DATA-inexact", valid: true,
 		frame: encData(t, parser.DataFields{Class: parser.ClassResult, PacketID: 11, First: 4096, Flags: parser.FlagLast | parser.FlagInexact, Stream: 2}, nil),

@@ -86,7 +86,7 @@ local vs_prog_status = {
 
 
 -- Data flags (section 6).
-local DF_LAST, DF_INEXACT, DF_EXT, DF_RETRANSMIT, DF_RESERVED = 0x01, 0x02, 0x04, 0x08, 0xF0
+local DF_LAST, DF_INEXACT, DF_EXT, DF_RETRANSMIT, DF_PUSH, DF_RESERVED = 0x01, 0x02, 0x04, 0x08, 0x10, 0xE0
 -- Extension xflags (section 8).
 local XF_INSTALL, XF_PARTIAL, XF_AUTH, XF_RESERVED = 0x01, 0x02, 0x04, 0xF8
 -- PROGRESS flags (section 7).
@@ -232,6 +232,7 @@ f.d_flags_last    = flag("prismd.data.flags.last", "LAST", 8, DF_LAST)
 f.d_flags_inexact = flag("prismd.data.flags.inexact", "ACCUMULATION_INEXACT", 8, DF_INEXACT)
 f.d_flags_ext     = flag("prismd.data.flags.ext", "EXT", 8, DF_EXT)
 f.d_flags_retx    = flag("prismd.data.flags.retransmit", "RETRANSMIT", 8, DF_RETRANSMIT)
+f.d_flags_push    = flag("prismd.data.flags.push", "PUSH", 8, DF_PUSH)
 f.d_flags_res     = uint8("prismd.data.flags.reserved", "Reserved flags", nil, DF_RESERVED, base.HEX)
 f.d_body_len      = uint16("prismd.data.body_len", "Body Length")
 f.d_stream        = uint16("prismd.data.stream", "Stream ID")
@@ -1121,8 +1122,9 @@ local function dissect_data(c, tree, off, class)
     fi:add(f.d_flags_inexact, c.tvb(off + 33, 1))
     fi:add(f.d_flags_ext, c.tvb(off + 33, 1))
     fi:add(f.d_flags_retx, c.tvb(off + 33, 1))
+    fi:add(f.d_flags_push, c.tvb(off + 33, 1))
     local fr = fi:add(f.d_flags_res, c.tvb(off + 33, 1))
-    check_reserved(c, fr, flags - flags % 16, "reserved DATA flags")
+    check_reserved(c, fr, flags - flags % 32, "reserved DATA flags")
     local bi = ht:add(f.d_body_len, c.tvb(off + 34, 2))
     ht:add(f.d_stream, c.tvb(off + 36, 2))
     local ri = ht:add(f.d_reserved, c.tvb(off + 38, 2))
@@ -1136,6 +1138,7 @@ local function dissect_data(c, tree, off, class)
     if inexact then fl[#fl + 1] = "INEXACT" end
     if ext then fl[#fl + 1] = "EXT" end
     if has_bit(flags, DF_RETRANSMIT) then fl[#fl + 1] = "RETX" end
+    if has_bit(flags, DF_PUSH) then fl[#fl + 1] = "PUSH" end
     local info = string.format("%s %s stream=%d pkt=%d elems=[%d,+%d) groups=%d%s", name, id, u16(c, off + 36),
         pkt, first, nelems, ngroups, #fl > 0 and (" [" .. table.concat(fl, ",") .. "]") or "")
 

@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/kulisch"
+	"github.com/prismd/prismd/parser"
+)
+
+// pushRig is a SINGLE ALLREDUCE of two ranks run as a persistent
+// collective: invocations of n elements one after the other over one
+// vector, each rank's last frame of an invocation marked PUSH (or not).
+type pushRig struct {
+	e         *Engine
+	tx        *sink
+	key       parser.OpKey
+	n         uint32
+	pid       [2]uint32
+	vectorLen uint32
+	now       int64
+}
+
+func newPushRig(t *testing.T, acc kulisch.Policy, n, invocations uint32, timeout time.Duration) *pushRig {
+	t.Helper()
+	key := parser.OpKey{Job: 3, Group: 1, Op: 7, OpGen: 1}
+	spec := singleSpec(key, acc, n*invocations, 1500, 8192)
+	spec.Timeout = timeout
+	r := &pushRig{e: New(Config{Logger: quiet()}), tx: &sink{keep: true}, key: key, n: n, now: 1e9, vectorLen: n * invocations}
+	if err := r.e.Stage(r.now, &spec, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.e.Commit(r.now, key); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// value is rank's contribution to element k of invocation inv.
+func pushValue(rank int, inv, k uint32) float32 {
+	return float32(inv)*8 + float32(k)*0.25 + float32(rank+1)
+}
+
+// contribute sends rank's invocation inv as one frame.
+func (r *pushRig) contribute(t *testing.T, rank int, inv uint32, push bool) {
+	t.Helper()
+	v := make([]byte, 4*r.n)
+	for k := range r.n {
+		binary.LittleEndian.PutUint32(v[4*k:], math.Float32bits(pushValue(rank, inv, k)))
+	}
+	var flags uint8
+	if push {
+		flags = parser.FlagPush
+	}
+	first := inv * r.n
+	if first+r.n == r.vectorLen {
+		flags |= parser.FlagLast
+	}
+	r.pid[rank]++
+	mac := [][6]byte{rank0, rank1}[rank]
+	f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: r.tx.PortMAC(rank), Src: mac}, Class: parser.ClassData,
+		Op: r.key, SrcEP: uint16(1 + rank), DstEP: uint16(100 + rank), PacketID: r.pid[rank], First: first, Flags: flags,
+		Stream: uint16(10 + rank)}, nil, parser.Group{Format: parser.FormatFP32, Count: uint16(r.n), Values: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.now += int64(time.Microsecond)
+	r.e.HandleData(r.now, rank, f, r.tx)
+	r.e.Flush(r.now, r.tx)
+}
+
+// ack answers every RESULT up to element end from both ranks, as their
+// host libraries do.
+func (r *pushRig) ack(t *testing.T, end uint32) {
+	t.Helper()
+	for i := range 2 {
+		mac := [][6]byte{rank0, rank1}[i]
+		p := parser.Progress{Op: r.key, SrcEP: uint16(1 + i), DstEP: uint16(200 + i), Stream: uint16(20 + i), Committed: end,
+			IntervalCredits: 64, ByteCredits: 64 * 1514, Flags: parser.ProgressFlagResult}
+		pb := make([]byte, parser.EthLen+p.Len())
+		if _, err := p.Encode(pb, parser.Eth{Dst: r.tx.PortMAC(i), Src: mac}); err != nil {
+			t.Fatal(err)
+		}
+		r.e.HandleProgress(r.now, i, pb, r.tx)
+	}
+}
+
+// results returns the RESULT frames sent to rank 1 since the last call,
+// decoded, and forgets every kept frame.
+func (r *pushRig) results(t *testing.T) []parser.Data {
+	t.Helper()
+	var out []parser.Data
+	for _, f := range r.tx.frames {
+		if parser.Class(f[parser.CWOff+1]) != parser.ClassResult || [6]byte(f[0:6]) != rank1 {
+			continue
+		}
+		var d parser.Data
+		if err := d.Decode(f, parser.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, d)
+	}
+	r.tx.frames, r.tx.ports = nil, nil
+	return out
+}
+
+// checkInvocation asserts that rs delivered exactly invocation inv, its
+// last frame marked PUSH, with the sums of both ranks' values.
+func (r *pushRig) checkInvocation(t *testing.T, rs []parser.Data, inv uint32) {
+	t.Helper()
+	if len(rs) == 0 {
+		t.Fatalf("invocation %d: no RESULT sent (held back waiting for input that will not come)", inv)
+	}
+	got := map[uint32]float32{}
+	for i, d := range rs {
+		if last := i == len(rs)-1; (d.Flags&parser.FlagPush != 0) != last {
+			t.Fatalf("invocation %d: RESULT frame %d of %d has PUSH=%v", inv, i+1, len(rs), !last)
+		}
+		var it parser.GroupIter
+		for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
+			for k := 0; k < int(g.Count); k++ {
+				got[g.First+uint32(k)] = math.Float32frombits(binary.LittleEndian.Uint32(g.Values[4*k:]))
+			}
+		}
+	}
+	if len(got) != int(r.n) {
+		t.Fatalf("invocation %d: %d elements delivered, want %d", inv, len(got), r.n)
+	}
+	for k := range r.n {
+		want := pushValue(0, inv, k) + pushValue(1, inv, k) // exact: small dyadic values
+		if g, ok := got[inv*r.n+k]; !ok || g != want {
+			t.Fatalf("invocation %d element %d = %v (present %v), want %v", inv, k, g, ok, want)
+		}
+	}
+}
+
+// TestPushEmitsShortFrames: a short frame is held back while more input
+// may come (the bulk optimisation), but a PUSH from the contributor that
+// holds the frontier releases it at once, marked PUSH, for every
+// invocation of a persistent collective.
+func TestPushEmitsShortFrames(t *testing.T) {
+	for _, acc := range []kulisch.Policy{kulisch.FP32Arrival, kulisch.KulischFixed} {
+		// Without PUSH nothing goes out: the node waits to fill a frame.
+		r := newPushRig(t, acc, 5, 8, time.Hour)
+		r.contribute(t, 0, 0, false)
+		r.contribute(t, 1, 0, false)
+		if rs := r.results(t); len(rs) != 0 {
+			t.Fatalf("%v: %d RESULT frames without PUSH; the hold-back this test relies on is gone", acc, len(rs))
+		}
+		r = newPushRig(t, acc, 5, 8, time.Hour)
+		for inv := range uint32(8) {
+			r.contribute(t, 1, inv, true)
+			if rs := r.results(t); len(rs) != 0 {
+				t.Fatalf("%v: invocation %d: RESULT before rank 0 contributed", acc, inv)
+			}
+			r.contribute(t, 0, inv, true)
+			r.checkInvocation(t, r.results(t), inv)
+			r.ack(t, (inv+1)*r.n)
+		}
+		if s, _ := r.e.Status(r.key); s.State != parser.StateComplete {
+			t.Fatalf("%v: state %v after every invocation, want COMPLETE", acc, s.State)
+		}
+	}
+}
+
+// TestPausedContributorsDoNotTimeOut: between invocations every rank rests
+// at its PUSH boundary for many timeouts and the context stays ACTIVE; once
+// one rank starts the next invocation, a rank that does not follow within
+// the timeout fails the operation, named with its missing range.
+func TestPausedContributorsDoNotTimeOut(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	r := newPushRig(t, kulisch.FP32Arrival, 5, 4, timeout)
+	r.contribute(t, 0, 0, true)
+	r.contribute(t, 1, 0, true)
+	r.checkInvocation(t, r.results(t), 0)
+	r.ack(t, 5)
+	for range 100 { // a second of application think time
+		r.now += int64(timeout)
+		r.e.Tick(r.now, r.tx)
+	}
+	if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
+		t.Fatalf("paused for 100 timeouts: state %v (%v), want ACTIVE", s.State, s.Err)
+	}
+	r.contribute(t, 0, 1, true)
+	r.contribute(t, 1, 1, true)
+	r.checkInvocation(t, r.results(t), 1)
+	r.ack(t, 10)
+
+	// Rank 0 goes on, rank 1 stays away.
+	r.contribute(t, 0, 2, true)
+	r.now += int64(timeout / 2)
+	r.e.Tick(r.now, r.tx)
+	if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
+		t.Fatalf("rank 1 late by half the timeout: state %v (%v)", s.State, s.Err)
+	}
+	r.now += int64(timeout)
+	r.e.Tick(r.now, r.tx)
+	s, _ := r.e.Status(r.key)
+	var te *ContributorTimeoutError
+	if s.State != parser.StateFailed || !errors.As(s.Err, &te) {
+		t.Fatalf("rank 1 late by 1.5 timeouts: state %v, err %v; want FAILED with a ContributorTimeoutError", s.State, s.Err)
+	}
+	if te.Stream != 11 || te.From != 10 || te.Idle < timeout || te.Idle > 2*timeout {
+		t.Fatalf("timeout names stream %d from %d idle %v; want stream 11 (rank 1) from element 10, idle about %v", te.Stream, te.From, te.Idle, timeout)
+	}
+}
+
+// TestUnpushedContributorStillTimesOut: without PUSH the inactivity bound is
+// unchanged: an ordinary collective whose rank stops mid-vector fails.
+func TestUnpushedContributorStillTimesOut(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	r := newPushRig(t, kulisch.FP32Arrival, 5, 4, timeout)
+	r.contribute(t, 0, 0, false)
+	r.contribute(t, 1, 0, false)
+	r.now += int64(2 * timeout)
+	r.e.Tick(r.now, r.tx)
+	if s, _ := r.e.Status(r.key); s.State != parser.StateFailed {
+		t.Fatalf("state %v after 2 timeouts of silence without PUSH, want FAILED", s.State)
+	}
+}
