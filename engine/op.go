@@ -428,6 +428,7 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 		if d.Flags&parser.FlagPush != 0 {
 			ib.pushAt = max(ib.pushAt, first+count)
 		}
+		ib.heldSince = 0 // it moved: nobody waits for it now
 		if relay {
 			o.relay(now, frame[:n], first, count, tx)
 			// The onward copies live in the RESULT_OUT replay buffers, so
@@ -539,7 +540,6 @@ func (o *op) advance(now int64, tx dataplane.Sender) {
 	for i := range o.in {
 		ib := &o.in[i]
 		if !ib.paused() {
-			ib.heldSince = 0
 			continue
 		}
 		o.pushed = o.pushed || ib.rw.Committed() == f

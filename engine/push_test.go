@@ -184,10 +184,18 @@ func TestPausedContributorsDoNotTimeOut(t *testing.T) {
 	if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
 		t.Fatalf("paused for 100 timeouts: state %v (%v), want ACTIVE", s.State, s.Err)
 	}
-	r.contribute(t, 0, 1, true)
-	r.contribute(t, 1, 1, true)
+	r.contribute(t, 0, 1, true) // rank 1 is passed and waited for ...
+	r.now += int64(timeout / 2)
+	r.contribute(t, 1, 1, true) // ... until it comes
 	r.checkInvocation(t, r.results(t), 1)
 	r.ack(t, 10)
+	for range 100 { // after an invocation in which a rank was waited for
+		r.now += int64(timeout)
+		r.e.Tick(r.now, r.tx)
+	}
+	if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
+		t.Fatalf("paused for 100 timeouts after rank 1 was waited for: state %v (%v), want ACTIVE", s.State, s.Err)
+	}
 
 	// Rank 0 goes on, rank 1 stays away.
 	r.contribute(t, 0, 2, true)

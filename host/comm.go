@@ -276,8 +276,26 @@ func (l *evLoop) iterate() error {
 	}
 	ops := *tab
 	now := mono()
+	started := false
 	for _, op := range ops {
+		paused := op.state == opPaused
 		op.service(now, &l.tx)
+		started = started || paused && op.state == opRunning
+	}
+	if started {
+		// A persistent collective's invocation began after the read
+		// deadline was set from its resting state (no timers): give the
+		// new invocation its tick. A Start that comes after this kicks
+		// the read as usual.
+		if err := c.bconn.SetReadDeadline(time.Now().Add(tick)); err != nil {
+			return err
+		}
+		for _, op := range ops {
+			if op.state == opPaused && op.startReq.Load() != 0 {
+				c.kick()
+				break
+			}
+		}
 	}
 	if err := l.tx.flush(); err != nil {
 		return err
@@ -315,12 +333,18 @@ func wakeAt(ops opTable) time.Time {
 	soonest := int64(-1)
 	for _, op := range ops {
 		w := next
-		if op.state == opLingering {
+		switch op.state {
+		case opLingering:
 			w = max(op.lingerUntil, now)
+		case opPaused:
+			continue // a resting persistent collective has no timer
 		}
 		if soonest < 0 || w < soonest {
 			soonest = w
 		}
+	}
+	if soonest < 0 {
+		return time.Time{}
 	}
 	return time.Now().Add(time.Duration(soonest - now))
 }

@@ -36,8 +36,12 @@ type OpError struct {
 	Rank       int
 	Op         string // operation ID (am.OpIdentity.Key), "" before the grant
 	Stage      string // "begin", "data", "result", "done"
-	// From, To is the element range involved ([From, To), To == 0: none).
+	// From, To is the element range involved ([From, To), To == 0: none),
+	// within the invocation for a persistent collective.
 	From, To uint32
+	// Invocation numbers the failed invocation of a persistent collective
+	// from 1 (0: an ordinary collective).
+	Invocation int
 	// Diagnosis is the AM's explanation (which node, which contributor).
 	Diagnosis string
 	Err       error
@@ -47,6 +51,9 @@ func (e *OpError) Error() string {
 	s := fmt.Sprintf("%s rank %d", e.Collective, e.Rank)
 	if e.Op != "" {
 		s += " op " + e.Op
+	}
+	if e.Invocation > 0 {
+		s += fmt.Sprintf(" invocation %d", e.Invocation)
 	}
 	s += " (" + e.Stage + ")"
 	if e.To > e.From {

@@ -45,8 +45,17 @@ type opRun struct {
 	sw      *stream.SendWindow
 	rw      *stream.RecvWindow
 
-	state          opState
-	next           uint32 // next element to send
+	state opState
+	next  uint32 // next element to send
+	// base and limit bound the invocation running: [0, VectorLen) for an
+	// ordinary collective; [i*n, (i+1)*n) for invocation i of a persistent
+	// one, whose last DATA frame carries PUSH (protocol section 6.1).
+	base, limit uint32
+	persistent  bool
+	n           uint32 // persistent: elements per invocation
+	// startReq is set (to the invocation's index + 1) by the goroutine
+	// of Persistent.Start and taken by the loop, which then runs it.
+	startReq       atomic.Uint32
 	lastResult     int64
 	resultDeadline int64 // RESULT inactivity bound (ns)
 	lingerFor      int64 // how long to answer late RESULT after success
@@ -76,6 +85,7 @@ const (
 	opRunning   opState = iota + 1
 	opLingering         // finished; answers late RESULT duplicates until lingerUntil
 	opGone              // finished and unregistered
+	opPaused            // persistent, between invocations: answers late RESULT duplicates
 )
 
 // opResult is the outcome the loop hands to the collective's goroutine,
@@ -88,12 +98,19 @@ type opResult struct {
 
 // finish reports the outcome once.
 func (op *opRun) finish(err error) {
-	if op.state == opLingering || op.state == opGone {
+	if op.state != opRunning {
 		return
 	}
 	rt, _ := op.sw.Stats()
 	op.result <- opResult{err: err, frames: op.frames, retransmits: rt, dups: op.dups}
 	op.state = opGone
+}
+
+// startInvocation begins the invocation the Persistent asked for.
+func (op *opRun) startInvocation(now int64, inv uint32) {
+	op.base, op.limit = inv*op.n, (inv+1)*op.n
+	op.state = opRunning
+	op.lastResult = now
 }
 
 // service runs the operation's sending side once: cancellation, new DATA,
@@ -109,6 +126,19 @@ func (op *opRun) service(now int64, tx *txQueue) {
 		return
 	case opGone:
 		return
+	case opPaused:
+		if p := op.cancel.Load(); p != nil { // retired by its Persistent
+			// Resting: every DATA frame is acknowledged.
+			op.c.putSlab(op.sw.Buffer())
+			op.state = opGone
+			op.c.unregister(op)
+			return
+		}
+		inv := op.startReq.Swap(0)
+		if inv == 0 {
+			return
+		}
+		op.startInvocation(now, inv-1)
 	}
 	if p := op.cancel.Load(); p != nil {
 		op.end(*p)
@@ -118,6 +148,11 @@ func (op *opRun) service(now int64, tx *txQueue) {
 	switch {
 	case err != nil:
 		op.end(err)
+	case done && op.persistent:
+		// This invocation is complete; the operation rests (PUSH) until
+		// the next one, answering late RESULT duplicates meanwhile.
+		op.finish(nil)
+		op.state = opPaused
 	case done:
 		// Every DATA frame is acknowledged and none is sent again (a
 		// lingering operation only answers RESULT): the replay buffers
@@ -148,9 +183,45 @@ func (op *opRun) input(now int64, f []byte, tx *txQueue) {
 		if err := op.handle(now, f, tx); err != nil {
 			op.end(err)
 		}
-	case opLingering:
+	case opLingering, opPaused:
 		_ = op.handle(now, f, tx)
 	}
+}
+
+// checkBuffers checks a collective's buffers and views them as elements.
+func (c *Comm) checkBuffers(coll string, send, recv any, root int) (sv, rv elems, err error) {
+	if sv, err = view(send); err != nil {
+		return sv, rv, fmt.Errorf("send: %w", err)
+	}
+	if sv.n == 0 {
+		return sv, rv, fmt.Errorf("%w: send is empty", ErrType)
+	}
+	wantRecv := coll == "allreduce" || c.cfg.Rank == root
+	if rv, err = view(recv); err != nil {
+		return sv, rv, fmt.Errorf("recv: %w", err)
+	}
+	if wantRecv && (rv.n != sv.n || rv.format != sv.format) {
+		return sv, rv, fmt.Errorf("%w: recv must be the same type and length as send (%v x %d), got %v x %d",
+			ErrType, sv.format, sv.n, rv.format, rv.n)
+	}
+	if coll == "reduce" && (root < 0 || root >= c.cfg.Size) {
+		return sv, rv, fmt.Errorf("root %d is outside 0..%d", root, c.cfg.Size-1)
+	}
+	return sv, rv, nil
+}
+
+// beginRequest is the rank's request for invocation seq of a collective
+// over sv.
+func (c *Comm) beginRequest(seq uint64, coll string, sv elems, root int, o Options) am.BeginRequest {
+	acc := o.Acc
+	if acc == "" {
+		acc = "kulisch"
+	}
+	return am.BeginRequest{Job: c.cfg.Job, Group: c.cfg.Group, Seq: seq, OpID: o.OpID, Rank: c.cfg.Rank, Size: c.cfg.Size,
+		Collective: coll, RootRank: root, InputFormat: am.FormatName(sv.format), AccPolicy: acc,
+		PartialPolicy: o.Partial, OutputFormat: o.Output, KulischWidth: o.KulischWidth, VectorLen: uint32(sv.n),
+		MTU: o.MTU, TimeoutMS: uint32(o.Timeout / time.Millisecond), Node: c.cfg.Node, Iface: c.cfg.NodeIface,
+		MAC: net.HardwareAddr(c.mac[:]).String()}
 }
 
 func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any, root int, o Options) (Stats, error) {
@@ -158,34 +229,11 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	oe := func(stage string, err error) *OpError {
 		return &OpError{Collective: coll, Rank: c.cfg.Rank, Stage: stage, Err: err}
 	}
-	sv, err := view(send)
+	sv, rv, err := c.checkBuffers(coll, send, recv, root)
 	if err != nil {
-		return st, oe("begin", fmt.Errorf("send: %w", err))
+		return st, oe("begin", err)
 	}
-	if sv.n == 0 {
-		return st, oe("begin", fmt.Errorf("%w: send is empty", ErrType))
-	}
-	wantRecv := coll == "allreduce" || c.cfg.Rank == root
-	rv, err := view(recv)
-	if err != nil {
-		return st, oe("begin", fmt.Errorf("recv: %w", err))
-	}
-	if wantRecv && (rv.n != sv.n || rv.format != sv.format) {
-		return st, oe("begin", fmt.Errorf("%w: recv must be the same type and length as send (%v x %d), got %v x %d",
-			ErrType, sv.format, sv.n, rv.format, rv.n))
-	}
-	if coll == "reduce" && (root < 0 || root >= c.cfg.Size) {
-		return st, oe("begin", fmt.Errorf("root %d is outside 0..%d", root, c.cfg.Size-1))
-	}
-	acc := o.Acc
-	if acc == "" {
-		acc = "kulisch"
-	}
-	req := am.BeginRequest{Job: c.cfg.Job, Group: c.cfg.Group, Seq: seq, OpID: o.OpID, Rank: c.cfg.Rank, Size: c.cfg.Size,
-		Collective: coll, RootRank: root, InputFormat: am.FormatName(sv.format), AccPolicy: acc,
-		PartialPolicy: o.Partial, OutputFormat: o.Output, KulischWidth: o.KulischWidth, VectorLen: uint32(sv.n),
-		MTU: o.MTU, TimeoutMS: uint32(o.Timeout / time.Millisecond), Node: c.cfg.Node, Iface: c.cfg.NodeIface,
-		MAC: net.HardwareAddr(c.mac[:]).String()}
+	req := c.beginRequest(seq, coll, sv, root, o)
 	t0 := time.Now()
 	g, err := c.client.Begin(ctx, req)
 	if err != nil {
@@ -197,7 +245,6 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	if err != nil {
 		return st, oe("begin", err)
 	}
-	timeout := time.Duration(g.TimeoutMS) * time.Millisecond
 	drops0 := c.kernelDrops()
 	t1 := time.Now()
 	op.lastResult = mono()
@@ -227,6 +274,14 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 		c.report(doneReport{id: g.ID, coll: coll, req: am.DoneRequest{Rank: c.cfg.Rank, OK: true}})
 		return st, nil
 	}
+	e := c.opError(coll, g, runErr)
+	c.diagnose(g, e)
+	return st, e
+}
+
+// opError is the error of a collective that failed after its grant, with
+// the element range its cause names.
+func (c *Comm) opError(coll string, g *am.Grant, runErr error) *OpError {
 	e := &OpError{Collective: coll, Rank: c.cfg.Rank, Op: g.ID, Stage: "data", Err: runErr}
 	var se *stream.SilentError
 	var re *resultError
@@ -236,16 +291,21 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	case errors.As(runErr, &re):
 		e.Stage, e.From, e.To = "result", re.from, re.to
 	}
-	// Tell the AM and wait for its diagnosis (which node, which rank).
+	return e
+}
+
+// diagnose tells the AM that the operation failed here and waits for its
+// diagnosis (which node, which rank), adding it to e.
+func (c *Comm) diagnose(g *am.Grant, e *OpError) {
+	timeout := time.Duration(g.TimeoutMS) * time.Millisecond
 	dctx, cancel := context.WithTimeout(context.Background(), timeout+15*time.Second)
-	s, derr := c.client.Done(dctx, g.ID, am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: runErr.Error(), Wait: true})
+	s, derr := c.client.Done(dctx, g.ID, am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: e.Err.Error(), Wait: true})
 	cancel()
 	if derr == nil && s.Error != nil {
 		e.Diagnosis = s.Error.Message
 	} else if derr != nil {
 		e.Diagnosis = "could not report the failure: " + derr.Error()
 	}
-	return st, e
 }
 
 // newOp builds a granted collective's state: its windows, timers and DATA
@@ -279,6 +339,10 @@ func newOp(c *Comm, g *am.Grant, sv, rv elems) (*opRun, error) {
 	// plus a margin, so the AM's diagnosis already sees the failed node.
 	op.resultDeadline = int64(timeout) + int64(time.Second)
 	op.lingerFor = int64(timeout)
+	op.limit = g.VectorLen
+	if g.Persistent {
+		op.persistent, op.state, op.limit = true, opPaused, 0
+	}
 	op.initData()
 	return op, nil
 }
@@ -320,8 +384,8 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 			return false, err
 		}
 	}
-	dataDone := op.next == g.VectorLen && op.sw.Idle()
-	resDone := op.rw == nil || op.rw.Done()
+	dataDone := op.next == op.limit && op.sw.Idle()
+	resDone := op.rw == nil || op.rw.Committed() >= op.limit
 	if dataDone && resDone {
 		return true, nil
 	}
@@ -329,9 +393,10 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 		return false, fmt.Errorf("%w: leaf %s did not acknowledge DATA: %v", ErrTimeout, g.Leaf, err)
 	}
 	if op.rw != nil && !resDone && now-op.lastResult > op.resultDeadline {
-		return false, &resultError{from: op.rw.Committed(), to: g.VectorLen,
+		got := op.rw.Committed() - op.base
+		return false, &resultError{from: got, to: op.limit - op.base,
 			err: fmt.Errorf("%w: no RESULT from leaf %s for %v (received [0, %d) of %d elements)",
-				ErrTimeout, g.Leaf, time.Duration(now-op.lastResult).Round(time.Millisecond), op.rw.Committed(), g.VectorLen)}
+				ErrTimeout, g.Leaf, time.Duration(now-op.lastResult).Round(time.Millisecond), got, op.limit-op.base)}
 	}
 	return false, nil
 }
@@ -339,7 +404,7 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 // sendData encodes and queues new DATA while the window admits it, values
 // copied from the caller's slice straight into the replay buffer.
 func (op *opRun) sendData(now int64, tx *txQueue) error {
-	n := op.g.VectorLen
+	n := op.limit
 	for op.next < n {
 		cnt := min(op.maxPer, n-op.next)
 		size := parser.DataBodyOff + parser.GroupDescLen + pad4(int(cnt)*op.width)
@@ -348,8 +413,11 @@ func (op *opRun) sendData(now int64, tx *txQueue) error {
 			return nil
 		}
 		op.fields.PacketID, op.fields.First, op.fields.Flags = pid, op.next, 0
-		if op.next+cnt == n {
+		if op.next+cnt == op.g.VectorLen {
 			op.fields.Flags = parser.FlagLast
+		}
+		if op.persistent && op.next+cnt == n {
+			op.fields.Flags |= parser.FlagPush // this invocation ends here
 		}
 		if err := op.b.Reset(buf, &op.fields, nil, op.mtu); err != nil {
 			return err
@@ -358,8 +426,8 @@ func (op *opRun) sendData(now int64, tx *txQueue) error {
 		if err != nil {
 			return err
 		}
-		w := op.width
-		copy(slot, op.send.bytes[int(op.next)*w:int(op.next+cnt)*w])
+		w, at := op.width, int(op.next-op.base)
+		copy(slot, op.send.bytes[at*w:(at+int(cnt))*w])
 		fr := op.sw.Commit(now, len(op.b.Finish()))
 		if err := tx.add(fr); err != nil {
 			return err
@@ -409,14 +477,14 @@ func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 			return nil
 		}
 		if d.Flags&parser.FlagInexact != 0 {
-			return &resultError{from: op.rw.Committed(), to: g.VectorLen, err: ErrInexact}
+			return &resultError{from: op.rw.Committed() - op.base, to: op.limit - op.base, err: ErrInexact}
 		}
 		v := op.rw.Admit(d.PacketID, d.First, uint32(d.Count), len(f), stream.Hash(d.Body))
 		status := parser.ProgressStatusOK
 		switch v {
 		case stream.Accepted:
 			if err := op.store(d); err != nil {
-				return &resultError{from: d.First, to: d.First + uint32(d.Count), err: err}
+				return &resultError{from: d.First - op.base, to: d.First + uint32(d.Count) - op.base, err: err}
 			}
 			op.rw.Release(op.rw.Committed())
 			op.lastResult = now
@@ -447,12 +515,19 @@ func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 func (op *opRun) store(d *parser.Data) error {
 	var it parser.GroupIter
 	w := op.width
+	if d.First < op.base || d.First+uint32(d.Count) > op.limit {
+		// Only a switch that sums an invocation before every rank
+		// contributed to it could send this.
+		return fmt.Errorf("%w: RESULT for elements [%d, %d) outside the running invocation [%d, %d)",
+			ErrFailed, d.First, d.First+uint32(d.Count), op.base, op.limit)
+	}
 	for {
 		grp, ok := d.NextGroup(&it)
 		if !ok {
 			return nil
 		}
-		dst := op.recv.bytes[int(grp.First)*w : (int(grp.First)+int(grp.Count))*w]
+		at := int(grp.First - op.base)
+		dst := op.recv.bytes[at*w : (at+int(grp.Count))*w]
 		if grp.Format == op.recv.format {
 			copy(dst, grp.Values)
 			continue

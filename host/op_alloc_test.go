@@ -34,7 +34,7 @@ func TestHandleAllocs(t *testing.T) {
 	op := &opRun{c: &Comm{conn: nullConn{}}, g: g, key: key, recv: rv, width: 4, mtu: 1500,
 		sw:    stream.NewSendWindow(stream.SendConfig{ReplayDepth: 64, FrameSize: 1514}),
 		rw:    stream.NewRecvWindow(stream.RecvConfig{VectorLen: n, Intervals: 64, MaxFrame: 1514}),
-		state: opRunning}
+		state: opRunning, limit: n}
 	tx := newTxQueue(asBatch(nullConn{}), "null0")
 	// A PROGRESS for the DATA stream.
 	p := parser.Progress{Op: key, SrcEP: 20, DstEP: 10, Stream: 3, PacketID: 1, Committed: 0, IntervalCredits: 64, ByteCredits: 1 << 20}

@@ -64,6 +64,7 @@ func runBench(args []string) int {
 	warmup := fs.Int("w", 1, "untimed warm-up iterations per size")
 	root := fs.Int("root", -1, "bench REDUCE to this rank instead of ALLREDUCE")
 	check := fs.Bool("check", false, "verify every result bit for bit against math/big (slow for large sizes)")
+	persistent := fs.Bool("persistent", false, "run each size as one persistent collective (AllReduceInit, like MPI_Allreduce_init): one AM setup per size, then invocations with no AM round trip")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl bench --coordinator URL --rank R --size N --iface IF --node H [-b 8] [-e 32M] [-f 2] [-n 5]")
 		fmt.Fprintln(fs.Output(), "Run one process per rank with the same flags (except --rank/--node/--iface); rank 0 prints the table.")
@@ -126,7 +127,11 @@ func runBench(args []string) int {
 		busFactor = 1
 	}
 	if rf.rank == 0 {
-		fmt.Printf("# prismctl bench: %s, %d ranks, %s input, %s accumulator, MTU %d\n", coll, rf.size, rf.format, rf.acc, rf.mtu)
+		kind := coll
+		if *persistent {
+			kind = "persistent " + coll
+		}
+		fmt.Printf("# prismctl bench: %s, %d ranks, %s input, %s accumulator, MTU %d\n", kind, rf.size, rf.format, rf.acc, rf.mtu)
 		fmt.Printf("# %12s %12s %6s %12s %11s %11s %10s %8s %8s %5s %s\n", "size(B)", "count", "type", "time(us)", "algbw(MB/s)", "busbw(MB/s)", "link(MB)", "setup(us)", "retrans", "check", "kdrops")
 	}
 	for size := lo; size <= hi; size *= int64(*factor) {
@@ -140,13 +145,28 @@ func runBench(args []string) int {
 		var retrans, frames, drops uint64
 		var cpu time.Duration
 		times := make([]string, 0, *iters)
+		var p *host.Persistent
+		if *persistent {
+			if coll == "allreduce" {
+				p, err = c.AllReduceInit(send, recv, rf.options())
+			} else {
+				p, err = c.ReduceInit(send, recv, *root, rf.options())
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
+				return 1
+			}
+		}
 		for it := 0; it < *warmup+*iters; it++ {
 			c0 := processCPU()
 			t0 := time.Now()
 			var q *host.Request
-			if coll == "allreduce" {
+			switch {
+			case p != nil:
+				q = p.Start(ctx)
+			case coll == "allreduce":
 				q = c.AllReduceAsync(ctx, send, recv, rf.options())
-			} else {
+			default:
 				q = c.ReduceAsync(ctx, send, recv, *root, rf.options())
 			}
 			if err := q.Wait(); err != nil {
@@ -163,6 +183,12 @@ func runBench(args []string) int {
 				retrans += s.Retransmits
 				frames += s.Frames
 				drops += s.KernelDrops
+			}
+		}
+		if p != nil {
+			if err := p.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
+				return 1
 			}
 		}
 		ok := "-"

@@ -44,6 +44,12 @@ type BeginRequest struct {
 	MTU           int    `json:"mtu,omitempty"`        // 0 = 1500
 	TimeoutMS     uint32 `json:"timeout_ms,omitempty"` // 0 = AM default
 
+	// Persistent asks for a persistent operation (MPI_Allreduce_init): the
+	// ranks run invocation after invocation over its vector without asking
+	// the AM again, keep it alive with POST /v1/ops/{id}/alive while it is
+	// idle, and report done when they free it.
+	Persistent bool `json:"persistent,omitempty"`
+
 	// Node is the rank's host in the topology; Iface its interface there
 	// ("" = the host's only link). MAC is the interface's actual address
 	// ("" = the topology's deterministic MAC).
@@ -118,6 +124,12 @@ type Grant struct {
 	MTU           int    `json:"mtu"`
 	TimeoutMS     uint32 `json:"timeout_ms"`
 
+	// Persistent echoes the request. KeepaliveMS is how often each rank
+	// must POST /v1/ops/{id}/alive until it reports done: max(TimeoutMS/2,
+	// 100). Both are zero for an operation that is not persistent.
+	Persistent  bool   `json:"persistent,omitempty"`
+	KeepaliveMS uint32 `json:"keepalive_ms,omitempty"`
+
 	// Data is the rank's DATA stream to its leaf (Src = rank endpoint).
 	Data StreamBinding `json:"data"`
 	// Result is the RESULT stream from the leaf to this rank (Src = leaf
@@ -140,6 +152,13 @@ type DoneRequest struct {
 	// Wait asks the AM to answer only once the operation is final (released,
 	// failed or aborted), so a failing rank receives the AM's diagnosis.
 	Wait bool `json:"wait,omitempty"`
+}
+
+// AliveRequest is POST /v1/ops/{id}/alive: a rank of a persistent
+// operation is still there (its process runs, it has not freed the
+// operation), however long the operation has been idle on the switches.
+type AliveRequest struct {
+	Rank int `json:"rank"`
 }
 
 // NodeStatus is one tree node as the AM last saw it.
@@ -165,6 +184,7 @@ type OpStatus struct {
 	Seq        uint64       `json:"seq"`
 	Collective string       `json:"collective"`
 	Size       int          `json:"size"`
+	Persistent bool         `json:"persistent,omitempty"`
 	State      string       `json:"state"` // setup | active | completing | released | failed
 	Tree       string       `json:"tree"`
 	Root       string       `json:"root"`

@@ -120,6 +120,16 @@ func (c *Client) Done(ctx context.Context, id string, d DoneRequest) (*OpStatus,
 	return &s, nil
 }
 
+// Alive is POST /v1/ops/{id}/alive: the keepalive a rank of a persistent
+// operation sends every Grant.KeepaliveMS until it reports done.
+func (c *Client) Alive(ctx context.Context, id string, rank int) (*OpStatus, error) {
+	var s OpStatus
+	if err := c.do(ctx, http.MethodPost, APIVersion+"/ops/"+id+"/alive", AliveRequest{Rank: rank}, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
 // Op is GET /v1/ops/{id}.
 func (c *Client) Op(ctx context.Context, id string) (*OpStatus, error) {
 	var s OpStatus

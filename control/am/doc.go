@@ -18,6 +18,10 @@
 //   - preparation (prepare.go, Config.Prepare): a job's next invocation is set
 //     up while the current one runs, and granted without a CONTROL exchange
 //     when its ranks ask for exactly that, ABORTed otherwise;
+//   - persistent operations (persistent.go): granted once, run invocation
+//     after invocation by the ranks, kept alive by their keepalives
+//     (POST /v1/ops/{id}/alive) instead of the progress watchdog, never
+//     prepared for, and ABORTed on every node when every rank freed them;
 //   - its Prometheus metrics (metrics.go: a registry per Manager, served at
 //     GET /metrics next to the runtime channel).
 //

@@ -50,6 +50,18 @@ func (m *Manager) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, s)
 	})
+	mux.HandleFunc("POST "+APIVersion+"/ops/{id}/alive", func(w http.ResponseWriter, r *http.Request) {
+		var req AliveRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		s, err := m.Alive(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, s)
+	})
 	mux.Handle("GET /metrics", m.metricsHandler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, &APIError{Code: CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such endpoint (see docs/protocol.md, Runtime channel)"})

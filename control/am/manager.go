@@ -44,6 +44,8 @@ type Config struct {
 	CapsTTL time.Duration
 	// Watchdog is the period of the progress check of a granted operation
 	// whose ranks have not all reported (default 3 x timeout + 10s).
+	// Persistent operations are not checked for progress (they idle
+	// between invocations) but for their ranks' keepalives (persistent.go).
 	Watchdog time.Duration
 	// Prepare installs the operation of a job's next invocation (Seq+1,
 	// same parameters and rank hosts) as soon as the current one is
@@ -101,6 +103,9 @@ type operation struct {
 	plan  *plan
 	size  int
 	final chan struct{}
+	// persistent: the ranks keep the operation alive with keepalives and
+	// it ends with ABORT when they free it (persistent.go).
+	persistent bool
 
 	mu        sync.Mutex
 	state     string
@@ -108,8 +113,10 @@ type operation struct {
 	done      map[int]DoneRequest
 	err       *APIError
 	finishing bool
-	watchdog  *time.Timer
+	watchdog  *time.Timer // the progress check, or a persistent operation's keepalive check
 	ended     time.Time
+	granted   time.Time
+	alive     map[int]time.Time // a persistent operation's last keepalive, by rank
 }
 
 // Manager is the Aggregation Manager and Host Coordinator.
@@ -266,6 +273,7 @@ func (m *Manager) normalize(r BeginRequest) (params, *APIError) {
 	if p.TimeoutMS > 600000 {
 		return p, badReq("timeout_ms %d above 600000", p.TimeoutMS)
 	}
+	p.Persistent = r.Persistent
 	if r.Node == "" {
 		return p, badReq("node is empty: name the rank's host in the topology (e.g. h1)")
 	}
@@ -464,15 +472,25 @@ func (m *Manager) runInvocation(inv *invocation) {
 			Data: pl.ranks[r].data, Result: pl.ranks[r].result,
 			RankMAC: rp.HostMAC.String(), Leaf: rp.Leaf, LeafMAC: rp.LeafMAC.String(), LeafPort: rp.LeafPort,
 			Tree: tree.Kind(), Window: pl.win}
+		if inv.p.Persistent {
+			grants[r].Persistent, grants[r].KeepaliveMS = true, keepaliveMS(inv.p)
+		}
 		// The rank's streams are its leaf's: DATA into the leaf's window,
 		// RESULT sized like it.
 		grants[r].Window.Elements = pl.nodes[rp.Leaf].ctx.WindowElems
 	}
 	op.mu.Lock()
 	op.state = "active"
+	op.granted = time.Now()
 	// Watchdog: ranks that never report done (killed) must not pin the
-	// nodes' contexts forever.
-	op.watchdog = time.AfterFunc(m.watchdogPeriod(op), func() { m.watch(op, 0) })
+	// nodes' contexts forever. A persistent operation idles between its
+	// invocations for as long as the application likes, so no progress
+	// proves nothing there: its ranks' keepalives are checked instead.
+	if op.persistent {
+		op.watchdog = time.AfterFunc(keepalivePeriod(inv.p), func() { m.checkAlive(op) })
+	} else {
+		op.watchdog = time.AfterFunc(m.watchdogPeriod(op), func() { m.watch(op, 0) })
+	}
 	op.mu.Unlock()
 	m.logf("am: op %s (%s, %d ranks, %d nodes, root %s) %s after %v", op.id.Key(), tree.Kind(), inv.p.Size, len(tree.Nodes), tree.Root, how, time.Since(start))
 	m.mu.Lock()
@@ -513,8 +531,9 @@ func (m *Manager) window(p params) Window {
 }
 
 func newOperation(id OpIdentity, inv *invocation, tree *Tree, pl *plan) *operation {
-	op := &operation{id: id, inv: inv, tree: tree, plan: pl, size: inv.p.Size,
-		final: make(chan struct{}), state: "setup", nodes: map[string]*NodeStatus{}, done: map[int]DoneRequest{}}
+	op := &operation{id: id, inv: inv, tree: tree, plan: pl, size: inv.p.Size, persistent: inv.p.Persistent,
+		final: make(chan struct{}), state: "setup", nodes: map[string]*NodeStatus{}, done: map[int]DoneRequest{},
+		alive: map[int]time.Time{}}
 	for _, n := range tree.Nodes {
 		ns := &NodeStatus{Name: n.Name, Role: n.Role.String(), MAC: n.MAC.String(), State: "NONE"}
 		if n.Parent != nil {
@@ -621,11 +640,19 @@ func (m *Manager) watch(op *operation, lastDone uint64) {
 		done += uint64(ns.CompletedElements)
 		failed = failed || ns.State == "FAILED"
 	}
-	if !failed && done > lastDone && op.ended.IsZero() && !op.finishing {
+	if !op.ended.IsZero() || op.finishing {
+		// Every rank reported while the nodes were polled: the report's
+		// ending (finishOp or failOp) owns the operation now, and a second
+		// ending would close op.final twice.
+		op.mu.Unlock()
+		return
+	}
+	if !failed && done > lastDone {
 		op.watchdog = time.AfterFunc(m.watchdogPeriod(op), func() { m.watch(op, done) })
 		op.mu.Unlock()
 		return
 	}
+	op.finishing = true // claimed, as Done claims it
 	op.mu.Unlock()
 	m.failOp(op, reasonWatchdog, "watchdog: the operation stopped making progress and not every rank reported done")
 }
@@ -677,9 +704,12 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 	}
 	op.mu.Unlock()
 	if start {
-		if anyFail {
+		switch {
+		case anyFail:
 			go m.failOp(op, reasonRankFailed, "")
-		} else {
+		case op.persistent:
+			go m.endPersistent(op)
+		default:
 			go m.finishOp(op)
 		}
 	}
@@ -720,6 +750,12 @@ func (m *Manager) finishOp(op *operation) {
 // the label of prismd_am_operations_failed_total. Safe to call more than
 // once: only the first call acts.
 func (m *Manager) failOp(op *operation, reason, why string) {
+	m.failOpBlaming(op, reason, why, nil)
+}
+
+// failOpBlaming is failOp when the caller already knows the culprit rank
+// (why says what it did); nil lets the diagnosis find one.
+func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	op.mu.Lock()
 	if !op.ended.IsZero() || op.state == "failing" {
 		op.mu.Unlock()
@@ -731,7 +767,7 @@ func (m *Manager) failOp(op *operation, reason, why string) {
 	}
 	op.mu.Unlock()
 	m.metrics.failed.WithLabelValues(reason).Inc()
-	diag, culprit := m.diagnose(op)
+	diag, culprit := m.diagnose(op, blame)
 	if why != "" {
 		diag = why + "; " + diag
 	}
@@ -790,7 +826,7 @@ func (op *operation) status() OpStatus {
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	s := OpStatus{ID: op.id.Key(), Op: op.id, Seq: op.inv.key.seq, Collective: op.inv.first.Collective,
-		Size: op.size, State: op.state, Tree: op.tree.Kind(), Root: op.tree.Root,
+		Size: op.size, Persistent: op.persistent, State: op.state, Tree: op.tree.Kind(), Root: op.tree.Root,
 		Forwarders: op.tree.Forwarders, RanksDone: []int{}, Error: op.err}
 	for _, name := range op.plan.order {
 		s.Nodes = append(s.Nodes, *op.nodes[name])

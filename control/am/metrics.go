@@ -25,10 +25,11 @@ const (
 	reasonRankFailed  = "rank_failed"  // a rank reported done with ok=false
 	reasonWatchdog    = "watchdog"     // no progress and not every rank reported done
 	reasonNotComplete = "not_complete" // every rank reported ok but a node never reached COMPLETE
+	reasonKeepalive   = "keepalive"    // a rank of a persistent operation stopped sending keepalives
 )
 
 var failReasons = []string{CodeBadRequest, CodeTopology, CodeUnsupported, CodeSetupFailed, CodeRollbackIncomplete,
-	reasonRankFailed, reasonWatchdog, reasonNotComplete}
+	reasonRankFailed, reasonWatchdog, reasonNotComplete, reasonKeepalive}
 
 // ctlCommands are the commands the AM sends, pre-registered as label values.
 var ctlCommands = []parser.Command{parser.CmdStage, parser.CmdCommit, parser.CmdComplete, parser.CmdRelease,
@@ -56,10 +57,10 @@ func newAMMetrics(m *Manager) *amMetrics {
 		reg:             prometheus.NewRegistry(),
 		begun:           counter("operations_begun_total", "Collective invocations whose ranks all arrived, so the AM began placing and setting them up."),
 		granted:         counter("operations_granted_total", "Operations set up on every node and granted to every rank."),
-		completed:       counter("operations_completed_total", "Granted operations that every node completed and that the AM released."),
+		completed:       counter("operations_completed_total", "Granted operations that every node completed and that the AM released, or persistent ones every rank freed (ABORTed)."),
 		barrierTimeouts: counter("barrier_timeouts_total", "Invocations abandoned because not every rank arrived within the barrier timeout."),
 		failed: vec("operations_failed_total", "Operations that failed, by reason: the setup error code every rank received "+
-			"(bad_request, topology, unsupported, setup_failed, rollback_incomplete), or after the grant rank_failed, watchdog or not_complete.", "reason"),
+			"(bad_request, topology, unsupported, setup_failed, rollback_incomplete), or after the grant rank_failed, watchdog, not_complete or keepalive.", "reason"),
 		rollbacks: vec("rollbacks_total", "ABORT rounds over every node of an operation, by result: complete (every node acknowledged) or incomplete.", "result"),
 		ctlTxns:   vec("control_transactions_total", "CONTROL transactions (requests) the AM sent, by command.", "command"),
 		ctlRetrans: vec("control_retransmissions_total", "CONTROL requests sent again (same Transaction ID, same bytes) because no answer came "+

@@ -25,6 +25,10 @@ type params struct {
 	MTU          int
 	TimeoutMS    uint32
 	Size         int
+	// Persistent is a parameter like the others: ranks of one invocation
+	// must agree on it, and a prepared operation (never persistent) does
+	// not match a persistent invocation.
+	Persistent bool
 }
 
 // nodePlan is what one tree node is told.

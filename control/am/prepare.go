@@ -47,10 +47,13 @@ func (m *Manager) prepareTTL(p params) time.Duration {
 }
 
 // prepareNext installs the operation for inv's next Seq, unless preparation
-// is off, inv pinned its Operation ID, or the next invocation is already
-// gathering or prepared.
+// is off, inv pinned its Operation ID, inv is persistent, or the next
+// invocation is already gathering or prepared. The ranks of a persistent
+// operation run its invocations without asking the AM, for as long as the
+// application likes: an operation prepared for their next Seq would only
+// hold node resources until its TTL ABORTed it.
 func (m *Manager) prepareNext(inv *invocation, hosts []RankHost, op *operation) {
-	if !m.cfg.Prepare || inv.first.OpID != nil {
+	if !m.cfg.Prepare || inv.first.OpID != nil || inv.p.Persistent {
 		return
 	}
 	next := &invocation{key: invKey{inv.key.job, inv.key.group, inv.key.seq + 1}, first: inv.first, p: inv.p,
@@ -121,6 +124,8 @@ func (m *Manager) takePrepared(inv *invocation, hosts []RankHost) *operation {
 	if pr.op == nil || !pr.timer.Stop() {
 		return nil // failed, or its TTL fired and it is being ABORTed
 	}
+	// Persistent is part of params and no persistent invocation is
+	// prepared, so a persistent invocation never takes a prepared operation.
 	if inv.p != pr.inv.p || inv.first.OpID != nil || !sameHosts(hosts, pr.hosts) {
 		go m.dropPrepared(pr.op, prepMismatch)
 		return nil

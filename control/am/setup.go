@@ -356,7 +356,9 @@ func (m *Manager) releaseAll(op *operation) []string {
 
 // diagnose asks every node for its state once and explains the failure:
 // which node failed, which contributor is missing and from which element.
-func (m *Manager) diagnose(op *operation) (string, *int) {
+// A non-nil blame is the culprit the caller established (a silent rank of
+// a persistent operation): the nodes' Missing Streams do not override it.
+func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CtlTimeout)
 	defer cancel()
 	m.forEach(op.plan.order, func(n string) error {
@@ -367,7 +369,7 @@ func (m *Manager) diagnose(op *operation) (string, *int) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	var parts []string
-	var culprit *int
+	culprit := blame
 	// FAILED nodes first (a node fails when a contributor stays silent
 	// past the timeout, and its Missing Stream is that contributor), then
 	// deepest first: a leaf missing a rank explains its parent missing the
@@ -426,7 +428,7 @@ func (m *Manager) diagnose(op *operation) (string, *int) {
 	if len(reports) > 0 {
 		parts = append(parts, "reported by "+strings.Join(reports, "; "))
 	}
-	if culprit != nil {
+	if culprit != nil && blame == nil {
 		parts = append([]string{fmt.Sprintf("rank %d (%s) stopped contributing", *culprit, op.tree.Ranks[*culprit].Host)}, parts...)
 	}
 	return strings.Join(parts, "; "), culprit

@@ -1,0 +1,123 @@
+// This file owns persistent operations (MPI_Allreduce_init): one granted
+// operation whose vector holds K consecutive invocations, which the ranks
+// run one after another without asking the AM, and free at the end.
+//
+// Between invocations such an operation is idle on the switches for as long
+// as the application likes, so the progress watchdog would take a healthy
+// one for a stuck one. Instead every rank that has not reported done sends
+// a keepalive every KeepaliveMS, and a rank silent for three of those plus
+// a CONTROL timeout is taken for dead: the operation fails and every node
+// is ABORTed. When every rank freed it (done, ok), the nodes are ACTIVE,
+// not COMPLETE (the vector need not have been used to its end), so the AM
+// ends it with ABORT instead of the COMPLETE polling and RELEASE.
+
+package am
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// keepaliveMS is Grant.KeepaliveMS: half the operation's timeout, so a
+// rank's keepalives come at least twice within the inactivity bound it
+// asked for, and never more often than every 100ms.
+func keepaliveMS(p params) uint32 { return max(p.TimeoutMS/2, 100) }
+
+// keepalivePeriod is keepaliveMS as a duration: also the period of the
+// AM's check.
+func keepalivePeriod(p params) time.Duration {
+	return time.Duration(keepaliveMS(p)) * time.Millisecond
+}
+
+// keepaliveDeadline is how long a rank may stay silent: three missed
+// keepalives, plus the CONTROL timeout so that a loaded rank host or
+// network does not fail an operation that a CONTROL exchange would still
+// have waited for.
+func (m *Manager) keepaliveDeadline(p params) time.Duration {
+	return 3*keepalivePeriod(p) + m.cfg.CtlTimeout
+}
+
+// checkAlive runs every KeepaliveMS while a persistent operation is
+// active: a rank that has not reported done and whose last keepalive (the
+// grant, before its first) is older than the deadline fails the operation.
+func (m *Manager) checkAlive(op *operation) {
+	p := op.inv.p
+	period, limit := keepalivePeriod(p), m.keepaliveDeadline(p)
+	now := time.Now()
+	op.mu.Lock()
+	if op.state != "active" || op.finishing || !op.ended.IsZero() {
+		op.mu.Unlock()
+		return
+	}
+	worst, silent := -1, time.Duration(0)
+	for r := 0; r < op.size; r++ {
+		if _, done := op.done[r]; done {
+			continue
+		}
+		last, ok := op.alive[r]
+		if !ok {
+			last = op.granted
+		}
+		if d := now.Sub(last); d > limit && d > silent {
+			worst, silent = r, d
+		}
+	}
+	if worst < 0 {
+		op.watchdog = time.AfterFunc(period, func() { m.checkAlive(op) })
+		op.mu.Unlock()
+		return
+	}
+	// Claimed as Done claims it, so that a last done report arriving now
+	// cannot start endPersistent while failOp runs.
+	op.finishing = true
+	op.mu.Unlock()
+	why := fmt.Sprintf("rank %d (%s) sent no keepalive for %v (every %v expected); its process may have died",
+		worst, op.tree.Ranks[worst].Host, silent.Round(10*time.Millisecond), period)
+	m.failOpBlaming(op, reasonKeepalive, why, &worst)
+}
+
+// Alive is POST /v1/ops/{id}/alive: rank r.Rank of a persistent operation
+// is still there. It answers the operation's status; after the rank's done
+// report, or once the operation ended, it records nothing.
+func (m *Manager) Alive(_ context.Context, id string, r AliveRequest) (OpStatus, error) {
+	op, aerr := m.lookup(id)
+	if aerr != nil {
+		return OpStatus{}, aerr
+	}
+	if !op.persistent {
+		return OpStatus{}, badReq("operation %s is not persistent: keepalives are only for operations begun with \"persistent\": true (the others end with the ranks' done reports)", id)
+	}
+	if r.Rank < 0 || r.Rank >= op.size {
+		return OpStatus{}, badReq("rank %d is outside 0..%d", r.Rank, op.size-1)
+	}
+	op.mu.Lock()
+	if _, done := op.done[r.Rank]; !done && op.ended.IsZero() {
+		op.alive[r.Rank] = time.Now()
+	}
+	op.mu.Unlock()
+	return op.status(), nil
+}
+
+// endPersistent ends a persistent operation every rank freed: its nodes
+// are ACTIVE (a persistent vector is not necessarily used to its end, so
+// they never reach COMPLETE), and ABORT is what removes an ACTIVE context.
+// It is a success all the same: released, counted as completed.
+func (m *Manager) endPersistent(op *operation) {
+	op.mu.Lock()
+	if op.watchdog != nil {
+		op.watchdog.Stop()
+	}
+	op.mu.Unlock()
+	incomplete := m.abortAll(op)
+	op.mu.Lock()
+	op.state = "released"
+	if len(incomplete) > 0 {
+		op.err = &APIError{Code: CodeRollbackIncomplete, Message: "ABORT of the freed persistent operation not acknowledged; contexts may remain installed until their timeout", RollbackIncomplete: incomplete}
+	}
+	op.ended = time.Now()
+	op.mu.Unlock()
+	m.metrics.completed.Inc()
+	close(op.final)
+	m.retire(op)
+}

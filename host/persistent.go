@@ -1,0 +1,289 @@
+// This file owns persistent collectives: one collective created once and
+// run many times over the same buffers, as MPI-4's MPI_Allreduce_init and
+// MPI_Start. An ordinary collective costs a runtime-channel round trip to
+// the AM (the barrier and grant) and the AM's CONTROL exchange with every
+// switch (STAGE, COMMIT, COMPLETE, RELEASE); for a small vector that was
+// nearly all of its time and most of the CPU it cost everyone. A persistent
+// collective is one granted operation whose vector holds K invocations of
+// n elements: invocation i is elements [i*n, (i+1)*n), each rank's last
+// DATA frame of an invocation carries PUSH (docs/protocol.md section 6.1)
+// so the switches forward that short tail at once and do not time the rank
+// out while it rests, and a keepalive tells the AM the rank still lives.
+// After K invocations the next Start sets up a fresh operation, which every
+// rank does at the same invocation because K depends only on n.
+
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prismd/prismd/control/am"
+)
+
+// maxPersistentLen bounds the vector of a persistent collective's
+// operation (K*n elements): the switches' default capability limit.
+const maxPersistentLen = 1 << 31
+
+// maxInvocations bounds K, so that a long-lived job still renews its
+// operation (and its Operation ID generation) now and then. A variable so
+// that tests can renew after a few invocations.
+var maxInvocations uint32 = 1 << 20
+
+// Persistent is a collective bound to its buffers, run with Start or Run
+// as often as needed and freed with Close. Create it with AllReduceInit or
+// ReduceInit on every rank; like every collective of a Comm, ranks must
+// create and run persistent collectives in the same order. One invocation
+// runs at a time; the application fills send before Start and reads recv
+// after the invocation completed.
+type Persistent struct {
+	c    *Comm
+	coll string
+	root int
+	send elems
+	recv elems
+	opts Options
+	n    uint32
+	k    uint32 // invocations one operation holds
+
+	mu      sync.Mutex // the fields below
+	op      *opRun     // nil: none granted (before the first Start, after K)
+	inv     uint32     // invocations run on op
+	running bool
+	err     error // sticky: a failed invocation ends the collective
+	closed  bool
+	stopKA  chan struct{} // closes the current operation's keepalive loop
+	kaDone  chan struct{}
+	// last is the operation's counters after the previous invocation: the
+	// loop reports them cumulated over the operation.
+	last opResult
+}
+
+// AllReduceInit creates a persistent AllReduce of send into recv (same type
+// and length; recv may be send). It returns at once: the first Start sets
+// up the operation with every rank.
+func (c *Comm) AllReduceInit(send, recv any, opts *Options) (*Persistent, error) {
+	return c.initPersistent("allreduce", send, recv, 0, opts)
+}
+
+// ReduceInit creates a persistent Reduce of send into recv at rank root
+// (other ranks may pass a nil recv).
+func (c *Comm) ReduceInit(send, recv any, root int, opts *Options) (*Persistent, error) {
+	return c.initPersistent("reduce", send, recv, root, opts)
+}
+
+func (c *Comm) initPersistent(coll string, send, recv any, root int, opts *Options) (*Persistent, error) {
+	oe := func(err error) error { return &OpError{Collective: coll, Rank: c.cfg.Rank, Stage: "begin", Err: err} }
+	if opts == nil {
+		opts = &Options{}
+	}
+	if opts.OpID != nil {
+		return nil, oe(errors.New("a persistent collective cannot pin its Operation ID (Options.OpID): it renews its operation after many invocations"))
+	}
+	sv, rv, err := c.checkBuffers(coll, send, recv, root)
+	if err != nil {
+		return nil, oe(err)
+	}
+	n := uint32(sv.n)
+	if n > maxPersistentLen/2 {
+		return nil, oe(fmt.Errorf("%w: %d elements leave no room for a second invocation in one operation (at most %d)", ErrType, n, maxPersistentLen/2))
+	}
+	return &Persistent{c: c, coll: coll, root: root, send: sv, recv: rv, opts: *opts, n: n,
+		k: min(maxInvocations, maxPersistentLen/n)}, nil
+}
+
+// Run runs one invocation and waits for it.
+func (p *Persistent) Run(ctx context.Context) error { return p.Start(ctx).Wait() }
+
+// Start runs one invocation: it reads send now and writes recv before the
+// Request is done. An invocation that fails, or whose context is cancelled,
+// ends the persistent collective: later Starts return that error.
+func (p *Persistent) Start(ctx context.Context) *Request {
+	r := &Request{done: make(chan struct{})}
+	p.mu.Lock()
+	err := p.err
+	switch {
+	case p.closed:
+		err = &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: fmt.Errorf("%w: the persistent collective was closed", ErrClosed)}
+	case p.running:
+		err = &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: errors.New("an invocation of this persistent collective is still running; Wait for it first")}
+	}
+	if err != nil {
+		p.mu.Unlock()
+		r.err = err
+		close(r.done)
+		return r
+	}
+	p.running = true
+	// Taken at call time, like every collective's sequence number, but
+	// only when an operation must be set up (first Start, after K).
+	var seq uint64
+	renew := p.op == nil || p.inv == p.k
+	if renew {
+		seq = p.c.seq.Add(1) - 1
+	}
+	p.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		r.stats, r.err = p.invoke(ctx, renew, seq)
+		p.mu.Lock()
+		p.running = false
+		if r.err != nil && p.err == nil {
+			p.err = r.err
+		}
+		p.mu.Unlock()
+	}()
+	return r
+}
+
+// invoke runs the next invocation, setting up the operation first if
+// renew.
+func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats, error) {
+	c := p.c
+	var st Stats
+	if renew {
+		p.mu.Lock()
+		old := p.op
+		p.op, p.inv = nil, 0
+		p.mu.Unlock()
+		if old != nil {
+			p.retire(old, nil)
+		}
+		req := c.beginRequest(seq, p.coll, p.send, p.root, p.opts)
+		req.Persistent, req.VectorLen = true, p.n*p.k
+		t0 := time.Now()
+		g, err := c.client.Begin(ctx, req)
+		if err != nil {
+			return st, &OpError{Collective: p.coll, Rank: c.cfg.Rank, Stage: "begin", Err: err}
+		}
+		st.Setup = time.Since(t0)
+		if !g.Persistent || g.VectorLen != req.VectorLen {
+			return st, &OpError{Collective: p.coll, Rank: c.cfg.Rank, Op: g.ID, Stage: "begin",
+				Err: fmt.Errorf("the coordinator granted a non-persistent operation (persistent %v, vector_len %d, want %d): is it older than this library?", g.Persistent, g.VectorLen, req.VectorLen)}
+		}
+		op, err := newOp(c, g, p.send, p.recv)
+		if err != nil {
+			return st, &OpError{Collective: p.coll, Rank: c.cfg.Rank, Op: g.ID, Stage: "begin", Err: err}
+		}
+		op.n = p.n
+		if err := c.register(op); err != nil {
+			return st, &OpError{Collective: p.coll, Rank: c.cfg.Rank, Op: g.ID, Stage: "begin", Err: err}
+		}
+		p.mu.Lock()
+		p.op, p.last = op, opResult{}
+		p.stopKA, p.kaDone = make(chan struct{}), make(chan struct{})
+		go p.keepalive(g, p.stopKA, p.kaDone)
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	op, inv := p.op, p.inv
+	p.inv++
+	p.mu.Unlock()
+	st.Grant = op.g
+	drops0 := c.kernelDrops()
+	t1 := time.Now()
+	op.startReq.Store(inv + 1)
+	c.kick()
+	var res opResult
+	select {
+	case res = <-op.result:
+	case <-ctx.Done():
+		err := fmt.Errorf("cancelled: %w", ctx.Err())
+		op.cancel.Store(&err)
+		c.kick()
+		res = <-op.result
+	}
+	st.Transfer = time.Since(t1)
+	p.mu.Lock()
+	st.Frames, st.Retransmits, st.ResultDups = res.frames-p.last.frames, res.retransmits-p.last.retransmits, res.dups-p.last.dups
+	p.last = res
+	p.mu.Unlock()
+	st.KernelDrops = c.kernelDrops() - drops0
+	if res.err == nil {
+		return st, nil
+	}
+	e := c.opError(p.coll, op.g, res.err)
+	e.Invocation = int(inv) + 1
+	p.retire(op, e)
+	return st, e
+}
+
+// retire ends op: the keepalive stops and the AM hears done (ok, which
+// ABORTs every switch's context) in the background, or the failure, whose
+// diagnosis it waits for and adds to failed.
+func (p *Persistent) retire(op *opRun, failed *OpError) {
+	p.mu.Lock()
+	stop, kaDone := p.stopKA, p.kaDone
+	p.stopKA, p.kaDone = nil, nil
+	p.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-kaDone
+	}
+	c := p.c
+	if failed != nil {
+		// The loop already dropped a failed operation.
+		c.diagnose(op.g, failed)
+		return
+	}
+	// Resting between invocations: nothing is in flight; the replay
+	// buffers can serve the next collective once the loop let go of it.
+	err := ErrClosed
+	op.cancel.Store(&err)
+	c.kick()
+	c.report(doneReport{id: op.g.ID, coll: p.coll, req: am.DoneRequest{Rank: c.cfg.Rank, OK: true}})
+}
+
+// keepalive tells the AM every g.KeepaliveMS that this rank still runs the
+// operation, until stop closes. A keepalive the AM refuses is not fatal
+// here: if the AM gave up on the operation, the switches were ABORTed and
+// the next invocation fails with the AM's diagnosis.
+func (p *Persistent) keepalive(g *am.Grant, stop, done chan struct{}) {
+	defer close(done)
+	every := time.Duration(g.KeepaliveMS) * time.Millisecond
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			_, _ = p.c.client.Alive(ctx, g.ID, p.c.cfg.Rank)
+			cancel()
+		}
+	}
+}
+
+// Close frees the persistent collective: the AM releases the switches'
+// contexts once every rank closed it. It fails if an invocation is still
+// running.
+func (p *Persistent) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	if p.running {
+		p.mu.Unlock()
+		return &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "done", Err: errors.New("an invocation is still running; Wait for it before Close")}
+	}
+	p.closed = true
+	op, failed := p.op, p.err != nil
+	p.op = nil
+	p.mu.Unlock()
+	if op != nil && !failed {
+		p.retire(op, nil)
+	}
+	return nil
+}
+
+// Invocations returns how many invocations one operation of p carries
+// before p sets up the next.
+func (p *Persistent) Invocations() int { return int(p.k) }

@@ -1,0 +1,261 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/control/am"
+)
+
+// persistentRanks creates one persistent collective per rank on a Comm
+// each; fill(r, inv) returns rank r's input for invocation inv.
+type persistentRanks struct {
+	comms []*Comm
+	ps    []*Persistent
+	send  [][]float32
+	recv  [][]float32
+	conns []*memConn
+}
+
+func newPersistentRanks(t *testing.T, f *memFabric, url string, job uint64, hosts []string, coll string, root, n int, opts *Options) *persistentRanks {
+	t.Helper()
+	pr := &persistentRanks{}
+	for r, h := range hosts {
+		conn := f.attach(h)
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: len(hosts), Iface: "mem0", Job: job, Coordinator: url, Node: h}, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		send, recv := make([]float32, n), make([]float32, n)
+		var p *Persistent
+		if coll == "allreduce" {
+			p, err = c.AllReduceInit(send, recv, opts)
+		} else {
+			p, err = c.ReduceInit(send, recv, root, opts)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr.comms, pr.ps, pr.send, pr.recv, pr.conns = append(pr.comms, c), append(pr.ps, p), append(pr.send, send), append(pr.recv, recv), append(pr.conns, conn)
+	}
+	return pr
+}
+
+// invoke fills every rank's send with its input for invocation inv and
+// runs one invocation on every rank at once; it returns each rank's error
+// and stats.
+func (pr *persistentRanks) invoke(inv int, opts *Options, skip map[int]bool) ([]error, []Stats) {
+	errs, sts := make([]error, len(pr.ps)), make([]Stats, len(pr.ps))
+	var wg sync.WaitGroup
+	for r, p := range pr.ps {
+		if skip[r] {
+			continue
+		}
+		copy(pr.send[r], vecFor(uint64(1000+inv), r, len(pr.send[r])))
+		if opts != nil && opts.Acc == "fp32" {
+			for i := range pr.send[r] {
+				pr.send[r][i] = float32(int(pr.send[r][i]) % 4096)
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			q := p.Start(ctx)
+			errs[r] = q.Wait()
+			sts[r] = q.Stats()
+		}()
+	}
+	wg.Wait()
+	return errs, sts
+}
+
+// check compares every receiving rank's recv with the exact sum.
+func (pr *persistentRanks) check(t *testing.T, inv int, coll string, root int, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("invocation %d rank %d: %v", inv, r, err)
+		}
+	}
+	for r := range pr.recv {
+		if coll == "reduce" && r != root {
+			continue
+		}
+		for i := range pr.recv[r] {
+			if want := exactF32(pr.send, i); math.Float32bits(want) != math.Float32bits(pr.recv[r][i]) {
+				t.Fatalf("invocation %d rank %d element %d: got %g, want %g", inv, r, i, pr.recv[r][i], want)
+			}
+		}
+	}
+}
+
+// opsOfJob returns the AM's operations of job.
+func opsOfJob(t *testing.T, url string, job uint64) []am.OpStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := am.NewClient(url).Ops(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []am.OpStatus
+	for _, o := range l.Ops {
+		if o.Op.Job == job {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// TestPersistentCollectivesExact: many invocations with new inputs each time
+// through a tree, every result exact, one operation granted for all of them
+// (no setup after the first), and Close releases it on the AM.
+func TestPersistentCollectivesExact(t *testing.T) {
+	cases := []struct {
+		topo  string
+		hosts []string
+		coll  string
+		root  int
+		acc   string
+		n     int
+	}{
+		{"spine-leaf", []string{"h1", "h2", "h3", "h4"}, "allreduce", 0, "kulisch", 100},
+		{"spine-leaf", []string{"h1", "h2", "h3", "h4"}, "reduce", 2, "kulisch", 700},
+		{"fat-tree", []string{"h1", "h3", "h6", "h8"}, "allreduce", 0, "fp32", 2},
+	}
+	for ci, tc := range cases {
+		t.Run(tc.topo+"-"+tc.coll+"-"+tc.acc, func(t *testing.T) {
+			f := newMemFabric(t, tc.topo)
+			url := f.startAM(tc.hosts[0])
+			job := uint64(60 + ci)
+			opts := &Options{Acc: tc.acc}
+			pr := newPersistentRanks(t, f, url, job, tc.hosts, tc.coll, tc.root, tc.n, opts)
+			const invocations = 25
+			for inv := range invocations {
+				errs, sts := pr.invoke(inv, opts, nil)
+				pr.check(t, inv, tc.coll, tc.root, errs)
+				wantFrames := uint64((tc.n + 362) / 363) // FP32 values per MTU-1500 frame
+				for r, st := range sts {
+					if (st.Setup > 0) != (inv == 0) {
+						t.Fatalf("invocation %d rank %d: setup %v (only the first invocation asks the AM)", inv, r, st.Setup)
+					}
+					if st.Frames != wantFrames {
+						t.Fatalf("invocation %d rank %d: %d DATA frames counted, want this invocation's %d", inv, r, st.Frames, wantFrames)
+					}
+				}
+			}
+			ops := opsOfJob(t, url, job)
+			if len(ops) != 1 || !ops[0].Persistent || ops[0].State != "active" {
+				t.Fatalf("AM operations of the job: %+v, want one active persistent operation", ops)
+			}
+			for _, p := range pr.ps {
+				if err := p.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, c := range pr.comms {
+				if err := c.Close(); err != nil {
+					t.Fatalf("Comm.Close: %v", err)
+				}
+			}
+			// Every rank's done report went out with Comm.Close; the AM
+			// then ABORTs every switch's context.
+			for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				ops = opsOfJob(t, url, job)
+				if ops[0].State == "released" && ops[0].Error == nil {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("after Close: state %q (%v), want released", ops[0].State, ops[0].Error)
+				}
+			}
+			for _, n := range ops[0].Nodes {
+				if n.State != "ABORTED" {
+					t.Fatalf("after Close: node %s is %s, want ABORTED (context removed)", n.Name, n.State)
+				}
+			}
+			if err := pr.ps[0].Run(context.Background()); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Run after Close: %v, want ErrClosed", err)
+			}
+		})
+	}
+}
+
+// TestPersistentRenewsAndRests: with K = 3 invocations per operation every
+// rank sets up a new one at the same invocation, and a pause of several
+// operation timeouts between invocations neither fails the switches'
+// contexts (the ranks rest at PUSH) nor the AM's (keepalives).
+func TestPersistentRenewsAndRests(t *testing.T) {
+	old := maxInvocations
+	maxInvocations = 3
+	t.Cleanup(func() { maxInvocations = old })
+	f := newMemFabric(t, "spine-leaf")
+	url := f.startAM("h1")
+	opts := &Options{Timeout: 300 * time.Millisecond}
+	pr := newPersistentRanks(t, f, url, 70, []string{"h1", "h2", "h3", "h4"}, "allreduce", 0, 50, opts)
+	for inv := range 8 {
+		if inv == 5 || inv == 7 {
+			// 5 timeouts of rest, after an invocation in which ranks
+			// arrived at different times (so some waited for others).
+			time.Sleep(1500 * time.Millisecond)
+		}
+		errs, _ := pr.invoke(inv, opts, nil)
+		pr.check(t, inv, "allreduce", 0, errs)
+	}
+	ops := opsOfJob(t, url, 70)
+	if len(ops) != 3 {
+		t.Fatalf("%d operations for 8 invocations of 3 per operation, want 3: %+v", len(ops), ops)
+	}
+	for _, o := range ops {
+		if o.Error != nil {
+			t.Fatalf("operation %s: %v", o.ID, o.Error)
+		}
+	}
+}
+
+// TestPersistentDeadRankNamed: a rank that dies while the others start the
+// next invocation fails it within about the timeout, and the error names
+// the silent rank.
+func TestPersistentDeadRankNamed(t *testing.T) {
+	f := newMemFabric(t, "spine-leaf")
+	url := f.startAM("h1")
+	opts := &Options{Timeout: 500 * time.Millisecond}
+	pr := newPersistentRanks(t, f, url, 71, []string{"h1", "h2", "h3", "h4"}, "allreduce", 0, 300, opts)
+	for inv := range 2 {
+		errs, _ := pr.invoke(inv, opts, nil)
+		pr.check(t, inv, "allreduce", 0, errs)
+	}
+	pr.conns[3].mu.Lock()
+	pr.conns[3].dead = true // its frames vanish from now on
+	pr.conns[3].mu.Unlock()
+	start := time.Now()
+	errs, _ := pr.invoke(2, opts, map[int]bool{3: true})
+	el := time.Since(start)
+	for r := range 3 {
+		var oe *OpError
+		if errs[r] == nil || !errors.As(errs[r], &oe) || oe.Invocation != 3 ||
+			!strings.Contains(oe.Diagnosis, "rank 3 (h4) stopped contributing") || !strings.Contains(oe.Diagnosis, "timed out on rank 3 (h4) from element 600") {
+			t.Errorf("rank %d: %v; want invocation 3 failed, the AM naming rank 3 (h4) missing from element 600", r, errs[r])
+		}
+		for _, other := range []string{"rank 0 (h1)", "rank 1 (h2)", "rank 2 (h3)"} {
+			if errs[r] != nil && strings.Contains(oe.Diagnosis, "timed out on "+other) {
+				t.Errorf("rank %d: the diagnosis blames %s, which ran every invocation: %v", r, other, errs[r])
+			}
+		}
+		t.Logf("rank %d: %v", r, errs[r])
+	}
+	if el > 10*time.Second {
+		t.Errorf("the failure took %v", el)
+	}
+	if err := pr.ps[0].Run(context.Background()); err == nil || !strings.Contains(err.Error(), "rank 3 (h4)") {
+		t.Fatalf("Run after the failure: %v, want the same error", err)
+	}
+}
