@@ -234,6 +234,74 @@ func (r *result) check(t *testing.T, coll string, root int) {
 		r.stats[0].Setup.Round(time.Millisecond), bytes/r.took.Seconds()/1e6, rt)
 }
 
+// persistentRuns creates one persistent collective per rank and runs
+// invocations of it with new inputs each time, checking every result
+// exactly; it returns each invocation's wall time.
+func persistentRuns(t *testing.T, comms []*host.Comm, coll string, root, n, invocations int, seed uint64, opts *host.Options) []time.Duration {
+	t.Helper()
+	integral := opts != nil && opts.Acc == "fp32"
+	r := &result{sends: make([][]float32, len(comms)), recvs: make([][]float32, len(comms)),
+		errs: make([]error, len(comms)), stats: make([]host.Stats, len(comms))}
+	ps := make([]*host.Persistent, len(comms))
+	for i, c := range comms {
+		r.sends[i], r.recvs[i] = make([]float32, n), make([]float32, n)
+		var err error
+		if coll == "allreduce" {
+			ps[i], err = c.AllReduceInit(r.sends[i], r.recvs[i], opts)
+		} else {
+			ps[i], err = c.ReduceInit(r.sends[i], r.recvs[i], root, opts)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var took []time.Duration
+	for inv := range invocations {
+		for i := range comms {
+			copy(r.sends[i], vecFor(seed+uint64(inv), i, n, integral))
+		}
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i, p := range ps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				q := p.Start(ctx)
+				r.errs[i] = q.Wait()
+				r.stats[i] = q.Stats()
+			}()
+		}
+		wg.Wait()
+		took = append(took, time.Since(start))
+		for i, err := range r.errs {
+			if err != nil {
+				t.Fatalf("invocation %d rank %d: %v", inv, i, err)
+			}
+		}
+		who := []int{root}
+		if coll == "allreduce" {
+			who = who[:0]
+			for i := range r.recvs {
+				who = append(who, i)
+			}
+		}
+		checkExact(t, r.sends, r.recvs, who)
+		for i, st := range r.stats {
+			if inv > 0 && st.Setup != 0 {
+				t.Fatalf("invocation %d rank %d asked the AM (setup %v)", inv, i, st.Setup)
+			}
+		}
+	}
+	for _, p := range ps {
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return took
+}
+
 func (e *env) comms(job uint64, hosts ...string) []*host.Comm {
 	cs := make([]*host.Comm, len(hosts))
 	for i, h := range hosts {
@@ -278,6 +346,20 @@ func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
 		// have been prepared for.
 		if used := e.amCounter(`prismd_am_prepared_operations_total{outcome="used"}`) - used0; used < 2 {
 			t.Errorf("%v of 3 identical collectives in a row were granted prepared operations, want at least 2", used)
+		}
+	})
+	t.Run("persistent", func(t *testing.T) {
+		// Invocations of 3 values, each ending in a short frame that
+		// only PUSH gets through the switches at once, and of a vector
+		// of many frames; every result exact, one grant for all.
+		for _, c := range []struct {
+			coll string
+			n    int
+			acc  string
+		}{{"allreduce", 3, "kulisch"}, {"reduce", vec / 4, "fp32"}} {
+			seed++
+			took := persistentRuns(t, cs, c.coll, len(hosts)-1, c.n, 20, seed, &host.Options{Acc: c.acc})
+			t.Logf("persistent %s of %d: invocations took %v", c.coll, c.n, took)
 		}
 	})
 	e.checkNodeMACsLearned(hosts[0])
@@ -433,6 +515,9 @@ func TestLossAndDuplication(t *testing.T) {
 	}
 	r := collective(cs, "reduce", 2, n(20000, 2000000), 200, nil)
 	r.check(t, "reduce", 2)
+	// A persistent collective's PUSH frames and rests survive loss and
+	// duplication too (a lost PUSH frame is retransmitted with its flag).
+	persistentRuns(t, cs, "allreduce", 0, 50, 30, 300, nil)
 }
 
 // ---- failures ----
