@@ -763,4 +763,22 @@ func TestPrismctl(t *testing.T) {
 		t.Errorf("bench table:\n%s", outs[0])
 	}
 	t.Logf("bench:\n%s", outs[0])
+	// Persistent: one operation for every repetition, the last verified.
+	outs = run(81, "allreduce", "--count", "1000", "--persistent", "--iters", "5", "--verify", "--format", "int8")
+	for i, o := range outs {
+		ids := map[string]bool{}
+		for _, l := range strings.Split(o, "\n") {
+			if f := strings.Fields(l); len(f) > 8 && f[2] == "allreduce" {
+				ids[f[8]] = true // "op ID"
+			}
+		}
+		if !strings.Contains(o, "verified") || len(ids) != 1 {
+			t.Errorf("persistent rank %d: verified %v, operations %v (want one for 5 repetitions):\n%s", i, strings.Contains(o, "verified"), ids, o)
+		}
+	}
+	outs = run(82, "bench", "-b", "8", "-e", "4K", "-f", "8", "-n", "3", "--check", "--persistent")
+	if !strings.Contains(outs[0], "persistent allreduce") || strings.Count(outs[0], "exact") != 4 {
+		t.Errorf("persistent bench table:\n%s", outs[0])
+	}
+	t.Logf("persistent bench:\n%s", outs[0])
 }

@@ -12,7 +12,8 @@
 #      / vector bytes, vs ring allreduce's 2(N-1)/N; FP32_ARRIVAL and KULISCH
 #      on gradient-like data, KULISCH on the mixed exactness-stress data.
 #   5. OpenMPI MPI_Allreduce, 4 namespaced hosts on a Linux bridge (MTU 1500)
-#      vs prismd on spine-leaf-jumbo (MTU 9000), 2, 1M and 16M FP32 (2: a small collective's latency); both sum
+#      vs prismd on spine-leaf-jumbo (MTU 9000), 2, 1M and 16M FP32 (2: a small collective's latency),
+#      ordinary and persistent prismd collectives; both sum
 #      small integers (MPI: (i + rank) % 1000; prismd: --data integral).
 # A part that fails says why and the script goes on; exit 1 only if no part
 # measured anything. Everything created (labs "b?XXXX", namespaces pl-b?XXXX-*,
@@ -50,7 +51,8 @@
 #   BENCH_RANK_TIMEOUT=300   seconds before a rank process is killed
 #   BENCH_LAB_PREFIX=b  first letter(s) of part 5's lab names (<prefix>b/j<hex>),
 #                       so concurrent runs can keep their namespaces apart
-#   BENCH_MPI_ACCS="fp32 kulisch"   prismd accumulators part 5 compares with MPI
+#   BENCH_MPI_ACCS="fp32 fp32-persistent kulisch kulisch-persistent"   prismd runs part 5 compares
+#                       with MPI: accumulator, and -persistent for a persistent collective (set up once)
 #   (part 2 also honours DURATION, SIZES, ROUNDS: see scripts/bench-forward.sh)
 set -uo pipefail
 [[ $EUID -eq 0 ]] || { echo "bench: needs root (namespaces, AF_PACKET)"; exit 1; }
@@ -418,37 +420,50 @@ part5() {
   }
   f=
   if lab_up spine-leaf-jumbo "$lab" && f=$LAB_FILE && am_start "$lab"; then
-    for acc in ${BENCH_MPI_ACCS:-fp32 kulisch}; do
+    local run pers
+    for run in ${BENCH_MPI_ACCS:-fp32 fp32-persistent kulisch kulisch-persistent}; do
+      acc=${run%-persistent} pers=()
+      [[ $run == *-persistent ]] && pers=(--persistent)
       for c in $MPI_COUNTS; do
         local j0 j1; j0=$(p5_jiffies)
-        if ranks "$lab" 4 $((job++)) "$TMP/p5.$acc.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w 1 --mtu 9000 --acc $acc --data integral; then
+        if ranks "$lab" 4 $((job++)) "$TMP/p5.$run.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w 1 --mtu 9000 --acc $acc --data integral "${pers[@]}"; then
           j1=$(p5_jiffies)
           # The median of rank 0's timed runs (like MPI's), else bench's mean.
-          local us; us=$(grep -m1 '^# times(us):' "$TMP/p5.$acc.$c.0" | cut -d: -f2 | tr ' ' '\n' | grep . | sort -n |
+          local us; us=$(grep -m1 '^# times(us):' "$TMP/p5.$run.$c.0" | cut -d: -f2 | tr ' ' '\n' | grep . | sort -n |
             awk '{a[NR] = $1} END{if (NR) print a[int((NR + 1) / 2)]}')
-          [[ -n $us ]] || us=$(awk '!/^#/ && NF > 4 {print $4; exit}' "$TMP/p5.$acc.$c.0")
-          prism_ms[$acc.$c]=$(awk -v u="$us" 'BEGIN{printf "%.3f", u/1000}')
-          echo "prismd $c FP32 ($acc): $(grep -v '^#' "$TMP/p5.$acc.$c.0" | head -1)"
+          [[ -n $us ]] || us=$(awk '!/^#/ && NF > 4 {print $4; exit}' "$TMP/p5.$run.$c.0")
+          prism_ms[$run.$c]=$(awk -v u="$us" 'BEGIN{printf "%.3f", u/1000}')
+          echo "prismd $c FP32 ($run): $(grep -v '^#' "$TMP/p5.$run.$c.0" | head -1)"
           # CPU per collective: the switches' over warm-up + timed runs
           # (setup included), the ranks' own over the timed runs.
           echo "  CPU per collective: switches $(awk -v j=$((j1 - j0)) -v hz="$hz" -v n=$((MPI_REPS + 1)) 'BEGIN{printf "%.1f", j * 1000 / hz / n}') ms (s1+l1+l2)," \
-            "ranks $(cat "$TMP/p5.$acc.$c".[0-9] | awk '/ms CPU per collective/ {s += $(NF-4)} END{printf "%.1f", s}') ms (4 ranks)," \
+            "ranks $(cat "$TMP/p5.$run.$c".[0-9] | awk '/ms CPU per collective/ {s += $(NF-4)} END{printf "%.1f", s}') ms (4 ranks)," \
             "OpenMPI ranks ${mpi_cpu[$c]:-n/a} ms"
-        else echo "prismd $c ($acc) failed"; fi
+        else echo "prismd $c ($run) failed"; fi
       done
     done
     am_stop
   fi
   [[ -n ${f:-} ]] && lab_down "$f"
   echo
-  printf '%-10s %12s %16s %16s %14s %14s\n' FP32_elems mpi_ms prismd_fp32_ms prismd_kul_ms mpi/prism_fp32 mpi/prism_kul
+  local runs=${BENCH_MPI_ACCS:-fp32 fp32-persistent kulisch kulisch-persistent}
+  printf '%-10s %10s' FP32_elems mpi_ms
+  for run in $runs; do printf ' %24s %7s' "prismd_${run}_ms" "mpi/it"; done
+  echo
   for c in $MPI_COUNTS; do
-    local m=${mpi_ms[$c]:-} p=${prism_ms[fp32.$c]:-} k=${prism_ms[kulisch.$c]:-}
-    printf '%-10s %12s %16s %16s %14s %14s\n' "$c" "${m:-n/a}" "${p:-n/a}" "${k:-n/a}" \
-      "$([[ -n $m && -n $p ]] && ratio "$m" "$p" || echo n/a)" "$([[ -n $m && -n $k ]] && ratio "$m" "$k" || echo n/a)"
-    [[ -n $m || -n $p || -n $k ]] && MEASURED=1
+    local m=${mpi_ms[$c]:-} p
+    printf '%-10s %10s' "$c" "${m:-n/a}"
+    for run in $runs; do
+      p=${prism_ms[$run.$c]:-}
+      printf ' %24s %7s' "${p:-n/a}" "$([[ -n $m && -n $p ]] && ratio "$m" "$p" || echo n/a)"
+      [[ -n $p ]] && MEASURED=1
+    done
+    echo
+    [[ -n $m ]] && MEASURED=1
   done
-  echo "(median of $MPI_REPS after warm-up, setup included for prismd; ratio > 1 = prismd faster; reference MPI at MTU 1500 on this machine class: 10.7 ms 1M, 208 ms 16M)"
+  echo "(median of $MPI_REPS after warm-up; an ordinary prismd collective includes its setup (AM barrier, grant), a persistent one" \
+    "(prismctl bench --persistent, like MPI_Allreduce_init) was set up once in the warm-up; mpi/it > 1 = prismd faster;" \
+    "reference MPI at MTU 1500 on this machine class: 10.7 ms 1M, 208 ms 16M)"
 }
 
 for p in $PARTS; do

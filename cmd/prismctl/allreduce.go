@@ -172,6 +172,7 @@ func runAllReduce(args []string) int {
 	verify := fs.Bool("verify", false, "check the result bit for bit against an exact math/big sum rounded once")
 	root := fs.Int("root", -1, "REDUCE to this rank instead of ALLREDUCE")
 	iters := fs.Int("iters", 1, "repeat the collective this many times")
+	persistent := fs.Bool("persistent", false, "run the --iters repetitions as one persistent collective (like MPI_Allreduce_init): the AM is asked once, then every repetition runs without it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl allreduce --coordinator URL --rank R --size N --iface IF --node H [--count N] [--format fp32] [--acc kulisch|fp32] [--verify]")
 		fs.PrintDefaults()
@@ -220,12 +221,28 @@ func runAllReduce(args []string) int {
 	if *root >= 0 {
 		coll = "reduce"
 	}
+	var p *host.Persistent
+	if *persistent {
+		if coll == "allreduce" {
+			p, err = c.AllReduceInit(send, recv, rf.options())
+		} else {
+			p, err = c.ReduceInit(send, recv, *root, rf.options())
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
+			return 1
+		}
+		defer p.Close()
+	}
 	for it := 0; it < *iters; it++ {
 		t0 := time.Now()
 		var q *host.Request
-		if coll == "allreduce" {
+		switch {
+		case p != nil:
+			q = p.Start(ctx)
+		case coll == "allreduce":
 			q = c.AllReduceAsync(ctx, send, recv, rf.options())
-		} else {
+		default:
 			q = c.ReduceAsync(ctx, send, recv, *root, rf.options())
 		}
 		if err := q.Wait(); err != nil {
