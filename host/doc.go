@@ -6,6 +6,8 @@
 //		Job: 7, Coordinator: "http://10.0.0.1:7000", Node: "h1"})
 //	err = comm.AllReduce(ctx, send, recv, nil)       // []float32, []int8, []host.Float16, []host.BFloat16
 //	req := comm.AllReduceAsync(ctx, send, recv, nil) // ... req.Wait()
+//	p, err := comm.AllReduceInit(send, recv, nil)     // persistent: set up once,
+//	err = p.Run(ctx)                                  // then run as often as needed
 //
 // It owns the rank side of one collective: the barrier request to the Host
 // Coordinator over the runtime channel (package control/am's Client), DATA
