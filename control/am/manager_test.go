@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,12 +43,28 @@ func newRig(t *testing.T, topoName string, cfg Config) *rig {
 		// that wait for a silent node pay it.
 		cfg.CtlTimeout = 1500 * time.Millisecond
 	}
-	cfg.Logf = t.Logf
+	// The AM's background work (a preparation whose STAGE a test silenced,
+	// a keepalive check) may log after the test returned, when t.Logf
+	// panics: it logs only while the test runs.
+	var ended atomic.Bool
+	var logMu sync.Mutex
+	cfg.Logf = func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		if !ended.Load() {
+			t.Logf(format, args...)
+		}
+	}
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
+	t.Cleanup(func() {
+		logMu.Lock()
+		ended.Store(true)
+		logMu.Unlock()
+		m.Close()
+	})
 	r.m = m
 	return r
 }
