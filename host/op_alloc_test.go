@@ -72,7 +72,7 @@ func TestHandleAllocs(t *testing.T) {
 		}
 		k++
 	})
-	if a != 0 {
+	if a != 0 && !raceEnabled {
 		t.Fatalf("%v allocations per PROGRESS+RESULT", a)
 	}
 	if op.rw.Committed() == 0 {
@@ -266,7 +266,7 @@ func TestLoopAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if a != 0 {
+	if a != 0 && !raceEnabled {
 		t.Errorf("%v allocations per loop turn (want 0)", a)
 	}
 	if fl.dataIn-in0 < 300 {
