@@ -216,14 +216,7 @@ func (r *result) check(t *testing.T, coll string, root int) {
 			t.Fatalf("rank %d: %v", i, err)
 		}
 	}
-	who := []int{root}
-	if coll == "allreduce" {
-		who = who[:0]
-		for i := range r.recvs {
-			who = append(who, i)
-		}
-	}
-	checkExact(t, r.sends, r.recvs, who)
+	checkExact(t, r.sends, r.recvs, receivers(coll, root, len(r.recvs)))
 	var rt uint64
 	for _, s := range r.stats {
 		rt += s.Retransmits
@@ -232,6 +225,19 @@ func (r *result) check(t *testing.T, coll string, root int) {
 	t.Logf("%s of %d fp32 on %d ranks (%s): %v (setup %v), %.1f MB/s per rank, %d DATA retransmissions",
 		coll, len(r.sends[0]), len(r.sends), r.stats[0].Grant.Tree, r.took.Round(time.Millisecond),
 		r.stats[0].Setup.Round(time.Millisecond), bytes/r.took.Seconds()/1e6, rt)
+}
+
+// receivers are the ranks that get a result: every rank of an ALLREDUCE,
+// the root of a REDUCE.
+func receivers(coll string, root, n int) []int {
+	if coll != "allreduce" {
+		return []int{root}
+	}
+	who := make([]int, n)
+	for i := range who {
+		who[i] = i
+	}
+	return who
 }
 
 // persistentRuns creates one persistent collective per rank and runs
@@ -280,14 +286,7 @@ func persistentRuns(t *testing.T, comms []*host.Comm, coll string, root, n, invo
 				t.Fatalf("invocation %d rank %d: %v", inv, i, err)
 			}
 		}
-		who := []int{root}
-		if coll == "allreduce" {
-			who = who[:0]
-			for i := range r.recvs {
-				who = append(who, i)
-			}
-		}
-		checkExact(t, r.sends, r.recvs, who)
+		checkExact(t, r.sends, r.recvs, receivers(coll, root, len(r.recvs)))
 		for i, st := range r.stats {
 			if inv > 0 && st.Setup != 0 {
 				t.Fatalf("invocation %d rank %d asked the AM (setup %v)", inv, i, st.Setup)

@@ -127,14 +127,22 @@ func (op *opRun) service(now int64, tx *txQueue) {
 	case opGone:
 		return
 	case opPaused:
-		if p := op.cancel.Load(); p != nil { // retired by its Persistent
-			// Resting: every DATA frame is acknowledged.
+		inv := op.startReq.Swap(0)
+		if p := op.cancel.Load(); p != nil {
+			if inv != 0 {
+				// Cancelled before the loop took the Start: the Start
+				// waits for this invocation's outcome.
+				op.state = opRunning
+				op.end(*p)
+				return
+			}
+			// Retired by its Persistent while resting: every DATA frame
+			// is acknowledged.
 			op.c.putSlab(op.sw.Buffer())
 			op.state = opGone
 			op.c.unregister(op)
 			return
 		}
-		inv := op.startReq.Swap(0)
 		if inv == 0 {
 			return
 		}
@@ -185,6 +193,20 @@ func (op *opRun) input(now int64, f []byte, tx *txQueue) {
 		}
 	case opLingering, opPaused:
 		_ = op.handle(now, f, tx)
+	}
+}
+
+// await waits for op's outcome; a cancelled ctx ends op (the loop reports
+// the cancellation as its outcome).
+func (c *Comm) await(ctx context.Context, op *opRun) opResult {
+	select {
+	case res := <-op.result:
+		return res
+	case <-ctx.Done():
+		err := fmt.Errorf("cancelled: %w", ctx.Err())
+		op.cancel.Store(&err)
+		c.kick()
+		return <-op.result
 	}
 }
 
@@ -251,15 +273,7 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	if err := c.register(op); err != nil {
 		return st, oe("data", err)
 	}
-	var res opResult
-	select {
-	case res = <-op.result:
-	case <-ctx.Done():
-		err := fmt.Errorf("cancelled: %w", ctx.Err())
-		op.cancel.Store(&err)
-		c.kick()
-		res = <-op.result
-	}
+	res := c.await(ctx, op)
 	runErr := res.err
 	st.Transfer = time.Since(t1)
 	st.Frames = res.frames

@@ -187,15 +187,7 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 	t1 := time.Now()
 	op.startReq.Store(inv + 1)
 	c.kick()
-	var res opResult
-	select {
-	case res = <-op.result:
-	case <-ctx.Done():
-		err := fmt.Errorf("cancelled: %w", ctx.Err())
-		op.cancel.Store(&err)
-		c.kick()
-		res = <-op.result
-	}
+	res := c.await(ctx, op)
 	st.Transfer = time.Since(t1)
 	p.mu.Lock()
 	st.Frames, st.Retransmits, st.ResultDups = res.frames-p.last.frames, res.retransmits-p.last.retransmits, res.dups-p.last.dups

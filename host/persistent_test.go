@@ -259,3 +259,32 @@ func TestPersistentDeadRankNamed(t *testing.T) {
 		t.Fatalf("Run after the failure: %v, want the same error", err)
 	}
 }
+
+// TestPersistentCancelled: a Start whose context is already cancelled, or
+// is cancelled while the invocation waits for the other rank, returns the
+// cancellation at once, and the persistent collective stays failed.
+func TestPersistentCancelled(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	for i, delay := range []time.Duration{0, 50 * time.Millisecond} {
+		pr := newPersistentRanks(t, f, url, uint64(72+i), []string{"h1", "h2"}, "allreduce", 0, 10, nil)
+		errs, _ := pr.invoke(0, nil, nil)
+		pr.check(t, 0, "allreduce", 0, errs)
+		p := pr.ps[0]
+		ctx, cancel := context.WithCancel(context.Background())
+		if delay == 0 {
+			cancel()
+		} else {
+			time.AfterFunc(delay, cancel) // rank 1 never starts: the invocation waits
+		}
+		start := time.Now()
+		err := p.Run(ctx)
+		if !errors.Is(err, context.Canceled) || time.Since(start) > 5*time.Second {
+			t.Fatalf("cancelled after %v: %v after %v, want context.Canceled at once", delay, err, time.Since(start))
+		}
+		if err2 := p.Run(context.Background()); err2 == nil || !errors.Is(err2, context.Canceled) {
+			t.Fatalf("Run after a cancelled invocation: %v, want the same failure", err2)
+		}
+		cancel()
+	}
+}

@@ -221,30 +221,15 @@ func runAllReduce(args []string) int {
 	if *root >= 0 {
 		coll = "reduce"
 	}
-	var p *host.Persistent
-	if *persistent {
-		if coll == "allreduce" {
-			p, err = c.AllReduceInit(send, recv, rf.options())
-		} else {
-			p, err = c.ReduceInit(send, recv, *root, rf.options())
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
-			return 1
-		}
-		defer p.Close()
+	run, err := newRepeater(c, *persistent, coll, send, recv, *root, rf.options())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
+		return 1
 	}
+	defer run.close()
 	for it := 0; it < *iters; it++ {
 		t0 := time.Now()
-		var q *host.Request
-		switch {
-		case p != nil:
-			q = p.Start(ctx)
-		case coll == "allreduce":
-			q = c.AllReduceAsync(ctx, send, recv, rf.options())
-		default:
-			q = c.ReduceAsync(ctx, send, recv, *root, rf.options())
-		}
+		q := run.start(ctx)
 		if err := q.Wait(); err != nil {
 			fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
 			return 1
@@ -265,6 +250,50 @@ func runAllReduce(args []string) int {
 		fmt.Printf("rank %d: verified %d elements bit for bit against math/big\n", rf.rank, *count)
 	}
 	return 0
+}
+
+// repeater starts one collective over the same buffers again and again:
+// each time through the AM, or as invocations of one persistent collective.
+type repeater struct {
+	c          *host.Comm
+	p          *host.Persistent
+	coll       string
+	send, recv any
+	root       int
+	opts       *host.Options
+}
+
+func newRepeater(c *host.Comm, persistent bool, coll string, send, recv any, root int, opts *host.Options) (*repeater, error) {
+	r := &repeater{c: c, coll: coll, send: send, recv: recv, root: root, opts: opts}
+	if !persistent {
+		return r, nil
+	}
+	var err error
+	if coll == "allreduce" {
+		r.p, err = c.AllReduceInit(send, recv, opts)
+	} else {
+		r.p, err = c.ReduceInit(send, recv, root, opts)
+	}
+	return r, err
+}
+
+func (r *repeater) start(ctx context.Context) *host.Request {
+	switch {
+	case r.p != nil:
+		return r.p.Start(ctx)
+	case r.coll == "allreduce":
+		return r.c.AllReduceAsync(ctx, r.send, r.recv, r.opts)
+	}
+	return r.c.ReduceAsync(ctx, r.send, r.recv, r.root, r.opts)
+}
+
+// close frees a persistent collective (the switches' contexts once every
+// rank did).
+func (r *repeater) close() error {
+	if r.p == nil {
+		return nil
+	}
+	return r.p.Close()
 }
 
 // genSpec generates every rank's deterministic input and the exact expected

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/prismd/prismd/host"
 )
 
 func init() {
@@ -145,30 +143,15 @@ func runBench(args []string) int {
 		var retrans, frames, drops uint64
 		var cpu time.Duration
 		times := make([]string, 0, *iters)
-		var p *host.Persistent
-		if *persistent {
-			if coll == "allreduce" {
-				p, err = c.AllReduceInit(send, recv, rf.options())
-			} else {
-				p, err = c.ReduceInit(send, recv, *root, rf.options())
-			}
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
-				return 1
-			}
+		run, err := newRepeater(c, *persistent, coll, send, recv, *root, rf.options())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
+			return 1
 		}
 		for it := 0; it < *warmup+*iters; it++ {
 			c0 := processCPU()
 			t0 := time.Now()
-			var q *host.Request
-			switch {
-			case p != nil:
-				q = p.Start(ctx)
-			case coll == "allreduce":
-				q = c.AllReduceAsync(ctx, send, recv, rf.options())
-			default:
-				q = c.ReduceAsync(ctx, send, recv, *root, rf.options())
-			}
+			q := run.start(ctx)
 			if err := q.Wait(); err != nil {
 				fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
 				return 1
@@ -185,11 +168,9 @@ func runBench(args []string) int {
 				drops += s.KernelDrops
 			}
 		}
-		if p != nil {
-			if err := p.Close(); err != nil {
-				fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
-				return 1
-			}
+		if err := run.close(); err != nil {
+			fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
+			return 1
 		}
 		ok := "-"
 		if *check && (coll == "allreduce" || rf.rank == *root) {

@@ -730,14 +730,20 @@ func (m *Manager) finishOp(op *operation) {
 		m.failOp(op, reasonNotComplete, fmt.Sprintf("nodes %v did not reach COMPLETE", bad))
 		return
 	}
-	incomplete := m.releaseAll(op)
+	m.released(op, m.releaseAll(op), "RELEASE not acknowledged; contexts may remain installed until their timeout")
+}
+
+// released records a successful end whose last CONTROL round (RELEASE, or
+// ABORT for a persistent operation) left incomplete unacknowledged (msg
+// says which round).
+func (m *Manager) released(op *operation, incomplete []string, msg string) {
 	op.mu.Lock()
 	if op.watchdog != nil {
 		op.watchdog.Stop()
 	}
 	op.state = "released"
 	if len(incomplete) > 0 {
-		op.err = &APIError{Code: CodeRollbackIncomplete, Message: "RELEASE not acknowledged; contexts may remain installed until their timeout", RollbackIncomplete: incomplete}
+		op.err = &APIError{Code: CodeRollbackIncomplete, Message: msg, RollbackIncomplete: incomplete}
 	}
 	op.ended = time.Now()
 	op.mu.Unlock()

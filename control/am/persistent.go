@@ -109,15 +109,5 @@ func (m *Manager) endPersistent(op *operation) {
 		op.watchdog.Stop()
 	}
 	op.mu.Unlock()
-	incomplete := m.abortAll(op)
-	op.mu.Lock()
-	op.state = "released"
-	if len(incomplete) > 0 {
-		op.err = &APIError{Code: CodeRollbackIncomplete, Message: "ABORT of the freed persistent operation not acknowledged; contexts may remain installed until their timeout", RollbackIncomplete: incomplete}
-	}
-	op.ended = time.Now()
-	op.mu.Unlock()
-	m.metrics.completed.Inc()
-	close(op.final)
-	m.retire(op)
+	m.released(op, m.abortAll(op), "ABORT of the freed persistent operation not acknowledged; contexts may remain installed until their timeout")
 }
