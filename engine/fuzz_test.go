@@ -15,6 +15,11 @@ func FuzzHandle(f *testing.F) {
 	f.Add(seed.data[0], uint8(0))
 	f.Add(seed.data[1], uint8(1))
 	f.Add(seed.prog[0], uint8(0))
+	// A persistent collective's invocation end (PUSH), which moves the
+	// emission and inactivity rules.
+	pushed := append([]byte(nil), seed.data[1]...)
+	parser.DataHeader(pushed[parser.HdrOff:parser.DataBodyOff]).SetFlags(parser.FlagPush)
+	f.Add(pushed, uint8(1))
 	r := seed // one operation for every input: state accumulates, as on a switch
 	f.Fuzz(func(t *testing.T, frame []byte, port uint8) {
 		in := int(port % 4)
