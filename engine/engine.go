@@ -221,6 +221,9 @@ func (e *Engine) Status(key parser.OpKey) (Status, bool) {
 	// waits for.
 	for i := range o.in {
 		in := &o.in[i]
+		if in.resting() {
+			continue // a persistent collective between invocations
+		}
 		if !in.rw.Done() && (s.MissingStream == 0xFFFF || in.rw.Committed() < s.MissingFrom) {
 			s.MissingStream, s.MissingFrom = in.b.Stream, in.rw.Committed()
 		}

@@ -42,6 +42,10 @@ func (ib *inbound) paused() bool {
 	return ib.pushAt != 0 && ib.rw.Committed() == ib.pushAt && ib.rw.Pending() == 0
 }
 
+// resting: paused, and no other contributor waits for it; the operation
+// lacks nothing from it.
+func (ib *inbound) resting() bool { return ib.paused() && ib.heldSince == 0 }
+
 // outbound is a sending binding: the parent (DATA out) or a result path out
 // (RESULT_OUT).
 type outbound struct {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,8 +182,12 @@ func TestPausedContributorsDoNotTimeOut(t *testing.T) {
 		r.now += int64(timeout)
 		r.e.Tick(r.now, r.tx)
 	}
-	if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
-		t.Fatalf("paused for 100 timeouts: state %v (%v), want ACTIVE", s.State, s.Err)
+	if s, _ := r.e.Status(r.key); s.State != parser.StateActive || s.MissingStream != 0xFFFF {
+		t.Fatalf("paused for 100 timeouts: state %v (%v), missing stream %d; want ACTIVE, nothing missing", s.State, s.Err, s.MissingStream)
+	}
+	r.e.Publish(r.now)
+	if w := strings.Join(r.e.Snapshot().Ops[0].WaitingFor, "\n"); strings.Count(w, "its next invocation (it rests at element 5 after PUSH") != 2 {
+		t.Fatalf("introspection of a resting persistent collective:\n%s\nwant both contributors resting at element 5", w)
 	}
 	r.contribute(t, 0, 1, true) // rank 1 is passed and waited for ...
 	r.now += int64(timeout / 2)
@@ -201,8 +206,13 @@ func TestPausedContributorsDoNotTimeOut(t *testing.T) {
 	r.contribute(t, 0, 2, true)
 	r.now += int64(timeout / 2)
 	r.e.Tick(r.now, r.tx)
-	if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
-		t.Fatalf("rank 1 late by half the timeout: state %v (%v)", s.State, s.Err)
+	if s, _ := r.e.Status(r.key); s.State != parser.StateActive || s.MissingStream != 11 || s.MissingFrom != 10 {
+		t.Fatalf("rank 1 late by half the timeout: state %v (%v), missing stream %d from %d; want ACTIVE, stream 11 from 10",
+			s.State, s.Err, s.MissingStream, s.MissingFrom)
+	}
+	r.e.Publish(r.now)
+	if w := strings.Join(r.e.Snapshot().Ops[0].WaitingFor, "\n"); !strings.Contains(w, "stream 11 ") || !strings.Contains(w, "went past it 5 ms ago") {
+		t.Fatalf("introspection while rank 1 is waited for:\n%s\nwant stream 11 named as waited for 5 ms", w)
 	}
 	r.now += int64(timeout)
 	r.e.Tick(r.now, r.tx)

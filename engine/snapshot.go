@@ -62,6 +62,11 @@ type InboundStream struct {
 	ByteCredits     uint32        `json:"byte_credits"`
 	Done            bool          `json:"done"`
 	IdleMs          int64         `json:"idle_ms"`
+	// Resting: the sender rests at a PUSH boundary (a persistent
+	// collective between invocations). HeldMs: how long another
+	// contributor has been waiting for it past that boundary (0: none).
+	Resting bool  `json:"resting,omitempty"`
+	HeldMs  int64 `json:"held_ms,omitempty"`
 }
 
 // OutboundStream is one sending binding's replay state.
@@ -140,8 +145,20 @@ func (o *op) snapshot(now int64) OpSnapshot {
 		if ib.lastActive != 0 {
 			is.IdleMs = (now - ib.lastActive) / 1e6
 		}
+		is.Resting = ib != o.result && ib.paused()
+		if is.Resting && ib.heldSince != 0 {
+			is.HeldMs = (now - ib.heldSince) / 1e6
+		}
 		s.Inbound = append(s.Inbound, is)
-		if o.state == parser.StateActive && !is.Done && (ib != o.result || ib.armed) {
+		switch {
+		case o.state != parser.StateActive || is.Done || ib == o.result && !ib.armed:
+		case is.Resting && is.HeldMs == 0:
+			s.WaitingFor = append(s.WaitingFor, fmt.Sprintf("%s stream %d (endpoint %d, %s, port %d): its next invocation (it rests at element %d after PUSH: a persistent collective between invocations, not timed out while no other contributor has gone past it)",
+				is.Kind, is.Stream, is.PeerEP, is.PeerMAC, is.Port, is.Committed))
+		case is.Resting:
+			s.WaitingFor = append(s.WaitingFor, fmt.Sprintf("%s stream %d (endpoint %d, %s, port %d): elements from %d (it rested there after PUSH; other contributors went past it %d ms ago, timeout %d ms)",
+				is.Kind, is.Stream, is.PeerEP, is.PeerMAC, is.Port, is.Committed, is.HeldMs, o.spec.Timeout.Milliseconds()))
+		default:
 			s.WaitingFor = append(s.WaitingFor, fmt.Sprintf("%s stream %d (endpoint %d, %s, port %d): elements from %d",
 				is.Kind, is.Stream, is.PeerEP, is.PeerMAC, is.Port, is.Committed))
 		}

@@ -245,6 +245,9 @@ func TestPersistentDeadRankNamed(t *testing.T) {
 			!strings.Contains(oe.Diagnosis, "rank 3 (h4) stopped contributing") || !strings.Contains(oe.Diagnosis, "timed out on rank 3 (h4) from element 600") {
 			t.Errorf("rank %d: %v; want invocation 3 failed, the AM naming rank 3 (h4) missing from element 600", r, errs[r])
 		}
+		if errs[r] != nil && strings.Contains(oe.Diagnosis, "waiting for stream") {
+			t.Errorf("rank %d: the diagnosis names a stream by number only: %v", r, errs[r])
+		}
 		for _, other := range []string{"rank 0 (h1)", "rank 1 (h2)", "rank 2 (h3)"} {
 			if errs[r] != nil && strings.Contains(oe.Diagnosis, "timed out on "+other) {
 				t.Errorf("rank %d: the diagnosis blames %s, which ran every invocation: %v", r, other, errs[r])

@@ -36,8 +36,8 @@ type nodePlan struct {
 	node     *TreeNode
 	ctx      contextRecord
 	bindings []binding
-	// owner names the source behind each CONTRIBUTOR stream, for failure
-	// reports ("rank 2 (h3)", "subtree l2").
+	// owner names the source behind each CONTRIBUTOR and RESULT_IN stream,
+	// for failure reports ("rank 2 (h3)", "subtree l2", "the RESULT from s1").
 	owner map[uint16]string
 	// ownerRank is the rank behind a RANK contributor stream.
 	ownerRank map[uint16]int
@@ -137,6 +137,7 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 					Local: pLocal, Peer: cLocal, Port: uint16(e.ParentPort), PeerMAC: e.ChildMAC, rank: -1})
 				child.bindings = append(child.bindings, binding{Kind: parser.KindResultIn, Stream: s,
 					Local: cLocal, Peer: pLocal, Port: uint16(e.ChildPort), PeerMAC: e.ParentMAC, rank: -1})
+				child.owner[s] = "the RESULT from " + parent.node.Name
 			}
 		}
 	}
