@@ -637,6 +637,92 @@ func TestKilledRank(t *testing.T) {
 	}
 }
 
+// TestKilledRankPersistent: the process of one rank of a persistent
+// collective is killed between invocations (it rests at its PUSH boundary,
+// which no timeout covers by itself); the others' next invocation goes past
+// it and fails within the timeout, the error naming the dead rank.
+func TestKilledRankPersistent(t *testing.T) {
+	bin := prismctl(t)
+	e := up(t, "spine-leaf", "h1", am.Config{})
+	const job = 12
+	timeout := time.Second
+	cs := make([]*host.Comm, 3)
+	ps := make([]*host.Persistent, 3)
+	sends, recvs := make([][]float32, 3), make([][]float32, 3)
+	for i, h := range []string{"h1", "h2", "h3"} {
+		cs[i] = e.comm(h, i, 4, job)
+		sends[i], recvs[i] = vecFor(uint64(i), i, 300, true), make([]float32, 300)
+		p, err := cs[i].AllReduceInit(sends[i], recvs[i], &host.Options{Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[i] = p
+	}
+	victim := e.lab.Exec("h4", bin, "allreduce", "--coordinator", e.lurl, "--rank", "3", "--size", "4",
+		"--iface", "eth0", "--node", "h4", "--job", fmt.Sprint(job), "--count", "300", "--timeout", timeout.String(),
+		"--persistent", "--iters", "1000000000")
+	var vout bytes.Buffer
+	victim.Stdout, victim.Stderr = &vout, &vout
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		victim.Process.Kill() // the PID this test started
+		victim.Wait()
+	}()
+	// Run invocations together until the victim dies: the survivors wait in
+	// each invocation for it, so it dies having sent its part of the 20th
+	// (0-based; that one completes) or not: the next one then goes past its
+	// PUSH boundary.
+	errs := make([]error, 3)
+	var killedAt time.Time
+	start := time.Now()
+	for inv := 0; ; inv++ {
+		if inv == 20 {
+			victim.Process.Kill()
+			victim.Wait()
+			killedAt = time.Now()
+		}
+		var wg sync.WaitGroup
+		for i, p := range ps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				errs[i] = p.Run(ctx)
+			}()
+		}
+		wg.Wait()
+		if errors.Join(errs...) != nil {
+			if inv < 20 {
+				t.Fatalf("invocation %d failed before the kill: %v\nvictim: %s", inv, errors.Join(errs...), vout.String())
+			}
+			break
+		}
+		if inv > 20 || time.Since(start) > time.Minute {
+			// Only the 20th may complete: the victim may have sent its
+			// part before it died.
+			t.Fatalf("invocation %d completed without the killed rank", inv)
+		}
+	}
+	took := time.Since(killedAt)
+	for i, err := range errs {
+		var oe *host.OpError
+		if err == nil || !errors.As(err, &oe) || oe.Invocation < 21 || oe.Invocation > 22 ||
+			!strings.Contains(oe.Diagnosis, "rank 3 (h4) stopped contributing") {
+			t.Errorf("rank %d: %v; want invocation 21 or 22 failed, the AM naming rank 3 (h4)", i, err)
+			continue
+		}
+		t.Logf("rank %d: %v", i, err)
+	}
+	if took > 3*timeout+10*time.Second {
+		t.Errorf("survivors failed %v after the kill; bound is the timeout (%v) plus diagnosis", took, timeout)
+	} else {
+		t.Logf("survivors failed %v after the kill", took.Round(time.Millisecond))
+	}
+}
+
 // TestSetupFailureRollsBack: a tuple no node supports is refused for every
 // rank (no grant), and a width too small for the terms is refused by the
 // nodes at STAGE and rolled back with ABORT everywhere.
