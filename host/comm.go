@@ -96,6 +96,9 @@ type Comm struct {
 	reportMu      sync.RWMutex // senders hold it shared; stopReporter to close reports
 	reportsClosed bool         // under reportMu
 	reportErr     error        // under mu
+	// persistents are the persistent collectives with a granted operation
+	// (keepalives running), under mu: Close frees those left open.
+	persistents map[*Persistent]struct{}
 
 	// slabs holds the DATA replay buffers of finished collectives for the
 	// next ones (takeSlab), under slabMu.
@@ -190,9 +193,10 @@ func (c *Comm) Rank() int { return c.cfg.Rank }
 // Size returns the number of ranks.
 func (c *Comm) Size() int { return c.cfg.Size }
 
-// Close stops the Comm. Running collectives fail with ErrClosed. It waits
-// for the done reports of finished collectives to reach the AM (each
-// bounded by reportTimeout) and returns the first that did not.
+// Close stops the Comm. Running collectives fail with ErrClosed, and
+// persistent collectives left open are closed. It waits for the done
+// reports of finished collectives to reach the AM (each bounded by
+// reportTimeout) and returns the first that did not.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -200,7 +204,17 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	c.closed = true
+	open := make([]*Persistent, 0, len(c.persistents))
+	for p := range c.persistents {
+		open = append(open, p)
+	}
 	c.mu.Unlock()
+	// A resting one is freed now (its done report is among those waited
+	// for below); one whose invocation runs fails with the loop, and its
+	// failure report stops its keepalive.
+	for _, p := range open {
+		_ = p.Close()
+	}
 	err := c.conn.Close()
 	<-c.done
 	c.stopReporter()

@@ -177,6 +177,12 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 		p.stopKA, p.kaDone = make(chan struct{}), make(chan struct{})
 		go p.keepalive(g, p.stopKA, p.kaDone)
 		p.mu.Unlock()
+		c.mu.Lock()
+		if c.persistents == nil {
+			c.persistents = map[*Persistent]struct{}{}
+		}
+		c.persistents[p] = struct{}{}
+		c.mu.Unlock()
 	}
 	p.mu.Lock()
 	op, inv := p.op, p.inv
@@ -216,6 +222,9 @@ func (p *Persistent) retire(op *opRun, failed *OpError) {
 		<-kaDone
 	}
 	c := p.c
+	c.mu.Lock()
+	delete(c.persistents, p)
+	c.mu.Unlock()
 	if failed != nil {
 		// The loop already dropped a failed operation.
 		c.diagnose(op.g, failed)

@@ -291,3 +291,34 @@ func TestPersistentCancelled(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestPersistentFreedByCommClose: a persistent collective the application
+// leaves open is freed when its Comm closes: every rank's done report
+// reaches the AM, which releases the switches' contexts (and no keepalive
+// would keep them alive).
+func TestPersistentFreedByCommClose(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	pr := newPersistentRanks(t, f, url, 74, []string{"h1", "h2"}, "allreduce", 0, 10, nil)
+	for inv := range 3 {
+		errs, _ := pr.invoke(inv, nil, nil)
+		pr.check(t, inv, "allreduce", 0, errs)
+	}
+	for _, c := range pr.comms {
+		if err := c.Close(); err != nil {
+			t.Fatalf("Comm.Close: %v", err)
+		}
+	}
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ops := opsOfJob(t, url, 74)
+		if len(ops) == 1 && ops[0].State == "released" {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after Comm.Close: %+v, want the persistent operation released", ops)
+		}
+	}
+	if err := pr.ps[0].Run(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Run after Comm.Close: %v, want ErrClosed", err)
+	}
+}
