@@ -98,9 +98,11 @@ func (c *Comm) initPersistent(coll string, send, recv any, root int, opts *Optio
 // Run runs one invocation and waits for it.
 func (p *Persistent) Run(ctx context.Context) error { return p.Start(ctx).Wait() }
 
-// Start runs one invocation: it reads send now and writes recv before the
-// Request is done. An invocation that fails, or whose context is cancelled,
-// ends the persistent collective: later Starts return that error.
+// Start runs one invocation. Until its Request is done the invocation owns
+// the buffers, as an MPI request does: send is read as the send window
+// admits it and recv is written as results arrive. An invocation that
+// fails, or whose context is cancelled, ends the persistent collective:
+// later Starts return that error.
 func (p *Persistent) Start(ctx context.Context) *Request {
 	r := &Request{done: make(chan struct{})}
 	p.mu.Lock()
