@@ -866,4 +866,14 @@ func TestPrismctl(t *testing.T) {
 		t.Errorf("persistent bench table:\n%s", outs[0])
 	}
 	t.Logf("persistent bench:\n%s", outs[0])
+	// The AM's view of all of it, as a user reads it.
+	show, err := lab.Exec("h2", bin, "show", "am", "--coordinator", "http://"+addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("prismctl show am: %v\n%s", err, show)
+	}
+	for _, want := range []string{"persistent allreduce of 4 ranks", "tree TREE, root s1", "l1  ", "LEAF", "ROOT"} {
+		if !strings.Contains(string(show), want) {
+			t.Errorf("prismctl show am lacks %q:\n%s", want, show)
+		}
+	}
 }

@@ -1,6 +1,8 @@
 // This file owns 'prismctl show': a running prismd's operations, ports and
 // MAC table, read over its control_listen unix-socket HTTP server (GET
-// /v1/ops from package control, GET /v1/status and /v1/macs from the daemon).
+// /v1/ops from package control, GET /v1/status and /v1/macs from the
+// daemon), and the Aggregation Manager's operations, trees and nodes (its
+// GET /v1/ops, 'show am --coordinator URL').
 
 package main
 
@@ -21,11 +23,12 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/control"
+	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/deploy"
 )
 
 func init() {
-	register("show", "show a running prismd's operations, ports or MAC table (ops|ports|macs)", runShow)
+	register("show", "show a running prismd's operations, ports or MAC table (ops|ports|macs), or the AM's operations and trees (am)", runShow)
 }
 
 const defaultSocket = "/run/prismd/prismd.sock"
@@ -35,8 +38,10 @@ func runShow(args []string) int {
 	sock := fs.String("socket", "", "control socket of the prismd (default "+defaultSocket+")")
 	ns := fs.String("netns", "", "network namespace of a lab node (pl-<lab>-<node>): use that node's socket under "+deploy.DefaultStateDir)
 	asJSON := fs.Bool("json", false, "print the raw JSON")
+	coordinator := fs.String("coordinator", "", "show am: the AM's runtime channel URL, e.g. http://10.0.0.1:7000")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl show ops|ports|macs [--socket PATH | --netns NS] [--json]")
+		fmt.Fprintln(fs.Output(), "       prismctl show am --coordinator URL [--json]")
 		fs.PrintDefaults()
 	}
 	// Accept flags before or after the subject.
@@ -53,6 +58,9 @@ func runShow(args []string) int {
 	} else if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "prismctl show: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if subject == "am" {
+		return showAM(*coordinator, *asJSON)
 	}
 	if subject != "ops" && subject != "ports" && subject != "macs" {
 		fs.Usage()
@@ -97,6 +105,83 @@ func runShow(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// showAM prints the AM's operations: each one's state, tree and ranks, and
+// every node as the AM last saw it, with what it waits for.
+func showAM(url string, asJSON bool) int {
+	if url == "" {
+		fmt.Fprintln(os.Stderr, "prismctl show am: --coordinator URL is required (the AM's --listen address, e.g. http://10.0.0.1:7000)")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := am.NewClient(url).Ops(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl show am: %v\n", err)
+		return 1
+	}
+	if asJSON {
+		if err := json.NewEncoder(os.Stdout).Encode(l); err != nil {
+			fmt.Fprintf(os.Stderr, "prismctl show am: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	printAMOps(os.Stdout, l)
+	return 0
+}
+
+func printAMOps(w io.Writer, l *am.OpList) {
+	if len(l.Ops) == 0 {
+		fmt.Fprintln(w, "no operations")
+		return
+	}
+	for i, o := range l.Ops {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		kind := o.Collective
+		if o.Persistent {
+			kind = "persistent " + kind
+		}
+		fmt.Fprintf(w, "op %s  seq %d  %s of %d ranks  %s  tree %s, root %s\n", o.ID, o.Seq, kind, o.Size, o.State, o.Tree, o.Root)
+		done := make([]string, len(o.RanksDone))
+		for k, r := range o.RanksDone {
+			done[k] = fmt.Sprint(r)
+		}
+		if len(done) == 0 {
+			done = []string{"none"}
+		}
+		fmt.Fprintf(w, "  ranks done: %s", strings.Join(done, " "))
+		if len(o.Forwarders) > 0 {
+			fmt.Fprintf(w, "  forwarders: %s", strings.Join(o.Forwarders, " "))
+		}
+		fmt.Fprintln(w)
+		if o.Error != nil {
+			fmt.Fprintf(w, "  error (%s): %s\n", o.Error.Code, o.Error.Message)
+		}
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NODE\tROLE\tPARENT\tSTATE\tCOMPLETED\tWAITING FOR\t")
+		for _, n := range o.Nodes {
+			parent, waiting := n.Parent, "-"
+			if parent == "" {
+				parent = "-"
+			}
+			if n.MissingStream != nil {
+				who := n.MissingFromWhom
+				if who == "" {
+					who = fmt.Sprintf("stream %d", *n.MissingStream)
+				}
+				waiting = fmt.Sprintf("%s from element %d", who, n.MissingFrom)
+			}
+			if n.LastError != "" {
+				waiting += " (" + n.LastError + ")"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t\n", n.Name, n.Role, parent, n.State, n.CompletedElements, waiting)
+		}
+		tw.Flush()
+	}
 }
 
 // socketForNetNS finds the control socket of the lab node whose namespace is

@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/prismd/prismd/control"
+	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/engine"
 	"github.com/prismd/prismd/engine/bitmap"
 	"github.com/prismd/prismd/stream"
@@ -108,5 +111,51 @@ func TestShowOverUnixSocket(t *testing.T) {
 	}
 	if code := runShow([]string{"bogus"}); code != 2 {
 		t.Fatalf("bogus subject: exit %d", code)
+	}
+}
+
+// TestShowAM prints the AM's operations from its GET /v1/ops: the
+// persistent one's kind, the failed one's error, each node's state and
+// what it waits for (by name, else by stream).
+func TestShowAM(t *testing.T) {
+	ms := 3
+	l := am.OpList{Ops: []am.OpStatus{
+		{ID: "7-0-1-3-100", Seq: 4, Collective: "allreduce", Size: 4, Persistent: true, State: "active", Tree: "TREE", Root: "s1",
+			RanksDone: []int{1}, Nodes: []am.NodeStatus{{Name: "s1", Role: "ROOT", State: "ACTIVE", CompletedElements: 600},
+				{Name: "l2", Role: "LEAF", Parent: "s1", State: "FAILED", MissingStream: &ms, MissingFrom: 600, MissingFromWhom: "rank 3 (h4)"},
+				{Name: "l1", Role: "LEAF", Parent: "s1", State: "ACTIVE", MissingStream: &ms, MissingFrom: 900}}},
+		{ID: "7-0-1-4-100", Seq: 5, Collective: "reduce", Size: 2, State: "failed", Tree: "SINGLE", Root: "sw1",
+			Error: &am.APIError{Code: am.CodeOperationFailed, Message: "rank 1 (h2) sent no keepalive for 7.5s"}},
+	}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/ops" {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(l)
+	}))
+	defer srv.Close()
+	got, err := am.NewClient(srv.URL).Ops(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	printAMOps(&b, got)
+	out := b.String()
+	for _, want := range []string{
+		"op 7-0-1-3-100  seq 4  persistent allreduce of 4 ranks  active  tree TREE, root s1",
+		"ranks done: 1",
+		"l2    LEAF  s1      FAILED",
+		"rank 3 (h4) from element 600",
+		"stream 3 from element 900",
+		"op 7-0-1-4-100  seq 5  reduce of 2 ranks  failed",
+		"error (operation_failed): rank 1 (h2) sent no keepalive for 7.5s",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show am output lacks %q:\n%s", want, out)
+		}
+	}
+	if code := showAM("", false); code != 2 {
+		t.Errorf("show am without --coordinator: exit %d, want 2", code)
 	}
 }
