@@ -355,6 +355,65 @@ func TestWorkerSender(t *testing.T) {
 	expect(t, ports, want, 1)
 }
 
+// refHandler echoes each frame with SendRef from a buffer of its own and
+// then changes the buffer's last byte: what leaves is what the buffer holds
+// at the flush, proving the worker queued the buffer itself.
+type refHandler struct {
+	out  chan<- seen
+	bufs [][]byte
+	n    int
+}
+
+func (h *refHandler) Handle(now int64, in int, frame []byte, tx dataplane.Sender) {
+	rs, ok := tx.(dataplane.RefSender)
+	if !ok {
+		panic("the worker's Sender is not a RefSender")
+	}
+	b := h.bufs[h.n%len(h.bufs)][:len(frame)]
+	h.n++
+	copy(b, frame)
+	copy(b[0:6], frame[6:12])
+	m := tx.PortMAC(in)
+	copy(b[6:12], m[:])
+	rs.SendRef(in, b)
+	b[len(b)-1] = 0xEE // before the flush: this is what goes out
+	h.out <- seen{0, in, nil}
+}
+
+func (h *refHandler) Tick(now int64, tx dataplane.Sender) {}
+
+func TestWorkerSenderRef(t *testing.T) {
+	out := make(chan seen, 1024)
+	h := &refHandler{out: out, bufs: make([][]byte, 1024)}
+	for i := range h.bufs {
+		h.bufs[i] = make([]byte, 1514)
+	}
+	_, ports := setup(t, 2, dataplane.Options{Handler: func(w, n int) dataplane.Handler { return h }})
+	// More frames than one TX batch holds: a full queue is flushed first.
+	const k = 300
+	for i := range k {
+		f := prism(porttest.MAC(0x11), hostA, 0x10, 1, 9, 9, uint16(i))
+		ports[1].Inject(f)
+	}
+	for range k {
+		<-out
+	}
+	got, err := ports[1].Wait(k, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := map[uint16]bool{}
+	for _, f := range got {
+		if f[len(f)-1] != 0xEE || [6]byte(f[0:6]) != hostA {
+			t.Fatalf("frame % x: want the buffer as it was at the flush (last byte 0xee), addressed back to hostA", f)
+		}
+		ops[binary.BigEndian.Uint16(f[14+2+12:])] = true
+	}
+	if len(ops) != k {
+		t.Fatalf("%d distinct frames of %d echoed: a queued buffer was overwritten before it went out", len(ops), k)
+	}
+}
+
 func TestSetPortsKeepsUntouched(t *testing.T) {
 	d, ports := setup(t, 2, dataplane.Options{})
 	p2 := porttest.New("p2", porttest.MAC(0x12), 1500)

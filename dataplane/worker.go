@@ -280,6 +280,24 @@ func (t *workerSender) Send(port int, frame []byte) bool {
 	return true
 }
 
+// SendRef implements RefSender: b.out holds frame itself until the flush.
+func (t *workerSender) SendRef(port int, frame []byte) bool {
+	ps := t.snap.port(port)
+	if ps == nil {
+		return false
+	}
+	b := &t.q[port]
+	if len(frame) > ps.frameSize {
+		ps.ctr.drops[DropTxQueueFull].Add(1)
+		return false
+	}
+	if len(b.out) == len(b.bufs) {
+		t.flushPort(port)
+	}
+	b.out = append(b.out, frame)
+	return true
+}
+
 // PortMAC implements Sender.
 func (t *workerSender) PortMAC(port int) [6]byte {
 	if ps := t.snap.port(port); ps != nil {

@@ -86,8 +86,12 @@ type Engine struct {
 	pout  parser.Progress
 	pbuf  [parser.EthLen + parser.CWLen + parser.ProgressHdrLen + parser.MaxHoles*parser.HoleLen]byte
 	holes [stream.MaxHoles]stream.Hole
-	b     parser.DataBuilder
-	tbuf  [parser.DataBodyOff]byte
+	// refFor is the Sender ref was looked up for: the worker passes the same
+	// one every time, so the type assertion runs once (sendReplay).
+	refFor dataplane.Sender
+	ref    dataplane.RefSender
+	b      parser.DataBuilder
+	tbuf   [parser.DataBodyOff]byte
 	// groups holds the groups of the DATA frame being handled, decoded
 	// once by the validation pass for the pass that applies them.
 	groups [parser.MaxGroups]parser.Group
@@ -473,6 +477,26 @@ func (e *Engine) answerUnknown(now int64, in int, frame []byte, tx dataplane.Sen
 
 func (e *Engine) send(tx dataplane.Sender, port int, frame []byte) {
 	if !tx.Send(port, frame) {
+		e.m.TxFull.Add(1)
+	}
+}
+
+// sendReplay sends a frame that lives in a stream.SendWindow's replay
+// buffer without copying it when tx can (dataplane.RefSender): the buffer
+// is not reused before the frame is acknowledged, so it outlives the
+// sender's flush. (A peer that acknowledged a frame it cannot have seen
+// gets the frame that reused the buffer twice, and the operation's
+// timeout for the one it skipped: no frame carries wrong bytes.)
+func (e *Engine) sendReplay(tx dataplane.Sender, port int, frame []byte) {
+	if tx != e.refFor {
+		e.refFor = tx
+		e.ref, _ = tx.(dataplane.RefSender)
+	}
+	if e.ref == nil {
+		e.send(tx, port, frame)
+		return
+	}
+	if !e.ref.SendRef(port, frame) {
 		e.m.TxFull.Add(1)
 	}
 }

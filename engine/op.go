@@ -529,7 +529,7 @@ func (o *op) sendCopy(now int64, ob *outbound, frame []byte, first, count uint32
 	h.SetSrcEP(ob.b.LocalEP)
 	h.SetDstEP(ob.b.PeerEP)
 	h.SetFlags(h.Flags() &^ parser.FlagRetransmit)
-	o.e.send(tx, ob.b.Port, ob.sw.Commit(now, len(frame)))
+	o.e.sendReplay(tx, ob.b.Port, ob.sw.Commit(now, len(frame)))
 	o.e.m.FramesSent[parser.Class(buf[parser.CWOff+1])].Add(1)
 }
 
@@ -835,7 +835,7 @@ func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulis
 		}
 	}
 	fr := ob.sw.Commit(now, len(b.Finish()))
-	o.e.send(tx, ob.b.Port, fr)
+	o.e.sendReplay(tx, ob.b.Port, fr)
 	o.e.m.FramesSent[o.emitClass].Add(1)
 	return fr, nil
 }
@@ -994,7 +994,7 @@ func (o *op) sendTerminal(now int64, outs []*outbound, class parser.Class, tx da
 			continue
 		}
 		fr := b.Finish()
-		o.e.send(tx, ob.b.Port, ob.sw.Commit(now, len(fr)))
+		o.e.sendReplay(tx, ob.b.Port, ob.sw.Commit(now, len(fr)))
 		o.e.m.FramesSent[class].Add(1)
 	}
 	return true
@@ -1089,7 +1089,7 @@ func (o *op) retransmit(now int64, ob *outbound, tx dataplane.Sender) {
 		}
 		h := parser.DataHeader(f[parser.HdrOff:parser.DataBodyOff])
 		h.SetFlags(h.Flags() | parser.FlagRetransmit)
-		o.e.send(tx, ob.b.Port, f)
+		o.e.sendReplay(tx, ob.b.Port, f)
 		o.e.m.Retransmits.Add(1)
 	}
 }
