@@ -40,7 +40,7 @@ type OpError struct {
 	// within the invocation for a persistent collective.
 	From, To uint32
 	// Invocation numbers the failed invocation of a persistent collective
-	// from 1 (0: an ordinary collective).
+	// from 1, over every operation it renewed (0: an ordinary collective).
 	Invocation int
 	// Diagnosis is the AM's explanation (which node, which contributor).
 	Diagnosis string

@@ -52,6 +52,7 @@ type Persistent struct {
 	mu      sync.Mutex // the fields below
 	op      *opRun     // nil: none granted (before the first Start, after K)
 	inv     uint32     // invocations run on op
+	total   int        // invocations started, over every operation
 	running bool
 	err     error // sticky: a failed invocation ends the collective
 	closed  bool
@@ -189,6 +190,8 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 	p.mu.Lock()
 	op, inv := p.op, p.inv
 	p.inv++
+	p.total++
+	number := p.total
 	p.mu.Unlock()
 	st.Grant = op.g
 	drops0 := c.kernelDrops()
@@ -206,7 +209,7 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 		return st, nil
 	}
 	e := c.opError(p.coll, op.g, res.err)
-	e.Invocation = int(inv) + 1
+	e.Invocation = number
 	p.retire(op, e)
 	return st, e
 }

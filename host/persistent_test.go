@@ -322,3 +322,24 @@ func TestPersistentFreedByCommClose(t *testing.T) {
 		t.Fatalf("Run after Comm.Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestPersistentInvocationNumbered: an error names the invocation counted
+// over the whole persistent collective, across its renewals.
+func TestPersistentInvocationNumbered(t *testing.T) {
+	old := maxInvocations
+	maxInvocations = 3
+	t.Cleanup(func() { maxInvocations = old })
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	pr := newPersistentRanks(t, f, url, 75, []string{"h1", "h2"}, "allreduce", 0, 10, nil)
+	for inv := range 4 {
+		errs, _ := pr.invoke(inv, nil, nil)
+		pr.check(t, inv, "allreduce", 0, errs)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var oe *OpError
+	if err := pr.ps[0].Run(ctx); !errors.As(err, &oe) || oe.Invocation != 5 || !strings.Contains(err.Error(), "invocation 5 ") {
+		t.Fatalf("the 5th invocation (2nd of the 2nd operation), cancelled: %v; want it named invocation 5", err)
+	}
+}
