@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/engine"
@@ -206,6 +207,8 @@ type Worker struct {
 	bm  *bitmap.Shard // BITMAP contexts (Collective 3)
 
 	idleTicks int // consecutive ticks with no context (see Idle)
+	// expireAt is when Tick next looks for abandoned contexts (expire).
+	expireAt int64
 
 	ids   map[opIdent]*identState
 	txns  map[txnKey]*txnRecord
@@ -250,7 +253,23 @@ func (w *Worker) Flush(now int64, tx dataplane.Sender) { w.eng.Flush(now, tx) }
 func (w *Worker) Tick(now int64, tx dataplane.Sender) {
 	w.eng.Tick(now, tx)
 	w.bm.Tick(now, tx)
+	if now >= w.expireAt {
+		w.expireAt = now + int64(time.Second)
+		w.eng.Expire(now, w.expire)
+	}
 	w.noteTick()
+}
+
+// expire retires a context its AM abandoned (engine.Expire), exactly as its
+// RELEASE or ABORT would have: the generation is remembered, so a late
+// retry of the old identity is stale and a COMPLETE query is answered with
+// the state it was retired as.
+func (w *Worker) expire(k parser.OpKey, as parser.OpState) {
+	if st, cur, _ := w.ident(k); cur {
+		w.retire(st, k, as)
+		return
+	}
+	w.eng.Remove(k) // not tracked by identity (cannot happen): still free it
 }
 
 func (w *Worker) trusted(src [6]byte) bool {

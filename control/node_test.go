@@ -3,6 +3,7 @@ package control
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/prismd/prismd/engine"
 	"github.com/prismd/prismd/engine/bitmap"
@@ -456,5 +457,67 @@ func TestNodeKeys(t *testing.T) {
 	w := n.NewWorker(0, 2)
 	if w.bm.Keys() != kr {
 		t.Fatal("the worker's shard reads another keyring")
+	}
+}
+
+// TestAbandonedContextsExpire: a context its AM never ends (STAGED and
+// never committed; ACTIVE until its inactivity timeout FAILs it) is retired
+// by the node three timeouts plus engine.ExpiryGrace later, exactly as an
+// ABORT would: storage freed, the generation remembered (a late COMMIT or
+// STAGE of it is stale; COMPLETE answers ABORTED). Not a moment earlier.
+func TestAbandonedContextsExpire(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	ctx, bs := goodCtx(), goodBindings()
+	ttl := 3*int64(ctx.TimeoutMs)*1e6 + int64(engine.ExpiryGrace)
+	txn := uint32(500)
+	next := func() uint32 { txn++; return txn }
+	expect := func(f []byte, st parser.Status, state parser.OpState) {
+		t.Helper()
+		if gs, a := r.ack(f); gs != st || a.State != state {
+			t.Fatalf("got %v state %v, want %v state %v", gs, a.State, st, state)
+		}
+	}
+	cmd := func(key parser.OpKey, c parser.Command) []byte { return controlFrame(t, key, c, nil, next()) }
+	staged, active := ruleKey, ruleKey
+	active.Op++
+	expect(stageFrame(t, staged, next(), ctx, bs), parser.StatusOK, parser.StateStaged)
+	expect(stageFrame(t, active, next(), ctx, bs), parser.StatusOK, parser.StateStaged)
+	expect(cmd(active, parser.CmdCommit), parser.StatusOK, parser.StateActive)
+	t0 := r.now
+	// The ACTIVE one FAILs at its inactivity timeout (no contributor ever
+	// sent), then both wait for an AM that is gone.
+	r.now = t0 + 2*int64(ctx.TimeoutMs)*1e6
+	r.w.Tick(r.now, r.tx)
+	if s, _ := r.w.Engine().Status(active); s.State != parser.StateFailed {
+		t.Fatalf("active context after 2 timeouts of silence: %v, want FAILED", s.State)
+	}
+	failedAt := r.now
+	r.now = t0 + ttl - int64(time.Millisecond)
+	r.w.Tick(r.now, r.tx)
+	for _, k := range []parser.OpKey{staged, active} {
+		if _, ok := r.w.Engine().Status(k); !ok {
+			t.Fatalf("%v expired before three timeouts plus the grace", k)
+		}
+	}
+	r.now = t0 + ttl + int64(2*time.Second) // past the STAGED one's expiry, not the FAILED one's
+	r.w.Tick(r.now, r.tx)
+	if _, ok := r.w.Engine().Status(staged); ok {
+		t.Fatal("a STAGED context nobody committed survived its expiry")
+	}
+	if _, ok := r.w.Engine().Status(active); !ok {
+		t.Fatal("the FAILED context expired before three timeouts plus the grace after it failed")
+	}
+	r.now = failedAt + ttl + int64(2*time.Second)
+	r.w.Tick(r.now, r.tx)
+	if _, ok := r.w.Engine().Status(active); ok {
+		t.Fatal("a FAILED context nobody aborted survived its expiry")
+	}
+	if got := r.w.Engine().Metrics().OpsExpired.Load(); got != 2 {
+		t.Fatalf("expired counter %d, want 2", got)
+	}
+	for _, k := range []parser.OpKey{staged, active} {
+		expect(cmd(k, parser.CmdComplete), parser.StatusOK, parser.StateAborted)
+		expect(cmd(k, parser.CmdCommit), parser.StatusStaleGeneration, parser.StateNone)
+		expect(stageFrame(t, k, next(), ctx, bs), parser.StatusStaleGeneration, parser.StateNone)
 	}
 }

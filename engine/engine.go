@@ -173,9 +173,47 @@ func (e *Engine) Stage(now int64, spec *Spec, ports int) error {
 	}
 	o.ringBytes = rb
 	e.ringBytes += rb
+	o.stagedAt = now
 	e.ops[spec.Op] = o
 	e.m.OpsStaged.Add(1)
 	return nil
+}
+
+// ExpiryGrace is added to three operation timeouts to make a context's
+// expiry time (Expire).
+const ExpiryGrace = time.Minute
+
+// Expire hands retire every context an AM has evidently abandoned: STAGED,
+// COMPLETE or FAILED for longer than three times its timeout plus
+// ExpiryGrace (a living AM COMMITs, RELEASEs or ABORTs within its CONTROL
+// timeout, and its watchdog looks every three timeouts plus 10 s). retire
+// removes it (the node keeps its generation, as for RELEASE or ABORT), as
+// RELEASED if it had completed, else ABORTED. Without it a dead AM's
+// contexts held their storage until prismd restarted. An ACTIVE context is
+// never expired: its own inactivity timeout FAILs it first, unless every
+// contributor rests at a PUSH boundary (a persistent collective between
+// invocations), which only its AM can end.
+func (e *Engine) Expire(now int64, retire func(key parser.OpKey, as parser.OpState)) {
+	for k, o := range e.ops {
+		since, as := int64(0), parser.StateAborted
+		switch o.state {
+		case parser.StateStaged:
+			since = o.stagedAt
+		case parser.StateComplete:
+			since, as = o.doneAt, parser.StateReleased
+		case parser.StateFailed:
+			since = o.failedAt
+		default:
+			continue
+		}
+		if now-since <= 3*int64(o.spec.Timeout)+int64(ExpiryGrace) {
+			continue
+		}
+		e.m.OpsExpired.Add(1)
+		e.log.Warn("prism operation expired: no RELEASE or ABORT from its AM", "op", opName(k), "state", o.state.String(),
+			"for", time.Duration(now-since).Round(time.Second).String(), "as", as.String())
+		retire(k, as)
+	}
 }
 
 // Commit activates a STAGED context's receive windows.

@@ -58,6 +58,7 @@ type Metrics struct {
 	OpsCompleted    atomic.Uint64
 	OpsFailed       atomic.Uint64
 	OpsInexact      atomic.Uint64
+	OpsExpired      atomic.Uint64 // removed by Expire: the AM never ended them
 	ElementsDone    atomic.Uint64 // elements completed and handed on
 }
 
@@ -122,6 +123,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	c(descOps, m.OpsCompleted.Load(), "completed")
 	c(descOps, m.OpsFailed.Load(), "failed")
 	c(descOps, m.OpsInexact.Load(), "inexact")
+	c(descOps, m.OpsExpired.Load(), "expired")
 	c(descElems, m.ElementsDone.Load())
 	c(descUnknown, m.UnknownAnswered.Load())
 }

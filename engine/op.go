@@ -61,6 +61,8 @@ type op struct {
 	inexact  bool
 	activeAt int64
 	doneAt   int64
+	stagedAt int64 // for Expire
+	failedAt int64
 
 	bank kulisch.Bank
 	kv   *kulisch.Vector // KULISCH_FIXED bank, for wire checks before applying
@@ -1197,6 +1199,7 @@ func (o *op) fail(now int64, err error) {
 	}
 	o.state = parser.StateFailed
 	o.err = err
+	o.failedAt = now
 	o.e.m.OpsFailed.Add(1)
 	o.e.log.Error("prism operation failed", "op", opName(o.spec.Op), "role", o.spec.Role.String(), "err", err.Error())
 }

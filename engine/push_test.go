@@ -239,3 +239,40 @@ func TestUnpushedContributorStillTimesOut(t *testing.T) {
 		t.Fatalf("state %v after 2 timeouts of silence without PUSH, want FAILED", s.State)
 	}
 }
+
+// TestExpireComplete: a COMPLETE context nobody RELEASEd is handed to
+// retire as RELEASED three timeouts plus ExpiryGrace after it completed,
+// and an ACTIVE one (here a persistent collective resting) never.
+func TestExpireComplete(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	ttl := 3*int64(timeout) + int64(ExpiryGrace)
+	r := newPushRig(t, kulisch.FP32Arrival, 5, 2, timeout)
+	rest := newPushRig(t, kulisch.FP32Arrival, 5, 4, timeout)
+	for inv := range uint32(2) {
+		for _, x := range []*pushRig{r, rest} {
+			x.contribute(t, 0, inv, true)
+			x.contribute(t, 1, inv, true)
+			x.results(t)
+			x.ack(t, (inv+1)*5)
+		}
+	}
+	if s, _ := r.e.Status(r.key); s.State != parser.StateComplete {
+		t.Fatalf("state %v, want COMPLETE", s.State)
+	}
+	var got []parser.OpState
+	retire := func(e *Engine) func(parser.OpKey, parser.OpState) {
+		return func(k parser.OpKey, as parser.OpState) { got = append(got, as); e.Remove(k) }
+	}
+	r.e.Expire(r.now+ttl-1, retire(r.e))
+	rest.e.Expire(rest.now+10*ttl, retire(rest.e))
+	if len(got) != 0 {
+		t.Fatalf("expired %v: too early, or a resting ACTIVE context", got)
+	}
+	r.e.Expire(r.now+ttl+1, retire(r.e))
+	if len(got) != 1 || got[0] != parser.StateReleased {
+		t.Fatalf("expired as %v, want RELEASED once", got)
+	}
+	if _, ok := r.e.Status(r.key); ok {
+		t.Fatal("context still installed")
+	}
+}
