@@ -260,19 +260,30 @@ func (t *workerSender) refresh(s *snapshot) {
 	}
 }
 
-// Send implements Sender.
-func (t *workerSender) Send(port int, frame []byte) bool {
+// room returns port's TX batch with room for one frame of n bytes (a full
+// one is flushed first), or nil for an unknown port or an oversize frame
+// (counted).
+func (t *workerSender) room(port, n int) *txBatch {
 	ps := t.snap.port(port)
 	if ps == nil {
-		return false
+		return nil
+	}
+	if n > ps.frameSize {
+		ps.ctr.drops[DropTxQueueFull].Add(1)
+		return nil
 	}
 	b := &t.q[port]
-	if len(frame) > ps.frameSize {
-		ps.ctr.drops[DropTxQueueFull].Add(1)
-		return false
-	}
 	if len(b.out) == len(b.bufs) {
 		t.flushPort(port)
+	}
+	return b
+}
+
+// Send implements Sender.
+func (t *workerSender) Send(port int, frame []byte) bool {
+	b := t.room(port, len(frame))
+	if b == nil {
+		return false
 	}
 	i := len(b.out)
 	n := copy(b.bufs[i], frame)
@@ -282,17 +293,9 @@ func (t *workerSender) Send(port int, frame []byte) bool {
 
 // SendRef implements RefSender: b.out holds frame itself until the flush.
 func (t *workerSender) SendRef(port int, frame []byte) bool {
-	ps := t.snap.port(port)
-	if ps == nil {
+	b := t.room(port, len(frame))
+	if b == nil {
 		return false
-	}
-	b := &t.q[port]
-	if len(frame) > ps.frameSize {
-		ps.ctr.drops[DropTxQueueFull].Add(1)
-		return false
-	}
-	if len(b.out) == len(b.bufs) {
-		t.flushPort(port)
 	}
 	b.out = append(b.out, frame)
 	return true

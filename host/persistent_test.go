@@ -97,6 +97,21 @@ func (pr *persistentRanks) check(t *testing.T, inv int, coll string, root int, e
 	}
 }
 
+// waitReleased waits up to 5 s for job's one operation to be released
+// without error on the AM, and returns the job's operations.
+func waitReleased(t *testing.T, url string, job uint64) []am.OpStatus {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ops := opsOfJob(t, url, job)
+		if len(ops) == 1 && ops[0].State == "released" && ops[0].Error == nil {
+			return ops
+		}
+		if time.Now().After(end) {
+			t.Fatalf("job %d on the AM: %+v, want its one persistent operation released", job, ops)
+		}
+	}
+}
+
 // opsOfJob returns the AM's operations of job.
 func opsOfJob(t *testing.T, url string, job uint64) []am.OpStatus {
 	t.Helper()
@@ -168,15 +183,7 @@ func TestPersistentCollectivesExact(t *testing.T) {
 			}
 			// Every rank's done report went out with Comm.Close; the AM
 			// then ABORTs every switch's context.
-			for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				ops = opsOfJob(t, url, job)
-				if ops[0].State == "released" && ops[0].Error == nil {
-					break
-				}
-				if time.Now().After(end) {
-					t.Fatalf("after Close: state %q (%v), want released", ops[0].State, ops[0].Error)
-				}
-			}
+			ops = waitReleased(t, url, job)
 			for _, n := range ops[0].Nodes {
 				if n.State != "ABORTED" {
 					t.Fatalf("after Close: node %s is %s, want ABORTED (context removed)", n.Name, n.State)
@@ -309,15 +316,7 @@ func TestPersistentFreedByCommClose(t *testing.T) {
 			t.Fatalf("Comm.Close: %v", err)
 		}
 	}
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		ops := opsOfJob(t, url, 74)
-		if len(ops) == 1 && ops[0].State == "released" {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("after Comm.Close: %+v, want the persistent operation released", ops)
-		}
-	}
+	waitReleased(t, url, 74)
 	if err := pr.ps[0].Run(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Run after Comm.Close: %v, want ErrClosed", err)
 	}
