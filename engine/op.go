@@ -537,9 +537,11 @@ func (o *op) sendCopy(now int64, ob *outbound, frame []byte, first, count uint32
 
 // advance recomputes the frontier and emits what completed.
 func (o *op) advance(now int64, tx dataplane.Sender) {
-	f := o.spec.VectorLen
+	f, most, pending := o.spec.VectorLen, uint32(0), false
 	for i := range o.in {
-		f = min(f, o.in[i].rw.Committed())
+		c := o.in[i].rw.Committed()
+		f, most = min(f, c), max(most, c)
+		pending = pending || o.in[i].rw.Pending() > 0
 	}
 	o.frontier = f
 	o.pushed = false
@@ -548,8 +550,11 @@ func (o *op) advance(now int64, tx dataplane.Sender) {
 		if !ib.paused() {
 			continue
 		}
-		o.pushed = o.pushed || ib.rw.Committed() == f
-		if ib.heldSince == 0 && o.passed(ib) {
+		c := ib.rw.Committed()
+		o.pushed = o.pushed || c == f
+		// Passed: another contributor has data beyond it (a paused one
+		// has nothing pending, so any pending interval is another's).
+		if ib.heldSince == 0 && (most > c || pending) {
 			ib.heldSince = now // its inactivity clock starts now
 		}
 	}
@@ -1260,17 +1265,6 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 	}
 	o.emit(now, tx)
 	o.checkDone(now)
-}
-
-// passed reports whether another contributor has data beyond ib's.
-func (o *op) passed(ib *inbound) bool {
-	c := ib.rw.Committed()
-	for i := range o.in {
-		if x := &o.in[i]; x != ib && (x.rw.Committed() > c || x.rw.Pending() > 0) {
-			return true
-		}
-	}
-	return false
 }
 
 func (o *op) timeoutErr(now int64, ib *inbound) error {
