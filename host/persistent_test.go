@@ -97,6 +97,14 @@ func (pr *persistentRanks) check(t *testing.T, inv int, coll string, root int, e
 	}
 }
 
+// renewEvery makes persistent collectives renew their operation after k
+// invocations for the rest of the test.
+func renewEvery(t *testing.T, k uint32) {
+	old := maxInvocations
+	maxInvocations = k
+	t.Cleanup(func() { maxInvocations = old })
+}
+
 // waitReleased waits up to 5 s for job's one operation to be released
 // without error on the AM, and returns the job's operations.
 func waitReleased(t *testing.T, url string, job uint64) []am.OpStatus {
@@ -201,9 +209,7 @@ func TestPersistentCollectivesExact(t *testing.T) {
 // operation timeouts between invocations neither fails the switches'
 // contexts (the ranks rest at PUSH) nor the AM's (keepalives).
 func TestPersistentRenewsAndRests(t *testing.T) {
-	old := maxInvocations
-	maxInvocations = 3
-	t.Cleanup(func() { maxInvocations = old })
+	renewEvery(t, 3)
 	f := newMemFabric(t, "spine-leaf")
 	url := f.startAM("h1")
 	opts := &Options{Timeout: 300 * time.Millisecond}
@@ -325,9 +331,7 @@ func TestPersistentFreedByCommClose(t *testing.T) {
 // TestPersistentInvocationNumbered: an error names the invocation counted
 // over the whole persistent collective, across its renewals.
 func TestPersistentInvocationNumbered(t *testing.T) {
-	old := maxInvocations
-	maxInvocations = 3
-	t.Cleanup(func() { maxInvocations = old })
+	renewEvery(t, 3)
 	f := newMemFabric(t, "single")
 	url := f.startAM("h1")
 	pr := newPersistentRanks(t, f, url, 75, []string{"h1", "h2"}, "allreduce", 0, 10, nil)
