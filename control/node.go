@@ -528,7 +528,7 @@ func (w *Worker) complete(c *parser.Control) reply {
 	}
 	s, _ := w.eng.Status(c.Op)
 	return reply{st: parser.StatusOK, ack: parser.Ack{State: s.State, Detail: parser.NoDetail, Completed: s.Completed,
-		MissingStream: s.MissingStream, MissingFrom: s.MissingFrom}}
+		MissingStream: s.MissingStream, FailCause: s.FailCause, MissingFrom: s.MissingFrom}}
 }
 
 func (w *Worker) retire(st *identState, k parser.OpKey, as parser.OpState) {

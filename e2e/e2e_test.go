@@ -565,6 +565,14 @@ func prismctl(t *testing.T) string { return tool(t, "prismctl") }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
+// killSlack is what a killed rank's survivors may take beyond the timeout
+// to fail: the failure announcement's trip through the switches, the AM's
+// diagnosis (a COMPLETE to every node), and a loaded 2-core CI machine.
+// Measured here: 0.97-1.01 s after the kill for a 1 s timeout. Before
+// switches announced failures, survivors under another leaf waited for
+// their RESULT deadline, about 2 x timeout + 1 s.
+const killSlack = 1500 * time.Millisecond
+
 // TestKilledRank kills one rank of job A (a prismctl process) right after
 // its operation is granted: every surviving rank must fail, within the
 // timeout, with an error naming the dead rank, while job B, running at the
@@ -630,8 +638,8 @@ func TestKilledRank(t *testing.T) {
 		}
 		t.Logf("rank %d: %v", i, err)
 	}
-	if took := ra.took - killedAt; took > 3*timeout+10*time.Second {
-		t.Errorf("survivors failed %v after the kill; bound is the timeout (%v) plus diagnosis", took, timeout)
+	if took := ra.took - killedAt; took > timeout+killSlack {
+		t.Errorf("survivors failed %v after the kill; bound is the timeout (%v) plus %v for the diagnosis", took, timeout, killSlack)
 	} else {
 		t.Logf("survivors failed %v after the kill", took.Round(time.Millisecond))
 	}
@@ -716,8 +724,8 @@ func TestKilledRankPersistent(t *testing.T) {
 		}
 		t.Logf("rank %d: %v", i, err)
 	}
-	if took > 3*timeout+10*time.Second {
-		t.Errorf("survivors failed %v after the kill; bound is the timeout (%v) plus diagnosis", took, timeout)
+	if took > timeout+killSlack {
+		t.Errorf("survivors failed %v after the kill; bound is the timeout (%v) plus %v for the diagnosis", took, timeout, killSlack)
 	} else {
 		t.Logf("survivors failed %v after the kill", took.Round(time.Millisecond))
 	}

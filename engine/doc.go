@@ -17,7 +17,14 @@
 //     where smaller, unless Config.PlainKulischPartials), the single final
 //     rounding at the root and RESULT replication;
 //   - inactivity timeouts, ACCUMULATION_INEXACT, counters (metrics.go) and
-//     introspection snapshots (snapshot.go).
+//     introspection snapshots (snapshot.go);
+//   - failure: a context that FAILS records why (TIMEOUT, PEER_FAILED,
+//     INTERNAL) and on which stream, for COMPLETE's ACK, and announces it
+//     to the peer of every stream it receives (PROGRESS status FAILED,
+//     three times), so one silent rank fails the whole tree and reaches
+//     every rank within milliseconds of its leaf's timeout. Switch peers
+//     get a quarter more time than ranks, so the node nearest a silent
+//     rank is the one that times out and names it.
 //
 // It must not touch: sockets, ports and MAC learning (package dataplane; the
 // engine only calls dataplane.Sender), CONTROL bytes, transactions and

@@ -243,8 +243,11 @@ type Status struct {
 	Completed     uint32 // elements completed and handed on
 	MissingStream uint16 // first inbound stream still incomplete (0xFFFF none)
 	MissingFrom   uint32 // first element not yet covered on MissingStream
-	Inexact       bool
-	Err           error // why the operation failed
+	// FailCause is why a FAILED context failed; MissingStream and
+	// MissingFrom are then the stream it failed on.
+	FailCause parser.FailCause
+	Inexact   bool
+	Err       error // why the operation failed
 }
 
 // Status returns the state of the context key.
@@ -258,6 +261,15 @@ func (e *Engine) Status(key parser.OpKey) (Status, bool) {
 		// A relay has handed on only what both its partial stream and its
 		// result path have.
 		s.Completed = min(s.Completed, o.result.rw.Committed())
+	}
+	if o.state == parser.StateFailed {
+		// What it failed on, not what it lacks now: after a failure came
+		// from a peer, the stream furthest behind may be a healthy rank's.
+		s.FailCause, s.MissingStream, s.MissingFrom = o.failCause, o.failStream, o.failFrom
+		if s.MissingStream == 0xFFFF {
+			s.MissingFrom = 0
+		}
+		return s, true
 	}
 	// Report the inbound stream furthest behind: it is what the operation
 	// waits for.
@@ -454,8 +466,11 @@ func (e *Engine) HandleProgress(now int64, in int, frame []byte, tx dataplane.Se
 func (e *Engine) Tick(now int64, tx dataplane.Sender) {
 	e.Flush(now, tx)
 	for _, o := range e.ops {
-		if o.state == parser.StateActive || o.state == parser.StateComplete {
+		switch o.state {
+		case parser.StateActive, parser.StateComplete:
 			o.tick(now, tx)
+		case parser.StateFailed:
+			o.announceFailure(now, tx)
 		}
 	}
 	if now-e.lastSnap >= int64(SnapshotInterval) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -438,6 +439,64 @@ func TestFailedContextAnswersPeers(t *testing.T) {
 	}
 }
 
+// TestFailureAnnouncedToEveryPeer: a context that FAILS tells the peer of
+// every stream it receives (both contributors here, also rank 0, which has
+// sent everything and would otherwise wait for a RESULT that never comes)
+// with PROGRESS status FAILED, three times, failAnnounceGap apart, and
+// nothing more; COMPLETE then reports the cause and the stream it failed
+// on, not the stream furthest behind.
+func TestFailureAnnouncedToEveryPeer(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 1<<20)
+	r.tx.keep = true
+	r.e.HandleData(r.now, 0, r.data[0], r.tx) // rank 0 contributes, rank 1 never does
+	r.tx.frames = nil
+	// Timeouts are checked on ticks; 1 ms ticks as a worker runs them.
+	announced := map[int64]int{}
+	start := r.now
+	for r.now < start+int64(2*time.Hour)+int64(200*time.Millisecond) {
+		r.now += int64(time.Millisecond)
+		if r.now < start+int64(2*time.Hour)-int64(time.Millisecond) {
+			r.now = start + int64(2*time.Hour) - int64(time.Millisecond) // skip the quiet part
+		}
+		r.e.Tick(r.now, r.tx)
+		for _, f := range r.tx.frames {
+			var p parser.Progress
+			if err := p.Decode(f, parser.Limits{VectorLen: 1 << 20}); err != nil {
+				t.Fatalf("announcement does not decode: %v", err)
+			}
+			want := map[uint16][6]byte{10: rank0, 11: rank1}
+			if p.Status != parser.ProgressStatusFailed || p.Flags&parser.ProgressFlagResult != 0 || want[p.Stream] != [6]byte(f[0:6]) {
+				t.Fatalf("frame %+v to %x: want PROGRESS FAILED on stream 10 to rank 0 or 11 to rank 1", p, f[0:6])
+			}
+			announced[r.now]++
+		}
+		r.tx.frames = nil
+	}
+	var at []int64
+	for now, n := range announced {
+		if n != 2 {
+			t.Fatalf("%d frames at one announcement, want one per contributor (2)", n)
+		}
+		at = append(at, now)
+	}
+	slices.Sort(at)
+	if len(at) != failAnnouncements {
+		t.Fatalf("announced at %v, want %d announcements", at, failAnnouncements)
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i] - at[i-1]; gap < failAnnounceGap || gap > failAnnounceGap+int64(time.Millisecond) {
+			t.Fatalf("announcements %v apart, want %v", time.Duration(gap), time.Duration(failAnnounceGap))
+		}
+	}
+	s, _ := r.e.Status(r.key)
+	// Both ranks are silent past the timeout (rank 0 sent only its first
+	// frame): either is the stream, with its own first missing element.
+	if from := map[uint16]uint32{10: 363, 11: 0}; s.State != parser.StateFailed || s.FailCause != parser.FailTimeout ||
+		(s.MissingStream != 10 && s.MissingStream != 11) || s.MissingFrom != from[s.MissingStream] {
+		t.Fatalf("status %+v, want FAILED, cause TIMEOUT, on stream 10 from 363 or 11 from 0", s)
+	}
+}
+
 // TestPeerFailedFailsOp: a RESULT receiver (here a rank) that answers
 // FAILED or UNKNOWN_OPERATION ends the operation at once, and the error
 // names the stream and the peer; a PROGRESS from anyone else changes
@@ -459,6 +518,9 @@ func TestPeerFailedFailsOp(t *testing.T) {
 		if s.State != parser.StateFailed || s.Err == nil || !strings.Contains(s.Err.Error(), "stream 20") ||
 			!strings.Contains(s.Err.Error(), mac(rank0)) {
 			t.Fatalf("%v from rank 0: state %v, err %v; want FAILED naming stream 20 and rank 0", st, s.State, s.Err)
+		}
+		if s.FailCause != parser.FailPeer || s.MissingStream != 20 {
+			t.Fatalf("%v from rank 0: cause %v on stream %d, want PEER_FAILED on stream 20", st, s.FailCause, s.MissingStream)
 		}
 	}
 }

@@ -63,6 +63,15 @@ type op struct {
 	doneAt   int64
 	stagedAt int64 // for Expire
 	failedAt int64
+	// What the context failed on, for COMPLETE's ACK: the cause and the
+	// stream (0xFFFF none) with its first missing element.
+	failCause  parser.FailCause
+	failStream uint16
+	failFrom   uint32
+	// announceLeft counts the FAILED announcements still to send (see
+	// announceFailure); announcedAt is when the last one went.
+	announceLeft int
+	announcedAt  int64
 
 	bank kulisch.Bank
 	kv   *kulisch.Vector // KULISCH_FIXED bank, for wire checks before applying
@@ -962,7 +971,7 @@ func (o *op) encodeFailed(now int64, err error, tx dataplane.Sender) {
 		o.goInexact(now, tx)
 		return
 	}
-	o.fail(now, fmt.Errorf("encoding elements from %d: %w", o.emitted, err))
+	o.fail(now, parser.FailInternal, 0xFFFF, o.emitted, fmt.Errorf("encoding elements from %d: %w", o.emitted, err), tx)
 }
 
 // goInexact ends the arithmetic: the exact value cannot be represented in
@@ -1037,8 +1046,8 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 		if p.Status == parser.ProgressStatusUnknownOperation {
 			what = "UNKNOWN_OPERATION"
 		}
-		o.fail(now, fmt.Errorf("%s stream %d: peer %s answered %s", ob.b.Kind, ob.b.Stream,
-			mac(ob.b.PeerMAC), what))
+		o.fail(now, parser.FailPeer, ob.b.Stream, ob.sw.Committed(), fmt.Errorf("%s stream %d: peer %s answered %s", ob.b.Kind, ob.b.Stream,
+			mac(ob.b.PeerMAC), what), tx)
 		return
 	}
 	ob.sw.ApplyProgress(now, p, &o.e.holes)
@@ -1198,15 +1207,55 @@ func (o *op) checkDone(now int64) {
 	o.e.m.OpsCompleted.Add(1)
 }
 
-func (o *op) fail(now int64, err error) {
+// fail moves an active context to FAILED: cause, and the stream it failed
+// on with that stream's first missing element, are what COMPLETE reports;
+// then it tells every peer (announceFailure).
+func (o *op) fail(now int64, cause parser.FailCause, stream uint16, from uint32, err error, tx dataplane.Sender) {
 	if o.state != parser.StateActive {
 		return
 	}
 	o.state = parser.StateFailed
 	o.err = err
 	o.failedAt = now
+	o.failCause, o.failStream, o.failFrom = cause, stream, from
 	o.e.m.OpsFailed.Add(1)
-	o.e.log.Error("prism operation failed", "op", opName(o.spec.Op), "role", o.spec.Role.String(), "err", err.Error())
+	o.e.log.Error("prism operation failed", "op", opName(o.spec.Op), "role", o.spec.Role.String(),
+		"cause", cause.String(), "err", err.Error())
+	o.announceLeft = failAnnouncements
+	o.announceFailure(now, tx)
+}
+
+// failAnnouncements and failAnnounceGap: a FAILED context tells its peers
+// three times, failAnnounceGap apart, so that one lost frame does not
+// leave a peer waiting for its own timeout (at 1% loss all three are lost
+// once in a million failures).
+const (
+	failAnnouncements = 3
+	failAnnounceGap   = int64(10 * time.Millisecond)
+)
+
+// announceFailure sends PROGRESS status FAILED to the peer of every stream
+// this context receives: each contributor (on its DATA stream, as any
+// PROGRESS) and the sender of the result path in (flag RESULT). A rank
+// that has sent everything and waits for its RESULT, or a switch whose
+// subtree is complete, hears nothing else from a failed context; without
+// this it would wait for its own timeout, so a failure took a timeout per
+// level of the tree to reach every rank. A receiver treats it as any
+// FAILED answer (section 7): a switch fails its own context at once, and
+// so announces in turn; a rank ends the operation with an error. Only
+// bound peers are sent to, at their bound MACs and ports.
+func (o *op) announceFailure(now int64, tx dataplane.Sender) {
+	if o.announceLeft <= 0 || (o.announcedAt != 0 && now-o.announcedAt < failAnnounceGap) {
+		return
+	}
+	o.announceLeft--
+	o.announcedAt = now
+	for i := range o.in {
+		o.sendProgress(now, &o.in[i], 0, parser.ProgressStatusFailed, tx)
+	}
+	if o.result != nil {
+		o.sendProgress(now, o.result, 0, parser.ProgressStatusFailed, tx)
+	}
 }
 
 func (o *op) tick(now int64, tx dataplane.Sender) {
@@ -1226,10 +1275,22 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 		o.relayPending = !o.sendTerminal(now, o.relayOut, parser.ClassResult, tx)
 	}
 	timeout := int64(o.spec.Timeout)
+	// A switch peer (a subtree's contributor stream, the result path in)
+	// is given a quarter more: when a rank goes silent, its leaf and every
+	// switch above it see silence from about the same moment, and the leaf
+	// must fail first, since its TIMEOUT names the rank (and its
+	// announcement then fails the others as PEER_FAILED before their own
+	// timers fire). Otherwise whichever timer fired first decided what the
+	// AM could name.
+	switchTimeout := timeout + timeout/4
 	for i := range o.in {
 		ib := &o.in[i]
 		if ib.rw.Done() || o.inexact {
 			continue
+		}
+		limit := timeout
+		if !ib.b.Rank {
+			limit = switchTimeout
 		}
 		idle := now - ib.lastActive
 		if ib.paused() {
@@ -1242,24 +1303,24 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 			}
 			idle = now - max(ib.lastActive, ib.heldSince)
 		}
-		if idle > timeout {
-			o.fail(now, o.timeoutErr(now, ib))
+		if idle > limit {
+			o.fail(now, parser.FailTimeout, ib.b.Stream, ib.rw.Committed(), o.timeoutErr(now, ib), tx)
 			return
 		}
 	}
-	if r := o.result; r != nil && r.armed && !r.rw.Done() && !o.resultInexact && now-r.lastActive > timeout {
-		o.fail(now, o.timeoutErr(now, r))
+	if r := o.result; r != nil && r.armed && !r.rw.Done() && !o.resultInexact && now-r.lastActive > switchTimeout {
+		o.fail(now, parser.FailTimeout, r.b.Stream, r.rw.Committed(), o.timeoutErr(now, r), tx)
 		return
 	}
 	if o.parent != nil {
 		if err := o.parent.sw.Check(now); err != nil {
-			o.fail(now, err)
+			o.fail(now, parser.FailTimeout, o.parent.b.Stream, o.parent.sw.Committed(), err, tx)
 			return
 		}
 	}
 	for i := range o.outs {
 		if err := o.outs[i].sw.Check(now); err != nil {
-			o.fail(now, err)
+			o.fail(now, parser.FailTimeout, o.outs[i].b.Stream, o.outs[i].sw.Committed(), err, tx)
 			return
 		}
 	}

@@ -62,6 +62,7 @@ type rankRun struct {
 	recv  []float32
 	err   error
 	stats Stats
+	ended time.Time // when the collective returned
 }
 
 // runRanks runs one collective on every rank concurrently.
@@ -102,6 +103,7 @@ func runRanks(t *testing.T, f *memFabric, url string, job uint64, hosts []string
 				q = rr.comm.ReduceAsync(ctx, rr.send, rr.recv, root, opts)
 			}
 			rr.err = q.Wait()
+			rr.ended = time.Now()
 			rr.stats = q.Stats()
 		}()
 	}
@@ -284,18 +286,25 @@ func TestSequentialAndConcurrentOnOneComm(t *testing.T) {
 	}
 }
 
+// TestKilledRankNamedWhileOtherJobCompletes: rank 3 of job A dies after two
+// frames. Every survivor fails within the timeout of the death, also those
+// under the other leaf, whose own switch saw nothing wrong: the FAILED
+// context of the dead rank's leaf tells its peers, and they theirs
+// (engine announceFailure). The error names the dead rank, not a switch
+// that was told, and job B completes exactly meanwhile.
 func TestKilledRankNamedWhileOtherJobCompletes(t *testing.T) {
 	f := newMemFabric(t, "fat-tree")
 	url := f.startAM("h1")
-	// Job A on h1..h4 with a 1s timeout; rank 3 (h4) dies after 2 frames.
+	// Job A on h1..h4 with a 2s timeout; rank 3 (h4) dies after 2 frames.
 	// Job B on h5..h8 runs at the same time and must complete.
+	const timeout = 2 * time.Second
 	var wg sync.WaitGroup
 	var ra, rb []*rankRun
 	start := time.Now()
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		ra = runRanks(t, f, url, 30, []string{"h1", "h2", "h3", "h4"}, "allreduce", 0, 2000, &Options{Timeout: 2 * time.Second},
+		ra = runRanks(t, f, url, 30, []string{"h1", "h2", "h3", "h4"}, "allreduce", 0, 2000, &Options{Timeout: timeout},
 			func(r int, rr *rankRun) {
 				if r == 3 {
 					rr.conn.killAfter = 2
@@ -315,6 +324,15 @@ func TestKilledRankNamedWhileOtherJobCompletes(t *testing.T) {
 			t.Errorf("rank %d: error %v does not name rank 3 (h4)", r, rr.err)
 		}
 		t.Logf("rank %d: %v", r, rr.err)
+		// The leaf times the dead rank out a timeout after its last
+		// frame; the rest is frames and the AM's diagnosis. Without the
+		// announcement the other leaf's ranks waited for their RESULT
+		// deadline: two timeouts and a second.
+		if took := rr.ended.Sub(ra[3].conn.diedAt); took > timeout+time.Second {
+			t.Errorf("rank %d failed %v after rank 3 died; want within the timeout (%v) and 1s", r, took, timeout)
+		} else {
+			t.Logf("rank %d failed %v after rank 3 died", r, took.Round(time.Millisecond))
+		}
 	}
 	if el > 30*time.Second {
 		t.Errorf("failure took %v", el)

@@ -66,6 +66,7 @@ type memConn struct {
 	dead      bool // killed: writes vanish, reads never return
 	sends     int
 	killAfter int // > 0: die after this many writes
+	diedAt    time.Time
 }
 
 func (c *memConn) ReadFrame(b []byte) (int, error) {
@@ -85,8 +86,8 @@ func (c *memConn) WriteFrame(b []byte) error {
 	}
 	c.mu.Lock()
 	c.sends++
-	if c.killAfter > 0 && c.sends > c.killAfter {
-		c.dead = true
+	if c.killAfter > 0 && c.sends > c.killAfter && !c.dead {
+		c.dead, c.diedAt = true, time.Now()
 	}
 	dead := c.dead
 	c.mu.Unlock()

@@ -330,6 +330,36 @@ func (s OpState) String() string {
 	return "OpState(" + strconv.Itoa(int(s)) + ")"
 }
 
+// FailCause is the ACK's Failure Cause: why a FAILED context failed, about
+// its Missing Stream. COMPLETE's ACK of a FAILED PRISM context carries
+// one; no other state does (other ACKs of a FAILED context may carry
+// FailNone).
+type FailCause uint8
+
+const (
+	FailNone FailCause = 0
+	// FailTimeout: the peer of Missing Stream was silent past the context
+	// timeout (a contributor or the result path in sent nothing, or the
+	// receiver of an output stream acknowledged nothing). The origin of a
+	// failure: what the AM names.
+	FailTimeout FailCause = 1
+	// FailPeer: the peer of Missing Stream reported FAILED or
+	// UNKNOWN_OPERATION (PROGRESS): a failure that came from elsewhere.
+	FailPeer FailCause = 2
+	// FailInternal: the node could not encode a completed range (Missing
+	// Stream 0xFFFF).
+	FailInternal FailCause = 3
+)
+
+var failCauseNames = [...]string{"NONE", "TIMEOUT", "PEER_FAILED", "INTERNAL"}
+
+func (c FailCause) String() string {
+	if int(c) < len(failCauseNames) {
+		return failCauseNames[c]
+	}
+	return "FailCause(" + strconv.Itoa(int(c)) + ")"
+}
+
 // DATA / RESULT flags.
 const (
 	FlagLast       uint8 = 0x01

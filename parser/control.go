@@ -72,7 +72,10 @@ type Ack struct {
 	Detail        uint16
 	Completed     uint32
 	MissingStream uint16
-	MissingFrom   uint32
+	// FailCause says why a FAILED context failed; Missing Stream is then
+	// the stream it failed on. FailNone for any other state.
+	FailCause   FailCause
+	MissingFrom uint32
 }
 
 // CapRecord is one capability record.
@@ -211,8 +214,11 @@ func validateAck(e *FieldError, b []byte) error {
 	if OpState(b[1]) > StateAborted {
 		return e.set(C, "ack.state", ControlBodyOff+1, ErrRange)
 	}
-	if b[10]|b[11] != 0 {
-		return e.set(C, "ack.reserved", ControlBodyOff+10, ErrReserved)
+	if c := FailCause(b[10]); c > FailInternal || (c != FailNone && OpState(b[1]) != StateFailed) {
+		return e.set(C, "ack.fail_cause", ControlBodyOff+10, ErrRange)
+	}
+	if b[11] != 0 {
+		return e.set(C, "ack.reserved", ControlBodyOff+11, ErrReserved)
 	}
 	return nil
 }
@@ -525,7 +531,7 @@ func (c *Control) Ack() Ack {
 	}
 	b := c.Body
 	return Ack{AckedCmd: Command(b[0]), State: OpState(b[1]), Detail: be.Uint16(b[2:]), Completed: be.Uint32(b[4:]),
-		MissingStream: be.Uint16(b[8:]), MissingFrom: be.Uint32(b[12:])}
+		MissingStream: be.Uint16(b[8:]), FailCause: FailCause(b[10]), MissingFrom: be.Uint32(b[12:])}
 }
 
 // Encode writes the 16-byte ACK body into b.
@@ -537,7 +543,7 @@ func (a *Ack) Encode(b []byte) (int, error) {
 	be.PutUint16(b[2:], a.Detail)
 	be.PutUint32(b[4:], a.Completed)
 	be.PutUint16(b[8:], a.MissingStream)
-	be.PutUint16(b[10:], 0)
+	b[10], b[11] = uint8(a.FailCause), 0
 	be.PutUint32(b[12:], a.MissingFrom)
 	return AckBodyLen, nil
 }

@@ -173,7 +173,14 @@ func printAMOps(w io.Writer, l *am.OpList) {
 				if who == "" {
 					who = fmt.Sprintf("stream %d", *n.MissingStream)
 				}
-				waiting = fmt.Sprintf("%s from element %d", who, n.MissingFrom)
+				switch n.FailCause {
+				case "TIMEOUT":
+					waiting = fmt.Sprintf("timed out on %s from element %d", who, n.MissingFrom)
+				case "PEER_FAILED":
+					waiting = "told FAILED by " + who
+				default:
+					waiting = fmt.Sprintf("%s from element %d", who, n.MissingFrom)
+				}
 			}
 			if n.LastError != "" {
 				waiting += " (" + n.LastError + ")"

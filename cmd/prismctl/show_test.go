@@ -122,8 +122,9 @@ func TestShowAM(t *testing.T) {
 	l := am.OpList{Ops: []am.OpStatus{
 		{ID: "7-0-1-3-100", Seq: 4, Collective: "allreduce", Size: 4, Persistent: true, State: "active", Tree: "TREE", Root: "s1",
 			RanksDone: []int{1}, Nodes: []am.NodeStatus{{Name: "s1", Role: "ROOT", State: "ACTIVE", CompletedElements: 600},
-				{Name: "l2", Role: "LEAF", Parent: "s1", State: "FAILED", MissingStream: &ms, MissingFrom: 600, MissingFromWhom: "rank 3 (h4)"},
-				{Name: "l1", Role: "LEAF", Parent: "s1", State: "ACTIVE", MissingStream: &ms, MissingFrom: 900}}},
+				{Name: "l2", Role: "LEAF", Parent: "s1", State: "FAILED", MissingStream: &ms, MissingFrom: 600, MissingFromWhom: "rank 3 (h4)", FailCause: "TIMEOUT"},
+				{Name: "l1", Role: "LEAF", Parent: "s1", State: "ACTIVE", MissingStream: &ms, MissingFrom: 900},
+				{Name: "l3", Role: "LEAF", Parent: "s1", State: "FAILED", MissingStream: &ms, MissingFromWhom: "the parent s1", FailCause: "PEER_FAILED"}}},
 		{ID: "7-0-1-4-100", Seq: 5, Collective: "reduce", Size: 2, State: "failed", Tree: "SINGLE", Root: "sw1",
 			Error: &am.APIError{Code: am.CodeOperationFailed, Message: "rank 1 (h2) sent no keepalive for 7.5s"}},
 	}}
@@ -146,7 +147,8 @@ func TestShowAM(t *testing.T) {
 		"op 7-0-1-3-100  seq 4  persistent allreduce of 4 ranks  active  tree TREE, root s1",
 		"ranks done: 1",
 		"l2    LEAF  s1      FAILED",
-		"rank 3 (h4) from element 600",
+		"timed out on rank 3 (h4) from element 600",
+		"told FAILED by the parent s1",
 		"stream 3 from element 900",
 		"op 7-0-1-4-100  seq 5  reduce of 2 ranks  failed",
 		"error (operation_failed): rank 1 (h2) sent no keepalive for 7.5s",

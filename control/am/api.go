@@ -174,7 +174,11 @@ type NodeStatus struct {
 	// MissingFromWhom names the contributor behind MissingStream ("rank 2
 	// (h3)", "subtree leaf1").
 	MissingFromWhom string `json:"missing_from_whom,omitempty"`
-	LastError       string `json:"last_error,omitempty"`
+	// FailCause is why a FAILED node failed, about MissingStream: TIMEOUT
+	// (its peer went silent: where a failure starts), PEER_FAILED (its
+	// peer reported FAILED: a failure that came from elsewhere), INTERNAL.
+	FailCause string `json:"fail_cause,omitempty"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // OpStatus is GET /v1/ops/{id} and an element of GET /v1/ops.

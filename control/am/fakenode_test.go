@@ -93,6 +93,7 @@ type fakeNode struct {
 	final    parser.OpState          // state COMPLETE answers with once ACTIVE
 	missing  uint16                  // MissStream reported while not COMPLETE
 	missFrom uint32
+	cause    parser.FailCause // Failure Cause reported while FAILED
 	ctx      map[OpIdentity]*fakeCtx
 	acks     map[uint32][]byte // Transaction ID -> recorded request and answer
 	reqs     map[uint32][]byte
@@ -254,6 +255,9 @@ func (n *fakeNode) handle(f ctlFrame, raw []byte) {
 			}
 			if c.state != parser.StateComplete {
 				ack.MissStream, ack.MissingFrom = n.missing, n.missFrom
+			}
+			if c.state == parser.StateFailed {
+				ack.FailCause = n.cause
 			}
 			if n.progressing {
 				n.completed++

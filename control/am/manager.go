@@ -856,7 +856,10 @@ func (op *operation) setNodeAck(n string, a ackBody, err error) {
 	}
 	ns.State = a.State.String()
 	ns.CompletedElements = a.Completed
-	ns.MissingStream, ns.MissingFrom, ns.MissingFromWhom = nil, 0, ""
+	ns.MissingStream, ns.MissingFrom, ns.MissingFromWhom, ns.FailCause = nil, 0, "", ""
+	if a.State == parser.StateFailed && a.FailCause != parser.FailNone {
+		ns.FailCause = a.FailCause.String()
+	}
 	if a.MissStream != parser.NoDetail && a.State != parser.StateComplete {
 		ms := int(a.MissStream)
 		ns.MissingStream = &ms

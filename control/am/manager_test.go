@@ -96,6 +96,19 @@ func (r *rig) beginAll(reqs []BeginRequest) []result {
 	return res
 }
 
+// grantAll is beginAll when every rank must get its grant.
+func (r *rig) grantAll(t *testing.T, reqs []BeginRequest) []*Grant {
+	t.Helper()
+	var grants []*Grant
+	for i, x := range r.beginAll(reqs) {
+		if x.err != nil {
+			t.Fatalf("rank %d: %v", i, x.err)
+		}
+		grants = append(grants, x.g)
+	}
+	return grants
+}
+
 func reqsFor(job, seq uint64, coll string, hosts ...string) []BeginRequest {
 	var q []BeginRequest
 	for i, h := range hosts {
@@ -203,14 +216,7 @@ func (r *rig) checkPlan(op OpIdentity, hosts []string, grants []*Grant, coll par
 func TestSetupSpineLeafAllReduce(t *testing.T) {
 	r := newRig(t, "spine-leaf", Config{})
 	hosts := []string{"h1", "h2", "h3", "h4"}
-	res := r.beginAll(reqsFor(7, 0, "allreduce", hosts...))
-	var grants []*Grant
-	for i, x := range res {
-		if x.err != nil {
-			t.Fatalf("rank %d: %v", i, x.err)
-		}
-		grants = append(grants, x.g)
-	}
+	grants := r.grantAll(t, reqsFor(7, 0, "allreduce", hosts...))
 	op := grants[0].Op
 	for _, g := range grants {
 		if g.Op != op || g.Tree != "TREE" || g.KulischWidth != 280 || g.MTU != 1500 {
@@ -253,14 +259,7 @@ func TestSetupReduceFatTree(t *testing.T) {
 	for i := range q {
 		q[i].RootRank = 5
 	}
-	res := r.beginAll(q)
-	var grants []*Grant
-	for i, x := range res {
-		if x.err != nil {
-			t.Fatalf("rank %d: %v", i, x.err)
-		}
-		grants = append(grants, x.g)
-	}
+	grants := r.grantAll(t, q)
 	r.checkPlan(grants[0].Op, hosts, grants, parser.CollReduce, 5)
 	// REDUCE result path: c1 -> c2 -> e3 -> h6 only; e1, e2, e4 get no
 	// RESULT bindings; the forwarders a1..a4 nothing at all.
@@ -431,14 +430,7 @@ func TestLossyControlStillExact(t *testing.T) {
 
 func TestRankFailureNamesRank(t *testing.T) {
 	r := newRig(t, "spine-leaf", Config{})
-	res := r.beginAll(reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
-	var grants []*Grant
-	for i, x := range res {
-		if x.err != nil {
-			t.Fatalf("rank %d: %v", i, x.err)
-		}
-		grants = append(grants, x.g)
-	}
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
 	// l2 lost rank 3 (h4): it FAILED on that rank's stream.
 	r.nodes["l2"].final = parser.StateFailed
 	r.nodes["l2"].missing = grants[3].Data.StreamID
@@ -454,6 +446,40 @@ func TestRankFailureNamesRank(t *testing.T) {
 	for _, n := range []string{"s1", "l1", "l2"} {
 		if s := r.nodes[n].opState(grants[0].Op); s != parser.StateAborted {
 			t.Errorf("%s state %v, want ABORTED", n, s)
+		}
+	}
+}
+
+// TestFailureOriginNamed: a FAILED node announces its failure, so when a
+// rank dies every node of its tree is FAILED by the time the AM asks. The
+// AM names the rank the timed-out node lost, not one a node that was told
+// (PEER_FAILED) happens to report: l1, as deep as l2 and before it in the
+// plan, failed on rank 0's stream because its parent told it.
+func TestFailureOriginNamed(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	set := func(n string, cause parser.FailCause, stream uint16, from uint32) {
+		fn := r.nodes[n]
+		fn.mu.Lock()
+		fn.final, fn.cause, fn.missing, fn.missFrom = parser.StateFailed, cause, stream, from
+		fn.mu.Unlock()
+	}
+	set("l1", parser.FailPeer, grants[0].Data.StreamID, 0)
+	set("s1", parser.FailPeer, 0xFFFF, 0)
+	set("l2", parser.FailTimeout, grants[3].Data.StreamID, 726)
+	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "leaf l1 reports the operation FAILED", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != "failed" || st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 3 ||
+		!strings.Contains(st.Error.Message, "failed: rank 3 (h4) stopped contributing; node l2 is FAILED, timed out on rank 3 (h4) from element 726;") ||
+		!strings.Contains(st.Error.Message, "node l1 is FAILED, told FAILED by rank 0 (h1);") {
+		t.Fatalf("status %+v err %+v", st, st.Error)
+	}
+	for _, ns := range st.Nodes {
+		want := map[string]string{"l1": "PEER_FAILED", "s1": "PEER_FAILED", "l2": "TIMEOUT"}[ns.Name]
+		if ns.FailCause != want {
+			t.Errorf("node %s: fail_cause %q, want %q", ns.Name, ns.FailCause, want)
 		}
 	}
 }

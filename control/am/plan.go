@@ -36,10 +36,13 @@ type nodePlan struct {
 	node     *TreeNode
 	ctx      contextRecord
 	bindings []binding
-	// owner names the source behind each CONTRIBUTOR and RESULT_IN stream,
-	// for failure reports ("rank 2 (h3)", "subtree l2", "the RESULT from s1").
+	// owner names the peer behind each stream, for failure reports: the
+	// source of a CONTRIBUTOR or RESULT_IN stream ("rank 2 (h3)", "subtree
+	// l2", "the RESULT from s1"), the receiver of a PARENT or RESULT_OUT one
+	// ("the parent s1", "subtree l2", "rank 2 (h3)").
 	owner map[uint16]string
-	// ownerRank is the rank behind a RANK contributor stream.
+	// ownerRank is the rank behind a RANK stream: its DATA in, or its
+	// RESULT out (a dead rank acknowledges no RESULT).
 	ownerRank map[uint16]int
 }
 
@@ -117,6 +120,8 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 				s, local, peer := st(), ep(), ep()
 				np.bindings = append(np.bindings, binding{Kind: parser.KindResultOut, Flags: parser.BindingFlagRank,
 					Stream: s, Local: local, Peer: peer, Port: uint16(rp.LeafPort), PeerMAC: rp.HostMAC, rank: r})
+				np.owner[s] = fmt.Sprintf("rank %d (%s)", r, rp.Host)
+				np.ownerRank[s] = r
 				pl.ranks[r].result = &StreamBinding{StreamID: s, SrcEndpoint: local, DstEndpoint: peer}
 			}
 		}
@@ -131,10 +136,12 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 			parent.owner[s] = "subtree " + e.Child
 			child.bindings = append(child.bindings, binding{Kind: parser.KindParent, Stream: s,
 				Local: cLocal, Peer: pLocal, Port: uint16(e.ChildPort), PeerMAC: e.ParentMAC, rank: -1})
+			child.owner[s] = "the parent " + e.Parent
 			if onPath[e.Child] {
 				s, pLocal, cLocal := st(), ep(), ep()
 				parent.bindings = append(parent.bindings, binding{Kind: parser.KindResultOut, Stream: s,
 					Local: pLocal, Peer: cLocal, Port: uint16(e.ParentPort), PeerMAC: e.ChildMAC, rank: -1})
+				parent.owner[s] = "subtree " + e.Child
 				child.bindings = append(child.bindings, binding{Kind: parser.KindResultIn, Stream: s,
 					Local: cLocal, Peer: pLocal, Port: uint16(e.ChildPort), PeerMAC: e.ParentMAC, rank: -1})
 				child.owner[s] = "the RESULT from " + parent.node.Name

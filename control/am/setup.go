@@ -370,17 +370,29 @@ func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
 	defer op.mu.Unlock()
 	var parts []string
 	culprit := blame
-	// FAILED nodes first (a node fails when a contributor stays silent
-	// past the timeout, and its Missing Stream is that contributor), then
-	// deepest first: a leaf missing a rank explains its parent missing the
-	// leaf's subtree. An ACTIVE node's Missing Stream is only the first
-	// stream not yet complete, often a healthy rank held back by the
-	// window, so it names a culprit only when no node failed.
+	// Where the failure started first: a node FAILED on a timeout (its
+	// Missing Stream is the peer that went silent), then nodes FAILED
+	// because a peer told them (PEER_FAILED: a FAILED node announces it to
+	// its peers, so one silent rank fails the whole tree within
+	// milliseconds), then the others; deepest first within each: a leaf
+	// missing a rank explains its parent missing the leaf's subtree. An
+	// ACTIVE node's Missing Stream is only the first stream not yet
+	// complete, often a healthy rank held back by the window, and a
+	// PEER_FAILED node's is the peer that told it, so neither names a
+	// culprit while a timed-out node does.
 	order := append([]string(nil), op.plan.order...)
-	failed := func(n string) bool { return op.nodes[n].State == "FAILED" }
+	rank := func(n string) int {
+		switch ns := op.nodes[n]; {
+		case ns.State == "FAILED" && ns.FailCause != "PEER_FAILED":
+			return 0
+		case ns.State == "FAILED":
+			return 1
+		}
+		return 2
+	}
 	sort.SliceStable(order, func(i, j int) bool {
-		if failed(order[i]) != failed(order[j]) {
-			return failed(order[i])
+		if ri, rj := rank(order[i]), rank(order[j]); ri != rj {
+			return ri < rj
 		}
 		return op.plan.nodes[order[i]].node.Depth > op.plan.nodes[order[j]].node.Depth
 	})
@@ -396,11 +408,18 @@ func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
 				who = fmt.Sprintf("stream %d", *ns.MissingStream)
 			}
 			verb := "waiting for"
-			if ns.State == "FAILED" {
+			switch {
+			case ns.FailCause == "PEER_FAILED":
+				verb = "told FAILED by"
+			case ns.State == "FAILED":
 				verb = "timed out on"
 			}
-			s += fmt.Sprintf(", %s %s from element %d", verb, who, ns.MissingFrom)
-			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil {
+			if ns.FailCause == "PEER_FAILED" {
+				s += fmt.Sprintf(", %s %s", verb, who) // where its stream stood says nothing
+			} else {
+				s += fmt.Sprintf(", %s %s from element %d", verb, who, ns.MissingFrom)
+			}
+			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil && ns.FailCause != "PEER_FAILED" {
 				rr := r
 				culprit = &rr
 			}

@@ -93,6 +93,7 @@ type ackBody struct {
 	Detail      uint16
 	Completed   uint32
 	MissStream  uint16
+	FailCause   parser.FailCause
 	MissingFrom uint32
 }
 
@@ -103,12 +104,12 @@ func decodeAck(body []byte) (ackBody, error) {
 	c := parser.Control{Cmd: parser.CmdAck, Body: body}
 	a := c.Ack()
 	return ackBody{Acked: a.AckedCmd, State: a.State, Detail: a.Detail, Completed: a.Completed,
-		MissStream: a.MissingStream, MissingFrom: a.MissingFrom}, nil
+		MissStream: a.MissingStream, FailCause: a.FailCause, MissingFrom: a.MissingFrom}, nil
 }
 
 func encodeAck(a ackBody) []byte {
 	p := parser.Ack{AckedCmd: a.Acked, State: a.State, Detail: a.Detail, Completed: a.Completed,
-		MissingStream: a.MissStream, MissingFrom: a.MissingFrom}
+		MissingStream: a.MissStream, FailCause: a.FailCause, MissingFrom: a.MissingFrom}
 	b := make([]byte, parser.AckBodyLen)
 	if _, err := p.Encode(b); err != nil {
 		panic(fmt.Sprintf("am: encode ACK: %v", err)) // b has the right size

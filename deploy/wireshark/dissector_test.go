@@ -302,7 +302,8 @@ func validCases(t *testing.T) []tcase {
 	}
 
 	// ACK with a failure status and every body field.
-	ack := parser.Ack{AckedCmd: parser.CmdStage, State: parser.StateFailed, Detail: 14, Completed: 1000, MissingStream: 3, MissingFrom: 512}
+	ack := parser.Ack{AckedCmd: parser.CmdStage, State: parser.StateFailed, Detail: 14, Completed: 1000, MissingStream: 3,
+		FailCause: parser.FailPeer, MissingFrom: 512}
 	ab := make([]byte, parser.AckBodyLen)
 	if _, err := ack.Encode(ab); err != nil {
 		t.Fatal(err)
@@ -317,6 +318,7 @@ func validCases(t *testing.T) []tcase {
 			eqU(t, p, "prismd.ack.detail", 14)
 			eqU(t, p, "prismd.ack.completed", 1000)
 			eqU(t, p, "prismd.ack.missing_stream", 3)
+			eqL(t, p, "prismd.ack.fail_cause", "PEER_FAILED")
 			eqU(t, p, "prismd.ack.missing_from", 512)
 		}})
 	ack2 := parser.Ack{AckedCmd: parser.CmdComplete, State: parser.StateComplete, Detail: parser.NoDetail, Completed: 1 << 20, MissingStream: parser.NoDetail}

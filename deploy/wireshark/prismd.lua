@@ -72,6 +72,9 @@ local vs_op_state = {
     [4] = "FAILED", [5] = "RELEASED", [6] = "ABORTED",
 }
 
+-- ACK Failure Cause (section 5.2): nonzero only with Operation State FAILED.
+local vs_fail_cause = { [0] = "NONE", [1] = "TIMEOUT", [2] = "PEER_FAILED", [3] = "INTERNAL" }
+
 local vs_binding_kind = { [1] = "CONTRIBUTOR", [2] = "PARENT", [3] = "RESULT_IN", [4] = "RESULT_OUT" }
 
 local ENC_FLAT, ENC_HIER, ENC_LIST = 1, 2, 3
@@ -191,7 +194,8 @@ f.ack_state          = uint8("prismd.ack.state", "Operation State", vs_op_state)
 f.ack_detail         = uint16("prismd.ack.detail", "Detail (offset in request body)")
 f.ack_completed      = uint32("prismd.ack.completed", "Completed Elements")
 f.ack_missing_stream = uint16("prismd.ack.missing_stream", "Missing Stream")
-f.ack_reserved       = hex16("prismd.ack.reserved", "Reserved")
+f.ack_fail_cause     = uint8("prismd.ack.fail_cause", "Failure Cause", vs_fail_cause)
+f.ack_reserved       = hex8("prismd.ack.reserved", "Reserved")
 f.ack_missing_from   = uint32("prismd.ack.missing_from", "Missing From")
 
 -- CAPS_QUERY body.
@@ -776,8 +780,12 @@ local function dissect_ack(c, tree, off, blen)
     tree:add(f.ack_completed, c.tvb(off + 4, 4))
     local mi = tree:add(f.ack_missing_stream, c.tvb(off + 8, 2))
     if u16(c, off + 8) == 0xFFFF then mi:append_text(" (none)") end
-    local ri = tree:add(f.ack_reserved, c.tvb(off + 10, 2))
-    check_reserved(c, ri, u16(c, off + 10), "ACK reserved field")
+    local fi = add_enum(c, tree, f.ack_fail_cause, off + 10, vs_fail_cause, "failure cause")
+    if u8(c, off + 10) ~= 0 and u8(c, off + 1) ~= 4 then
+        malformed(c, fi, e.rule, "a Failure Cause needs Operation State FAILED")
+    end
+    local ri = tree:add(f.ack_reserved, c.tvb(off + 11, 1))
+    check_reserved(c, ri, u8(c, off + 11), "ACK reserved field")
     tree:add(f.ack_missing_from, c.tvb(off + 12, 4))
     return string.format(" acked=%s state=%s", vs_name(vs_cmd, u8(c, off)), vs_name(vs_op_state, u8(c, off + 1)))
 end
