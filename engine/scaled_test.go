@@ -354,12 +354,14 @@ func TestTreeScaledPartials(t *testing.T) {
 
 // TestScaledProbeAdapts: on sums AUTO carries in FP32 (integers), a leaf
 // stops making a scaled plan for every frame after AUTO has won a few in a
-// row and only probes one frame in scaledProbeEvery; when the data turns
-// into gradient-like values, where scaled groups win, a probe finds it
-// within scaledProbeEvery frames and scaled groups take over. The results
-// stay exact throughout.
+// row and probes one frame in scaledProbeEvery, then ever fewer (backoff,
+// up to one in maxProbeGap); when the data turns into gradient-like
+// values, where scaled groups win, a probe finds it within maxProbeGap
+// frames and scaled groups take over. The results stay exact throughout.
+// The vector is long enough for the backoff to reach maxProbeGap before
+// the switch.
 func TestScaledProbeAdapts(t *testing.T) {
-	const vlen = 1 << 16
+	const vlen = 1 << 18
 	rng := rand.New(rand.NewPCG(17, 18))
 	integral := func() float32 { return float32(rng.IntN(1<<20) - 1<<19) }
 	gradient := func() float32 { return float32(rng.NormFloat64() * math.Ldexp(1, -12+rng.IntN(9))) }
@@ -374,9 +376,10 @@ func TestScaledProbeAdapts(t *testing.T) {
 		t.Logf("%s: leaf 0 sent %d partial frames, made %d scaled plans, first scaled frame at element %d",
 			c.name, frames, leaf.scaledPlans, tr.firstScaled)
 		if c.switch_ == vlen {
-			// At most the first few frames, one in scaledProbeEvery after
-			// that, and a re-plan of a held-back frame now and then.
-			if max := autoWinsToSkip + frames/scaledProbeEvery + frames/8; leaf.scaledPlans > max {
+			// At most the first few frames, the backoff's ramp (16, 32,
+			// 64), one in maxProbeGap after that, and a re-plan of a
+			// held-back frame now and then.
+			if max := autoWinsToSkip + 3 + frames/maxProbeGap + frames/8; leaf.scaledPlans > max {
 				t.Errorf("%s: %d scaled plans for %d frames, want at most %d", c.name, leaf.scaledPlans, frames, max)
 			}
 			if tr.scaled != 0 {
@@ -386,9 +389,9 @@ func TestScaledProbeAdapts(t *testing.T) {
 		}
 		// FP32 AUTO partials carry 363 values a frame at MTU 1500; the
 		// first scaled frame may begin before the switch and reach past it.
-		if tr.scaled == 0 || tr.firstScaled+363 <= c.switch_ || tr.firstScaled > c.switch_+(scaledProbeEvery+1)*363 {
+		if tr.scaled == 0 || tr.firstScaled+363 <= c.switch_ || tr.firstScaled > c.switch_+(maxProbeGap+1)*363 {
 			t.Errorf("%s: first scaled frame at element %d (%d scaled groups), want within %d frames after %d",
-				c.name, tr.firstScaled, tr.scaled, scaledProbeEvery+1, c.switch_)
+				c.name, tr.firstScaled, tr.scaled, maxProbeGap+1, c.switch_)
 		}
 	}
 }
@@ -495,6 +498,12 @@ type leafRig struct {
 }
 
 func newLeafRig(tb testing.TB, partial kulisch.Format, plain bool) *leafRig {
+	rng := rand.New(rand.NewPCG(3, 4))
+	return newLeafRigData(tb, partial, plain, func(int, int) float32 { return float32(rng.NormFloat64()) })
+}
+
+// newLeafRigData is newLeafRig with rank r's value k of every frame from gen.
+func newLeafRigData(tb testing.TB, partial kulisch.Format, plain bool, gen func(r, k int) float32) *leafRig {
 	key := parser.OpKey{Job: 3, Group: 1, Op: 1, OpGen: uint32(partial)}
 	parentMAC := [6]byte{2, 0x5e, 0, 9, 0, 1}
 	lr := &leafRig{e: New(Config{Logger: quiet(), PlainKulischPartials: plain}), tx: &endSink{mac: 1}, key: key, now: 1e9}
@@ -512,11 +521,10 @@ func newLeafRig(tb testing.TB, partial kulisch.Format, plain bool) *leafRig {
 	if err := lr.e.Commit(lr.now, key); err != nil {
 		tb.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(3, 4))
 	for r := range lr.data {
 		v := make([]byte, 4*363)
 		for k := 0; k < 363; k++ {
-			binary.LittleEndian.PutUint32(v[4*k:], math.Float32bits(float32(rng.NormFloat64())))
+			binary.LittleEndian.PutUint32(v[4*k:], math.Float32bits(gen(r, k)))
 		}
 		f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: lr.tx.PortMAC(r), Src: treeRankMAC(r)},
 			Class: parser.ClassData, Op: key, SrcEP: uint16(1 + r), DstEP: uint16(10 + r), PacketID: 1, Stream: uint16(1 + r)}, nil,
@@ -561,6 +569,32 @@ func benchLeaf(b *testing.B, plain bool) {
 // CPU per element with KULISCH_SCALED and with plain KULISCH partials.
 func BenchmarkLeafScaledPartials(b *testing.B) { benchLeaf(b, false) }
 func BenchmarkLeafPlainPartials(b *testing.B)  { benchLeaf(b, true) }
+
+// BenchmarkLeafAutoIntegral: AUTO partials of sums of 20-bit integers (what
+// prismctl bench --data integral sends), which AUTO carries in FP32 and
+// keeps beating the scaled plan with: the leaf only probes that now and
+// then (backoff).
+func BenchmarkLeafAutoIntegral(b *testing.B) {
+	benchLeafAuto(b, func(r, k int) float32 { return float32((k*7919+r*104729)%(1<<20) - 1<<19) })
+}
+
+// BenchmarkLeafAutoSmallIntegers: sums of integers below 1000, which AUTO
+// carries in FP16 (and the odd INT8 or BF16 group): PutValues writes them
+// without rounding (kulisch laneBits).
+func BenchmarkLeafAutoSmallIntegers(b *testing.B) {
+	benchLeafAuto(b, func(r, k int) float32 { return float32((k*7 + r) % 1000) })
+}
+
+func benchLeafAuto(b *testing.B, gen func(r, k int) float32) {
+	lr := newLeafRigData(b, kulisch.AUTO, false, gen)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		lr.step()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*363), "ns/element")
+	b.ReportMetric(float64(lr.e.ops[lr.key].scaledPlans)/float64(b.N), "scaledplans/step")
+}
 
 // TestScaledPathAllocs: a LEAF encoding scaled partials (extents, plan,
 // encode) and a ROOT merging them allocate nothing per frame.
@@ -778,11 +812,12 @@ func runAutoTree(t *testing.T, name string, vlen, window uint32, vecs [][]float3
 // TestAutoSkipAdapts: once the scaled plan has beaten any possible AUTO plan
 // scaledWinsToSkip frames in a row (gradient-like sums, where AUTO needs
 // KULISCH groups), a leaf computes AUTO sets for one frame in
-// scaledProbeEvery only; when the data turns to small integers (which AUTO
-// carries in INT8 or FP16), an AUTO frame is back within scaledProbeEvery
-// frames. The results stay exact (math/big).
+// scaledProbeEvery, then ever fewer (backoff, up to one in maxProbeGap);
+// when the data turns to small integers (which AUTO carries in INT8 or
+// FP16), an AUTO frame is back within maxProbeGap frames. The results stay
+// exact (math/big).
 func TestAutoSkipAdapts(t *testing.T) {
-	const vlen = 1 << 16
+	const vlen = 1 << 18
 	rng := rand.New(rand.NewPCG(19, 20))
 	gradient := func() float32 { return float32(rng.NormFloat64() * math.Ldexp(1, -12+rng.IntN(9))) }
 	small := func() float32 { return float32(rng.IntN(64) - 32) }
@@ -797,7 +832,7 @@ func TestAutoSkipAdapts(t *testing.T) {
 		t.Logf("%s: leaf 0 sent %d partial frames (%d without scaled groups), computed AUTO sets for %d",
 			c.name, frames, len(tr.plainFirsts), leaf.autoSetFrames)
 		if c.switch_ == vlen {
-			if max := scaledWinsToSkip + frames/scaledProbeEvery + frames/8; leaf.autoSetFrames > max {
+			if max := scaledWinsToSkip + 3 + frames/maxProbeGap + frames/8; leaf.autoSetFrames > max {
 				t.Errorf("%s: AUTO sets computed for %d of %d frames, want at most %d", c.name, leaf.autoSetFrames, frames, max)
 			}
 			if len(tr.plainFirsts) != 0 {
@@ -806,12 +841,13 @@ func TestAutoSkipAdapts(t *testing.T) {
 			continue
 		}
 		// FP32 AUTO partials carry 363 values a frame at MTU 1500, scaled
-		// gradient frames about 240: the first plain frame may begin a
+		// gradient frames about 240, scaled frames of small integers up
+		// to 725 (two bytes a value): the first plain frame may begin a
 		// little before the switch and must come within the probe period.
 		first, ok := firstAtOrAfter(tr.plainFirsts, c.switch_-400)
-		if !ok || first > c.switch_+(scaledProbeEvery+1)*400 {
+		if !ok || first > c.switch_+(maxProbeGap+1)*725 {
 			t.Errorf("%s: first AUTO frame after the switch at %d (found %v), want within %d frames of element %d",
-				c.name, first, ok, scaledProbeEvery+1, c.switch_)
+				c.name, first, ok, maxProbeGap+1, c.switch_)
 		}
 	}
 }

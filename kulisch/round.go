@@ -336,6 +336,16 @@ func (v *Vector) PutValues(dst []byte, first, count int, f Format) (int, error) 
 				return 0, err
 			}
 		default:
+			// A lane-only value that f holds exactly needs no rounding:
+			// AUTO plans put every value in a format that holds it, and
+			// sums of small integers (FP16 groups) went through Round's
+			// fold and carry resolution, about half of a leaf's CPU.
+			if x, ok := v.laneOnly(i); ok {
+				if r, ok := laneBits(x, f); ok {
+					putBits(out, f, r)
+					continue
+				}
+			}
 			r, err := v.Round(i, f)
 			if err != nil {
 				return 0, err
@@ -344,6 +354,54 @@ func (v *Vector) PutValues(dst []byte, first, count int, f Format) (int, error) 
 		}
 	}
 	return count * w, nil
+}
+
+// laneBits returns the INT8, FP16 or BF16 bits of the finite nonzero lane
+// value x when f represents x exactly; false otherwise (Round then rounds,
+// or reports what f cannot hold). An exact value rounds to itself, so
+// the bits are Round's.
+func laneBits(x float64, f Format) (uint32, bool) {
+	if f == INT8 {
+		if x != math.Trunc(x) || x < -128 || x > 127 {
+			return 0, false
+		}
+		return uint32(uint8(int8(x))), true
+	}
+	f32 := float32(x)
+	if float64(f32) != x {
+		return 0, false // not even FP32 holds it
+	}
+	b := math.Float32bits(f32)
+	switch f {
+	case BF16:
+		if b&0xFFFF != 0 {
+			return 0, false
+		}
+		return b >> 16, true
+	case FP16:
+		if b>>23&0xFF == 0 {
+			return 0, false // FP32 subnormal: far below FP16's least value
+		}
+		sign := b >> 16 & 0x8000
+		e := int(b>>23&0xFF) - 127
+		full := b&(1<<23-1) | 1<<23 // x = full * 2^(e-23)
+		switch {
+		case e > 15:
+			return 0, false
+		case e >= -14: // normal: 10 fraction bits
+			if full&(1<<13-1) != 0 {
+				return 0, false
+			}
+			return sign | uint32(e+15)<<10 | full>>13&(1<<10-1), true
+		case e >= -24: // subnormal: x = m * 2^-24, m = full * 2^(e+1)
+			sh := uint(-e - 1)
+			if full&(1<<sh-1) != 0 {
+				return 0, false
+			}
+			return sign | full>>sh, true
+		}
+	}
+	return 0, false
 }
 
 func putBits(out []byte, f Format, r uint32) {

@@ -232,3 +232,88 @@ func TestResolveShortRowCarries(t *testing.T) {
 		}
 	}
 }
+
+// TestPutValuesLaneMatchesRound: PutValues to INT8, FP16 and BF16 writes a
+// lane-only value that the format holds exactly without rounding
+// (laneBits); what it writes, or the error it returns, must be what Round
+// gives for the same accumulator (Round itself is checked against
+// math/big elsewhere). Values are sums of one to three FP32 terms around
+// every edge of the three formats: INT8's range, FP16's largest finite
+// value and its subnormals, BF16's 8-bit significand, and sums one unit
+// too fine for the format (so the fast path must decline).
+func TestPutValuesLaneMatchesRound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	term := func() float32 {
+		sign := float32(1 - 2*rng.IntN(2))
+		switch rng.IntN(7) {
+		case 0: // INT8's range and just past it
+			return sign * float32(rng.IntN(140))
+		case 1: // small integers: FP16 up to 2048 exactly, BF16 up to 256
+			return sign * float32(rng.IntN(5000))
+		case 2: // around FP16's largest finite value 65504 (and 65520, where it rounds to inf)
+			return sign * float32(65504+16*(rng.IntN(5)-2))
+		case 3: // FP16 subnormals and the normals above them: multiples of 2^-24
+			return sign * float32(math.Ldexp(float64(1+rng.IntN(4096)), -24))
+		case 4: // BF16: 8 significant bits, any exponent
+			return sign * float32(math.Ldexp(float64(128+rng.IntN(128)), rng.IntN(80)-40))
+		case 5: // one unit too fine for FP16 / BF16
+			return sign * float32(math.Ldexp(float64(1<<11+1+2*rng.IntN(100)), rng.IntN(20)-10))
+		}
+		return math.Float32frombits(rng.Uint32() & 0xBFFFFFFF) // anything finite
+	}
+	// Every edge once, as the first elements' only term.
+	edges := []float32{127, 128, -128, -129, 0.5, 2048, 2049, 4098, 65504, 65520, -65504, 65536,
+		float32(math.Ldexp(1, -14)), float32(math.Ldexp(1, -24)), float32(math.Ldexp(1, -25)), float32(math.Ldexp(3, -25)),
+		float32(math.Ldexp(1023, -24)), float32(math.Ldexp(2047, -25)), 256, 257, 255.5,
+		math.Float32frombits(0x3F800001), math.Float32frombits(0x3F800100), math.Float32frombits(0x3F810000),
+		math.Float32frombits(0x00000001), math.Float32frombits(0x00010000), math.MaxFloat32, -math.MaxFloat32}
+	const n = 1 << 16
+	for _, f := range []Format{INT8, FP16, BF16} {
+		fast, ref := mustVector(t, n), mustVector(t, n)
+		for i := 0; i < n; i++ {
+			terms := 1 + rng.IntN(3)
+			for k := 0; k < terms; k++ {
+				x := term()
+				if i < len(edges) {
+					x, terms = edges[i], 1
+				}
+				var b [4]byte
+				binary.LittleEndian.PutUint32(b[:], math.Float32bits(x))
+				if err := fast.AddFP32LE(i, b[:]); err != nil {
+					t.Fatal(err)
+				}
+				if err := ref.AddFP32LE(i, b[:]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		exact := 0
+		for i := 0; i < n; i++ {
+			lane, laneOnly := fast.laneOnly(i)
+			var got [2]byte
+			_, gerr := fast.PutValues(got[:], i, 1, f)
+			want, werr := ref.Round(i, f)
+			var wb [2]byte
+			putBits(wb[:], f, want)
+			if (gerr == nil) != (werr == nil) || gerr == nil && got != wb {
+				t.Fatalf("%v element %d (lane %g, lane only %v): PutValues %x %v, Round %x %v", f, i, lane, laneOnly, got, gerr, wb, werr)
+			}
+			if _, ok := laneBits(lane, f); ok && laneOnly {
+				exact++
+			}
+		}
+		if exact < n/32 {
+			t.Fatalf("%v: only %d of %d values took the fast path: the test does not exercise it", f, exact, n)
+		}
+		t.Logf("%v: %d of %d values written without rounding", f, exact, n)
+	}
+}
+
+func mustVector(t *testing.T, n int) *Vector {
+	t.Helper()
+	v, err := NewVector(n, 280)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
