@@ -786,8 +786,10 @@ func (o *op) release(now int64, tx dataplane.Sender) {
 // recomputing the rest on the next frame.
 func (o *op) autoSets(first, n uint32) error {
 	if k := first - o.setAt; first >= o.setAt && int(k) <= o.setN {
-		o.setN = copy(o.sets, o.sets[k:o.setN])
-		o.autoCnt.Drop(int(k))
+		if k > 0 { // nothing went out since the last call: keep all (a leaf waiting for a fuller frame)
+			o.setN = copy(o.sets, o.sets[k:o.setN])
+			o.autoCnt.Drop(int(k))
+		}
 	} else {
 		o.setN = 0
 		o.autoCnt.Drop(o.autoCnt.Len())

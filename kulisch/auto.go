@@ -49,6 +49,9 @@ func MaxCount(f Format, w, budget int) int {
 
 // AutoSets fills sets[k] with b.AutoSet(first+k).
 func AutoSets(b Bank, first int, sets []FormatSet) error {
+	if v, ok := b.(*Vector); ok {
+		return v.autoSets(first, sets)
+	}
 	for k := range sets {
 		s, err := b.AutoSet(first + k)
 		if err != nil {
@@ -426,6 +429,9 @@ func (c *AutoCounter) Len() int { return len(c.pre) - 1 }
 
 // Drop forgets the first k sets.
 func (c *AutoCounter) Drop(k int) {
+	if k == 0 {
+		return // a pass over every sum for nothing
+	}
 	base := c.pre[k]
 	n := copy(c.pre, c.pre[k:])
 	c.pre = c.pre[:n]
@@ -457,4 +463,30 @@ func (c *AutoCounter) MaxCount(n, budget int) int {
 		}
 	}
 	return lo
+}
+
+// autoSets is AutoSets for a Vector: the lane-only elements (most of them,
+// for sums of a few inputs) are read straight from the lane, without a
+// call through the Bank interface and laneOnly's checks per element; a
+// leaf computes the set of every element it sends up (under KULISCH_FIXED
+// with AUTO partials, a sixth of its CPU on sums of 20-bit integers).
+func (v *Vector) autoSets(first int, sets []FormatSet) error {
+	if first < 0 || first+len(sets) > v.n {
+		return ErrRange
+	}
+	end := first + len(sets)
+	lane, flags, nlo, hi := v.lane[first:end], v.flags[first:end], v.nlo[first:end], v.hi[first:end]
+	for k, x := range lane {
+		// laneOnly: a nonzero lane, no digits, no special value.
+		if x != 0 && int(^nlo[k]) > int(hi[k]) && flags[k]&(fNaN|fPosInf|fNegInf|fHuge) == 0 {
+			sets[k] = laneSet(x)
+			continue
+		}
+		s, err := v.AutoSet(first + k)
+		if err != nil {
+			return err
+		}
+		sets[k] = s
+	}
+	return nil
 }

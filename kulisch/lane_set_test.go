@@ -83,3 +83,65 @@ func BenchmarkLaneSet(b *testing.B) {
 		})
 	}
 }
+
+// TestAutoSetsMatchAutoSet: the bulk AutoSets of a Vector (lane-only
+// elements read straight from the lane) gives every element the set its
+// own AutoSet gives, on a mix of lane-only sums, elements with digits
+// (wide Kulisch values merged in), zeros, infinities and NaN, from any
+// first position.
+func TestAutoSetsMatchAutoSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	const n = 4096
+	v, err := NewVector(n, 280)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [4]byte
+	add := func(i int, f float32) {
+		u := math.Float32bits(f)
+		b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+		if err := v.AddFP32LE(i, b[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		switch rng.IntN(8) {
+		case 0: // stays zero
+		case 1:
+			add(i, float32(math.Inf(1-2*rng.IntN(2))))
+		case 2:
+			add(i, float32(math.NaN()))
+		case 3: // digits: a value no lane holds
+			a, _ := NewAccumulator(280)
+			randomValue(rng, a)
+			if a.Overflow() {
+				a.Reset()
+				a.AddINT8(3)
+			}
+			wire, _ := a.AppendWire(nil)
+			if err := v.MergeKulisch(i, wire); err != nil {
+				t.Fatal(err)
+			}
+		default: // lane-only sums of a few terms
+			for k := 0; k < 1+rng.IntN(3); k++ {
+				add(i, math.Float32frombits(rng.Uint32()&0xBFFFFFFF))
+			}
+		}
+	}
+	for trial := 0; trial < 50; trial++ {
+		first := rng.IntN(n)
+		sets := make([]FormatSet, rng.IntN(n-first+1))
+		if err := AutoSets(v, first, sets); err != nil {
+			t.Fatal(err)
+		}
+		for k, s := range sets {
+			want, err := v.AutoSet(first + k)
+			if err != nil || s != want {
+				t.Fatalf("element %d: AutoSets %08b, AutoSet %08b (%v)", first+k, s, want, err)
+			}
+		}
+	}
+	if err := AutoSets(v, n-1, make([]FormatSet, 2)); err == nil {
+		t.Fatal("AutoSets past the end succeeded")
+	}
+}
