@@ -4,7 +4,10 @@
 
 package kulisch
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // Group is one planned NumberGroup: Count consecutive values in Format.
 type Group struct {
@@ -104,13 +107,6 @@ var narrowest = func() (t [KULISCH + 1][256]bool) {
 	return t
 }()
 
-type dpState struct {
-	cost   int
-	first  Format // format of the window's first value
-	flen   int    // values of the first group within the window
-	closed bool   // a later value started another group
-}
-
 const inf = 1 << 30
 
 // window plans sets[pos:pos+Lookahead] exactly (minimum bytes: value
@@ -149,83 +145,135 @@ func (p *planner) window(pos int, open Format, mod int) (Format, int) {
 			return open, m
 		}
 	}
-	var cur, nxt [KULISCH + 1][4]dpState
-	reset := func(t *[KULISCH + 1][4]dpState) {
-		for f := range t {
-			for r := range t[f] {
-				t[f][r] = dpState{cost: inf}
-			}
-		}
-	}
-	reset(&cur)
-	cur[open][mod] = dpState{}
-	padClose := func(f Format, r int) int {
-		if f == 0 {
-			return 0
-		}
-		return (4 - r) & 3
-	}
+	// The program's states are (open format, bytes mod 4) pairs, cell
+	// f*4+r; live marks the reachable ones, visited in ascending order
+	// (extend first, then new groups in format order) so that ties
+	// resolve as in the plain program (windowDP in the tests). Compact
+	// cells and skipping unreachable ones halved its cost, which on sums
+	// of small integers (mixed INT8, FP16, BF16 sets) was half a leaf's
+	// CPU.
+	var cur, nxt [(KULISCH + 1) * 4]dpCell
+	cur = infCells
+	cur[int(open)*4+mod] = dpCell{}
+	live := uint32(1) << (int(open)*4 + mod)
 	for j := 0; j < m; j++ {
-		reset(&nxt)
+		nxt = infCells
+		var nlive uint32
 		s := p.sets[pos+j] & p.allow
-		relax := func(f Format, r int, st dpState) {
-			if st.cost < nxt[f][r].cost {
-				nxt[f][r] = st
+		// Extending: each state has one successor, and no two states
+		// extend into the same cell. Closing the open group (padding it)
+		// and opening one of format g is the same from every state but
+		// for its cost, so only the cheapest closing state per open
+		// format matters (the first in cell order on ties, as the plain
+		// program relaxes them): five candidates per step instead of
+		// five per state.
+		var bestC [KULISCH + 1]int32
+		var bestI [KULISCH + 1]int8
+		for f := range bestC {
+			bestC[f], bestI[f] = infCost, -1
+		}
+		for l := live; l != 0; l &= l - 1 {
+			c := bits.TrailingZeros32(l)
+			f, r := Format(c>>2), c&3
+			st := cur[c]
+			if f != 0 && s.Has(f) {
+				ns := st
+				ns.cost += int32(p.width[f])
+				if j == 0 {
+					ns.first, ns.flen = f, 1
+				} else if !ns.closed {
+					ns.flen++
+				}
+				d := int(f)*4 + (r+p.width[f])&3
+				nxt[d], nlive = ns, nlive|1<<d
+			}
+			closeCost := st.cost
+			if f != 0 {
+				closeCost += int32((4 - r) & 3)
+			}
+			if closeCost < bestC[f] {
+				bestC[f], bestI[f] = closeCost, int8(c)
 			}
 		}
-		for f := Format(0); f <= KULISCH; f++ {
-			for r := 0; r < 4; r++ {
-				st := cur[f][r]
-				if st.cost >= inf {
-					continue
-				}
-				if f != 0 && s.Has(f) {
-					ns := st
-					ns.cost += p.width[f]
-					if j == 0 {
-						ns.first, ns.flen = f, 1
-					} else if !ns.closed {
-						ns.flen++
-					}
-					relax(f, (r+p.width[f])&3, ns)
-				}
-				for g := INT8; g <= KULISCH; g++ {
-					if g == f || !s.Has(g) {
-						continue // a new group of the open format never beats extending
-					}
-					ns := st
-					ns.cost += padClose(f, r) + DescriptorSize + p.width[g]
-					if j == 0 {
-						ns.first, ns.flen = g, 1
-					} else {
-						ns.closed = true
-					}
-					relax(g, p.width[g]&3, ns)
-				}
+		// b1: the cheapest closing state; b2: the cheapest of another
+		// open format (what a group of b1's format must open from).
+		b1, b2 := Format(0), Format(0)
+		for f := Format(1); f <= KULISCH; f++ {
+			if bestC[f] < bestC[b1] || bestC[f] == bestC[b1] && bestI[f] >= 0 && (bestI[b1] < 0 || bestI[f] < bestI[b1]) {
+				b1 = f
 			}
 		}
-		cur = nxt
+		if b1 == 0 {
+			b2 = 1
+		}
+		for f := b2 + 1; f <= KULISCH; f++ {
+			if f != b1 && (bestC[f] < bestC[b2] || bestC[f] == bestC[b2] && bestI[f] >= 0 && (bestI[b2] < 0 || bestI[f] < bestI[b2])) {
+				b2 = f
+			}
+		}
+		for g := INT8; g <= KULISCH; g++ {
+			if !s.Has(g) {
+				continue
+			}
+			src := b1
+			if src == g {
+				src = b2 // a new group of the open format never beats extending
+			}
+			if bestI[src] < 0 {
+				continue
+			}
+			cost := bestC[src] + DescriptorSize + int32(p.width[g])
+			// The only other way into this cell is extending from (g, 0),
+			// cell 4g: on a tie the earlier cell wins.
+			d := int(g)*4 + p.width[g]&3
+			if cost < nxt[d].cost || cost == nxt[d].cost && int(bestI[src]) < int(g)*4 {
+				ns := cur[bestI[src]]
+				ns.cost = cost
+				if j == 0 {
+					ns.first, ns.flen = g, 1
+				} else {
+					ns.closed = true
+				}
+				nxt[d], nlive = ns, nlive|1<<d
+			}
+		}
+		cur, live = nxt, nlive
 	}
 	// The group open at the window's end usually continues past it, so its
 	// padding is only charged when the window reaches the last value.
 	last := pos+m == len(p.sets)
-	best := dpState{cost: inf}
-	for f := INT8; f <= KULISCH; f++ {
-		for r := 0; r < 4; r++ {
-			st := cur[f][r]
-			if st.cost >= inf {
-				continue
-			}
-			if last {
-				st.cost += padClose(f, r)
-			}
-			if st.cost < best.cost {
-				best = st
-			}
+	best := dpCell{cost: infCost}
+	for l := live &^ 0xF; l != 0; l &= l - 1 { // format 0 (no group) is never an end state
+		c := bits.TrailingZeros32(l)
+		st := cur[c]
+		if last {
+			st.cost += int32((4 - c&3) & 3)
+		}
+		if st.cost < best.cost {
+			best = st
 		}
 	}
-	return best.first, best.flen
+	return best.first, int(best.flen)
 }
+
+// dpCell is a state of window's program: its cost in bytes, and the
+// window's first group (format, length) on the cheapest way to it.
+type dpCell struct {
+	cost   int32
+	first  Format
+	flen   uint8 // at most Lookahead
+	closed bool  // a later value started another group
+}
+
+const infCost = inf
+
+// infCells is every state unreachable.
+var infCells = func() (t [(KULISCH + 1) * 4]dpCell) {
+	for i := range t {
+		t[i].cost = infCost
+	}
+	return t
+}()
 
 // AutoMaxCount bounds how many of the values with these AUTO sets any
 // PlanAuto plan can carry in budget bytes: each takes at least its

@@ -182,6 +182,15 @@ func BenchmarkPlanAutoRuns(b *testing.B) {
 	}
 }
 
+// dpState is a state of windowDP's program (window's before its cells
+// were made compact).
+type dpState struct {
+	cost   int
+	first  Format // format of the window's first value
+	flen   int    // values of the first group within the window
+	closed bool   // a later value started another group
+}
+
 // windowDP is planner.window without its shortcut: the dynamic program
 // alone, the oracle of TestWindowShortcutMatchesDP.
 func (p *planner) windowDP(pos int, open Format, mod int) (Format, int) {
