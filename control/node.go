@@ -335,6 +335,10 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 		cm.drop(reasonUnexpected)
 		return
 	}
+	// Any command for an installed context, a retransmission included,
+	// says its AM is there and wants it (a resting persistent collective
+	// expires without it, engine.Expire).
+	w.eng.Touch(now, c.Op)
 	req := frame[parser.CWOff : parser.ControlBodyOff+int(c.BodyLen)]
 	tk := txnKey{identOf(c.Op), c.Txn}
 	if rec := w.txns[tk]; rec != nil {

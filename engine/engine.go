@@ -173,7 +173,7 @@ func (e *Engine) Stage(now int64, spec *Spec, ports int) error {
 	}
 	o.ringBytes = rb
 	e.ringBytes += rb
-	o.stagedAt = now
+	o.stagedAt, o.ctlAt = now, now
 	e.ops[spec.Op] = o
 	e.m.OpsStaged.Add(1)
 	return nil
@@ -203,6 +203,18 @@ func (e *Engine) Expire(now int64, retire func(key parser.OpKey, as parser.OpSta
 			since, as = o.doneAt, parser.StateReleased
 		case parser.StateFailed:
 			since = o.failedAt
+		case parser.StateActive:
+			// A persistent collective between invocations never times out
+			// by itself (its ranks rest at a PUSH boundary, section 6.1).
+			// Its AM refreshes it with CONTROL (9.7) and its ranks with
+			// DATA: silence from both means both are gone.
+			if !o.resting() {
+				continue
+			}
+			since = o.ctlAt
+			for i := range o.in {
+				since = max(since, o.in[i].lastActive)
+			}
 		default:
 			continue
 		}
@@ -210,9 +222,21 @@ func (e *Engine) Expire(now int64, retire func(key parser.OpKey, as parser.OpSta
 			continue
 		}
 		e.m.OpsExpired.Add(1)
-		e.log.Warn("prism operation expired: no RELEASE or ABORT from its AM", "op", opName(k), "state", o.state.String(),
+		why := "no RELEASE or ABORT from its AM"
+		if o.state == parser.StateActive {
+			why = "a resting persistent collective without CONTROL from its AM or DATA from its ranks"
+		}
+		e.log.Warn("prism operation expired: "+why, "op", opName(k), "state", o.state.String(),
 			"for", time.Duration(now-since).Round(time.Second).String(), "as", as.String())
 		retire(k, as)
+	}
+}
+
+// Touch notes that the AM sent CONTROL for context key (any command): it
+// still wants it (see Expire). Unknown keys are ignored.
+func (e *Engine) Touch(now int64, key parser.OpKey) {
+	if o := e.ops[key]; o != nil {
+		o.ctlAt = now
 	}
 }
 
@@ -230,7 +254,7 @@ func (e *Engine) Commit(now int64, key parser.OpKey) error {
 		return ErrBadState
 	}
 	o.state = parser.StateActive
-	o.activeAt = now
+	o.activeAt, o.ctlAt = now, now
 	for i := range o.in {
 		o.in[i].lastActive = now
 	}

@@ -46,6 +46,26 @@ func (ib *inbound) paused() bool {
 // lacks nothing from it.
 func (ib *inbound) resting() bool { return ib.paused() && ib.heldSince == 0 }
 
+// resting reports whether the whole context rests: every contributor
+// rests at its PUSH boundary with nobody waiting for it, and everything
+// sent out is acknowledged (a persistent collective between invocations).
+func (o *op) resting() bool {
+	if len(o.in) == 0 {
+		return false
+	}
+	for i := range o.in {
+		if !o.in[i].resting() {
+			return false
+		}
+	}
+	for _, ob := range o.emitOut {
+		if !ob.sw.Idle() {
+			return false
+		}
+	}
+	return true
+}
+
 // outbound is a sending binding: the parent (DATA out) or a result path out
 // (RESULT_OUT).
 type outbound struct {
@@ -63,6 +83,10 @@ type op struct {
 	doneAt   int64
 	stagedAt int64 // for Expire
 	failedAt int64
+	// ctlAt is when the AM last sent any CONTROL for this context (Stage,
+	// Commit, Touch): a resting persistent collective expires only when
+	// both its AM and its ranks have gone quiet (Expire).
+	ctlAt int64
 	// What the context failed on, for COMPLETE's ACK: the cause and the
 	// stream (0xFFFF none) with its first missing element.
 	failCause  parser.FailCause

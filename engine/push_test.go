@@ -241,38 +241,49 @@ func TestUnpushedContributorStillTimesOut(t *testing.T) {
 }
 
 // TestExpireComplete: a COMPLETE context nobody RELEASEd is handed to
-// retire as RELEASED three timeouts plus ExpiryGrace after it completed,
-// and an ACTIVE one (here a persistent collective resting) never.
+// retire as RELEASED three timeouts plus ExpiryGrace after it completed. A
+// persistent collective resting between invocations (ACTIVE) is handed
+// over as ABORTED only after as long without CONTROL from its AM (Touch)
+// and without DATA from its ranks: either keeps it.
 func TestExpireComplete(t *testing.T) {
 	const timeout = 10 * time.Millisecond
 	ttl := 3*int64(timeout) + int64(ExpiryGrace)
 	r := newPushRig(t, kulisch.FP32Arrival, 5, 2, timeout)
 	rest := newPushRig(t, kulisch.FP32Arrival, 5, 4, timeout)
+	invoke := func(x *pushRig, inv uint32) {
+		x.contribute(t, 0, inv, true)
+		x.contribute(t, 1, inv, true)
+		x.results(t)
+		x.ack(t, (inv+1)*5)
+	}
 	for inv := range uint32(2) {
-		for _, x := range []*pushRig{r, rest} {
-			x.contribute(t, 0, inv, true)
-			x.contribute(t, 1, inv, true)
-			x.results(t)
-			x.ack(t, (inv+1)*5)
-		}
+		invoke(r, inv)
+		invoke(rest, inv)
 	}
 	if s, _ := r.e.Status(r.key); s.State != parser.StateComplete {
 		t.Fatalf("state %v, want COMPLETE", s.State)
 	}
-	var got []parser.OpState
-	retire := func(e *Engine) func(parser.OpKey, parser.OpState) {
-		return func(k parser.OpKey, as parser.OpState) { got = append(got, as); e.Remove(k) }
+	// expire runs x's Expire at now and checks what it retired: nothing
+	// (want NONE) or x's context as want.
+	expire := func(x *pushRig, now int64, want parser.OpState, why string) {
+		t.Helper()
+		var got []parser.OpState
+		x.e.Expire(now, func(k parser.OpKey, as parser.OpState) { got = append(got, as); x.e.Remove(k) })
+		_, installed := x.e.Status(x.key)
+		if want == parser.StateNone && (len(got) != 0 || !installed) ||
+			want != parser.StateNone && (len(got) != 1 || got[0] != want || installed) {
+			t.Fatalf("%s: expired %v (installed %v), want %v", why, got, installed, want)
+		}
 	}
-	r.e.Expire(r.now+ttl-1, retire(r.e))
-	rest.e.Expire(rest.now+10*ttl, retire(rest.e))
-	if len(got) != 0 {
-		t.Fatalf("expired %v: too early, or a resting ACTIVE context", got)
-	}
-	r.e.Expire(r.now+ttl+1, retire(r.e))
-	if len(got) != 1 || got[0] != parser.StateReleased {
-		t.Fatalf("expired as %v, want RELEASED once", got)
-	}
-	if _, ok := r.e.Status(r.key); ok {
-		t.Fatal("context still installed")
-	}
+	expire(r, r.now+ttl-1, parser.StateNone, "COMPLETE, a moment before its ttl")
+	expire(rest, rest.now+ttl-1, parser.StateNone, "resting, a moment before its ttl")
+	expire(r, r.now+ttl+1, parser.StateReleased, "COMPLETE, past its ttl")
+	// The AM's CONTROL half way keeps the resting one a ttl more.
+	rest.e.Touch(rest.now+ttl/2, rest.key)
+	expire(rest, rest.now+ttl+1, parser.StateNone, "resting, touched by its AM")
+	// So does an invocation.
+	rest.now += ttl
+	invoke(rest, 2)
+	expire(rest, rest.now+ttl-1, parser.StateNone, "resting after an invocation")
+	expire(rest, rest.now+ttl+1, parser.StateAborted, "resting, a ttl of silence")
 }

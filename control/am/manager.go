@@ -55,6 +55,12 @@ type Config struct {
 	// PrepareTTL is how long a prepared operation waits for its ranks
 	// before it is ABORTed (default min(2s, half the operation timeout)).
 	PrepareTTL time.Duration
+	// PersistentRefresh is how often the AM sends COMPLETE to every node of
+	// a persistent operation (default 10s): a node retires a resting
+	// persistent context that hears neither CONTROL nor DATA for three
+	// timeouts plus a minute (its AM and ranks are gone), and this keeps a
+	// healthy idle one (persistent.go).
+	PersistentRefresh time.Duration
 	// Logf logs setup events; nil means log.Printf.
 	Logf func(format string, args ...any)
 }
@@ -116,6 +122,7 @@ type operation struct {
 	watchdog  *time.Timer // the progress check, or a persistent operation's keepalive check
 	ended     time.Time
 	granted   time.Time
+	refreshed time.Time         // a persistent operation's last COMPLETE to its nodes (refreshNodes)
 	alive     map[int]time.Time // a persistent operation's last keepalive, by rank
 }
 
@@ -168,6 +175,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.CapsTTL == 0 {
 		cfg.CapsTTL = 10 * time.Second
+	}
+	if cfg.PersistentRefresh == 0 {
+		cfg.PersistentRefresh = 10 * time.Second
 	}
 	m := &Manager{cfg: cfg, logf: cfg.Logf,
 		genBase: uint32(time.Now().Unix()),
@@ -482,6 +492,7 @@ func (m *Manager) runInvocation(inv *invocation) {
 	op.mu.Lock()
 	op.state = "active"
 	op.granted = time.Now()
+	op.refreshed = op.granted
 	// Watchdog: ranks that never report done (killed) must not pin the
 	// nodes' contexts forever. A persistent operation idles between its
 	// invocations for as long as the application likes, so no progress

@@ -65,7 +65,14 @@ func (m *Manager) checkAlive(op *operation) {
 	}
 	if worst < 0 {
 		op.watchdog = time.AfterFunc(period, func() { m.checkAlive(op) })
+		refresh := now.Sub(op.refreshed) >= m.cfg.PersistentRefresh
+		if refresh {
+			op.refreshed = now
+		}
 		op.mu.Unlock()
+		if refresh {
+			go m.refreshNodes(op)
+		}
 		return
 	}
 	// Claimed as Done claims it, so that a last done report arriving now
@@ -111,3 +118,12 @@ func (m *Manager) endPersistent(op *operation) {
 	op.mu.Unlock()
 	m.released(op, m.abortAll(op), "ABORT of the freed persistent operation not acknowledged; contexts may remain installed until their timeout")
 }
+
+// refreshNodes asks every node of a persistent operation for its state
+// (COMPLETE, which changes nothing). A node takes any CONTROL for a context
+// as its AM's word that the context is still wanted: a persistent
+// collective resting between invocations never times out by itself, so a
+// node retires one that hears neither its AM nor its ranks for three
+// timeouts plus a minute (engine.Expire), and this keeps a healthy idle
+// one. It also keeps the node states GET /v1/ops shows fresh.
+func (m *Manager) refreshNodes(op *operation) { m.askAll(op) }

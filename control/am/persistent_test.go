@@ -247,6 +247,52 @@ func TestPersistentKeepaliveKeepsIdleOpAlive(t *testing.T) {
 	}
 }
 
+// TestPersistentNodesRefreshed: while a persistent operation is alive (its
+// ranks send keepalives) the AM sends COMPLETE to each of its nodes every
+// PersistentRefresh, which a node takes as its AM's word that the resting
+// context is still wanted (engine.Expire retires one that hears nothing);
+// once the operation ended, no more.
+func TestPersistentNodesRefreshed(t *testing.T) {
+	const refresh = 100 * time.Millisecond
+	r := newRig(t, "spine-leaf", Config{PersistentRefresh: refresh, CtlTimeout: 100 * time.Millisecond})
+	for _, n := range r.nodes {
+		n.final = parser.StateActive
+	}
+	gs := r.grantsOf(r.beginAll(persistentReqs(24, 0, 100, "h1", "h3")))
+	id, every := gs[0].ID, time.Duration(gs[0].KeepaliveMS)*time.Millisecond
+	stop0, stop1 := r.keepAlive(id, 0, every), r.keepAlive(id, 1, every)
+	defer stop0()
+	defer stop1()
+	time.Sleep(10*refresh + refresh/2)
+	for _, n := range r.treeNodes(id) {
+		// Checked every keepalive period (100ms): a refresh is due at
+		// each check, so about ten; at least five on a loaded machine.
+		if c := n.count(parser.CmdComplete); c < 5 || c > 11 {
+			t.Errorf("%s: %d COMPLETE in %v, want one per %v", n.name, c, 10*refresh+refresh/2, refresh)
+		}
+	}
+	if st, _ := r.m.Op(id); st.State != "active" {
+		t.Fatalf("the refreshed operation ended: %+v (error %+v)", st, st.Error)
+	}
+	stop0()
+	stop1()
+	for rank := range 2 {
+		if st, err := r.m.Done(context.Background(), id, DoneRequest{Rank: rank, OK: true, Wait: rank == 1}); err != nil || rank == 1 && st.State != "released" {
+			t.Fatalf("done %d: %+v %v", rank, st, err)
+		}
+	}
+	before := map[string]int{}
+	for _, n := range r.treeNodes(id) {
+		before[n.name] = n.count(parser.CmdComplete)
+	}
+	time.Sleep(3 * refresh)
+	for _, n := range r.treeNodes(id) {
+		if c := n.count(parser.CmdComplete); c != before[n.name] {
+			t.Errorf("%s: %d COMPLETE after the operation ended", n.name, c-before[n.name])
+		}
+	}
+}
+
 // TestPersistentKeepaliveMissingFailsOp: a rank that stops its keepalives
 // fails the persistent operation once it has been silent for 3 x
 // KeepaliveMS + the CONTROL timeout (not before, and within one check

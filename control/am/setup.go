@@ -354,11 +354,9 @@ func (m *Manager) releaseAll(op *operation) []string {
 	return bad
 }
 
-// diagnose asks every node for its state once and explains the failure:
-// which node failed, which contributor is missing and from which element.
-// A non-nil blame is the culprit the caller established (a silent rank of
-// a persistent operation): the nodes' Missing Streams do not override it.
-func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
+// askAll asks every node of op for its state (COMPLETE, which changes
+// nothing) and records the answers.
+func (m *Manager) askAll(op *operation) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CtlTimeout)
 	defer cancel()
 	m.forEach(op.plan.order, func(n string) error {
@@ -366,6 +364,14 @@ func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
 		op.setNodeAck(n, a, err)
 		return err
 	})
+}
+
+// diagnose asks every node for its state once and explains the failure:
+// which node failed, which contributor is missing and from which element.
+// A non-nil blame is the culprit the caller established (a silent rank of
+// a persistent operation): the nodes' Missing Streams do not override it.
+func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
+	m.askAll(op)
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	var parts []string
