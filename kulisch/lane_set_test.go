@@ -145,3 +145,69 @@ func TestAutoSetsMatchAutoSet(t *testing.T) {
 		t.Fatal("AutoSets past the end succeeded")
 	}
 }
+
+// TestResetRangeClearsEveryRow: ResetRange empties every row of its range,
+// whatever mix of lane-only sums, rows with digits (at any position in the
+// eight-row blocks its scan skips) and special values it holds, and
+// touches nothing outside: every reset row's digits, lane, flags and
+// bounds are zero, every other row is as before.
+func TestResetRangeClearsEveryRow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const n = 1024
+	for trial := 0; trial < 200; trial++ {
+		v, _ := NewVector(n, 280)
+		var b [4]byte
+		for i := 0; i < n; i++ {
+			switch rng.IntN(10) {
+			case 0:
+				a, _ := NewAccumulator(280)
+				randomValue(rng, a)
+				if a.Overflow() {
+					a.Reset()
+					a.AddINT8(5)
+				}
+				wire, _ := a.AppendWire(nil)
+				v.MergeKulisch(i, wire)
+			case 1:
+				u := math.Float32bits(float32(math.Inf(1)))
+				b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+				v.AddFP32LE(i, b[:])
+			case 2, 3, 4, 5, 6:
+				u := rng.Uint32() & 0xBFFFFFFF
+				b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+				v.AddFP32LE(i, b[:])
+			}
+		}
+		before := *v
+		before.digits = append([]int64(nil), v.digits...)
+		before.lane = append([]float64(nil), v.lane...)
+		before.flags = append([]uint8(nil), v.flags...)
+		first := rng.IntN(n)
+		cnt := rng.IntN(n - first + 1)
+		if err := v.ResetRange(first, cnt); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			row := v.digits[i*v.d : (i+1)*v.d]
+			if i >= first && i < first+cnt {
+				for _, d := range row {
+					if d != 0 {
+						t.Fatalf("trial %d: row %d of the reset range [%d, %d) keeps digits", trial, i, first, first+cnt)
+					}
+				}
+				if v.lane[i] != 0 || v.flags[i] != 0 || v.nlo[i] != 0 || v.hi[i] != 0 {
+					t.Fatalf("trial %d: row %d of the reset range keeps its lane, flags or bounds", trial, i)
+				}
+				continue
+			}
+			for j, d := range row {
+				if d != before.digits[i*v.d+j] {
+					t.Fatalf("trial %d: row %d outside [%d, %d) changed", trial, i, first, first+cnt)
+				}
+			}
+			if v.lane[i] != before.lane[i] || v.flags[i] != before.flags[i] {
+				t.Fatalf("trial %d: row %d outside the range changed its lane or flags", trial, i)
+			}
+		}
+	}
+}

@@ -188,11 +188,21 @@ func (v *Vector) ResetRange(first, n int) error {
 		return ErrRange
 	}
 	// Only rows with digits need clearing: the digits outside a row's
-	// bounds are zero, and with the lane most rows have none.
-	for i := first; i < first+n; i++ {
-		if !v.empty(i) {
+	// bounds are zero, and with the lane most rows have none. A row whose
+	// nlo is 0 has none (its bounds start at ^0 = 255, past any hi), so
+	// eight of those are skipped with one load: on lane-only sums the
+	// test per row was most of the reset, a twentieth of a KULISCH
+	// switch's CPU.
+	nlo := v.nlo[first : first+n]
+	for k := 0; k < len(nlo); {
+		if k+8 <= len(nlo) && binary.LittleEndian.Uint64(nlo[k:]) == 0 {
+			k += 8
+			continue
+		}
+		if i := first + k; nlo[k] != 0 && !v.empty(i) {
 			clear(v.digits[i*v.d : (i+1)*v.d])
 		}
+		k++
 	}
 	clear(v.flags[first : first+n])
 	clear(v.nlo[first : first+n])
