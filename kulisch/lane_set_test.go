@@ -112,16 +112,7 @@ func TestAutoSetsMatchAutoSet(t *testing.T) {
 		case 2:
 			add(i, float32(math.NaN()))
 		case 3: // digits: a value no lane holds
-			a, _ := NewAccumulator(280)
-			randomValue(rng, a)
-			if a.Overflow() {
-				a.Reset()
-				a.AddINT8(3)
-			}
-			wire, _ := a.AppendWire(nil)
-			if err := v.MergeKulisch(i, wire); err != nil {
-				t.Fatal(err)
-			}
+			mergeRandom(t, rng, v, i)
 		default: // lane-only sums of a few terms
 			for k := 0; k < 1+rng.IntN(3); k++ {
 				add(i, math.Float32frombits(rng.Uint32()&0xBFFFFFFF))
@@ -160,14 +151,7 @@ func TestResetRangeClearsEveryRow(t *testing.T) {
 		for i := 0; i < n; i++ {
 			switch rng.IntN(10) {
 			case 0:
-				a, _ := NewAccumulator(280)
-				randomValue(rng, a)
-				if a.Overflow() {
-					a.Reset()
-					a.AddINT8(5)
-				}
-				wire, _ := a.AppendWire(nil)
-				v.MergeKulisch(i, wire)
+				mergeRandom(t, rng, v, i)
 			case 1:
 				u := math.Float32bits(float32(math.Inf(1)))
 				b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
@@ -209,5 +193,21 @@ func TestResetRangeClearsEveryRow(t *testing.T) {
 				t.Fatalf("trial %d: row %d outside the range changed its lane or flags", trial, i)
 			}
 		}
+	}
+}
+
+// mergeRandom merges a random Kulisch value (digits: no lane holds it) into
+// element i of the width-280 vector v.
+func mergeRandom(t *testing.T, rng *rand.Rand, v *Vector, i int) {
+	t.Helper()
+	a, _ := NewAccumulator(280)
+	randomValue(rng, a)
+	if a.Overflow() {
+		a.Reset()
+		a.AddINT8(3)
+	}
+	wire, _ := a.AppendWire(nil)
+	if err := v.MergeKulisch(i, wire); err != nil {
+		t.Fatal(err)
 	}
 }
