@@ -495,6 +495,10 @@ func TestFailureAnnouncedToEveryPeer(t *testing.T) {
 		(s.MissingStream != 10 && s.MissingStream != 11) || s.MissingFrom != from[s.MissingStream] {
 		t.Fatalf("status %+v, want FAILED, cause TIMEOUT, on stream 10 from 363 or 11 from 0", s)
 	}
+	r.e.Tick(r.now+int64(SnapshotInterval), r.tx) // publishes the introspection snapshot
+	if ops := r.e.Snapshot().Ops; len(ops) != 1 || ops[0].FailCause != "TIMEOUT" || ops[0].Error == "" {
+		t.Fatalf("snapshot %+v, want the FAILED context with cause TIMEOUT and its error", ops)
+	}
 }
 
 // TestPeerFailedFailsOp: a RESULT receiver (here a rank) that answers

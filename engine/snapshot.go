@@ -40,6 +40,10 @@ type OpSnapshot struct {
 	Window   uint32 `json:"window_elements"`
 	Inexact  bool   `json:"inexact,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// FailCause is a FAILED context's cause (what COMPLETE's ACK reports):
+	// TIMEOUT (a peer went silent here), PEER_FAILED (a peer reported its
+	// failure) or INTERNAL.
+	FailCause string `json:"fail_cause,omitempty"`
 	// WaitingFor says exactly what the operation needs next.
 	WaitingFor []string         `json:"waiting_for,omitempty"`
 	Inbound    []InboundStream  `json:"inbound"`
@@ -126,6 +130,9 @@ func (o *op) snapshot(now int64) OpSnapshot {
 		VectorLen: o.spec.VectorLen, Frontier: o.frontier, Emitted: o.emitted, Window: o.ring, Inexact: o.inexact}
 	if o.err != nil {
 		s.Error = o.err.Error()
+	}
+	if o.state == parser.StateFailed {
+		s.FailCause = o.failCause.String()
 	}
 	if o.activeAt != 0 {
 		end := now

@@ -252,7 +252,10 @@ func printOps(w io.Writer, body []byte) error {
 		if o.Inexact {
 			fmt.Fprintln(w, "  ACCUMULATION_INEXACT")
 		}
-		if o.Error != "" {
+		switch {
+		case o.Error != "" && o.FailCause != "":
+			fmt.Fprintf(w, "  error (%s): %s\n", o.FailCause, o.Error)
+		case o.Error != "":
 			fmt.Fprintf(w, "  error: %s\n", o.Error)
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
