@@ -161,7 +161,10 @@ func BenchmarkPlanAutoRuns(b *testing.B) {
 	dst := make([]Group, 0, MaxGroups)
 	for _, every := range []int{32, 0} { // a narrower value every 32 on average, none
 		r := rand.New(rand.NewPCG(5, 6))
-		sets := make([]FormatSet, 4500)
+		// 8952 sets: what a leaf holds at MTU 9000 when its parent's
+		// window let it fall behind (o.sets is one INT8 frame long); a
+		// plan of FP32 values uses a quarter of them.
+		sets := make([]FormatSet, 8952)
 		for i := range sets {
 			sets[i] = SetOf(FP32, KULISCH)
 			if every > 0 && r.IntN(every) == 0 {

@@ -3,8 +3,11 @@ package kulisch
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -309,6 +312,37 @@ func TestTuple(t *testing.T) {
 	for p := 0; p < 256; p++ {
 		if Policy(p).Valid() != (p == 1 || p == 3) {
 			t.Errorf("policy %#x", p)
+		}
+	}
+}
+
+// TestPlanAutoChecksBase: a value whose set lacks the base format (which
+// AutoSet never produces: the check is defensive) fails the plan that
+// could carry it or look at it, naming its position, and only that plan:
+// a value a frame's plan cannot reach is the next plan's business.
+func TestPlanAutoChecksBase(t *testing.T) {
+	const budget = 1450 // MTU 1500: 361 FP32 values
+	sets := make([]FormatSet, 2000)
+	for i := range sets {
+		sets[i] = SetOf(FP32, KULISCH)
+	}
+	dst := make([]Group, 0, MaxGroups)
+	_, used, err := PlanAuto(dst, sets, KULISCH, 288, budget)
+	if err != nil || used != 361 {
+		t.Fatalf("clean plan: %d values, %v; want 361", used, err)
+	}
+	for _, c := range []struct {
+		bad  int
+		fail bool
+	}{{0, true}, {100, true}, {360, true}, {361 + Lookahead - 1, true}, {361 + Lookahead, false}, {1999, false}} {
+		s := append([]FormatSet(nil), sets...)
+		s[c.bad] = SetOf(FP16, BF16) // neither KULISCH nor FP32
+		_, used, err := PlanAuto(dst, s, KULISCH, 288, budget)
+		switch {
+		case c.fail && (!errors.Is(err, ErrNotLossless) || !strings.Contains(err.Error(), fmt.Sprintf("position %d ", c.bad))):
+			t.Errorf("bad set at %d: %v (%d values), want ErrNotLossless naming position %d", c.bad, err, used, c.bad)
+		case !c.fail && (err != nil || used != 361):
+			t.Errorf("bad set at %d, out of the plan's reach: %v (%d values), want the clean plan", c.bad, err, used)
 		}
 	}
 }
