@@ -54,11 +54,14 @@ type tree struct {
 	// plainFirsts are the First of leaf 0's frames to the root without a
 	// KULISCH_SCALED group, in sending order.
 	plainFirsts []uint32
-	res         []uint32
-	got         []bool
-	resEnd      uint32 // contiguous results received
-	window      uint32
-	pend        [4][]hop // each rank's DATA frames not yet sent
+	// narrowFirsts are the First of leaf 0's frames with a group narrower
+	// than FP32 (INT8, FP16, BF16).
+	narrowFirsts []uint32
+	res          []uint32
+	got          []bool
+	resEnd       uint32 // contiguous results received
+	window       uint32
+	pend         [4][]hop // each rank's DATA frames not yet sent
 }
 
 func treeRankMAC(r int) [6]byte { return [6]byte{2, 0x4b, 0, 0, byte(r), 2} }
@@ -190,7 +193,9 @@ func (tr *tree) run(t *testing.T) {
 				}
 				var it parser.GroupIter
 				plain := true
+				narrow := false
 				for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
+					narrow = narrow || g.Format == parser.FormatINT8 || g.Format == parser.FormatFP16 || g.Format == parser.FormatBF16
 					if g.Format == parser.FormatKulischScaled {
 						tr.scaled++
 						plain = false
@@ -201,6 +206,9 @@ func (tr *tree) run(t *testing.T) {
 				}
 				if plain && h.from == 0 {
 					tr.plainFirsts = append(tr.plainFirsts, d.First)
+				}
+				if narrow && h.from == 0 {
+					tr.narrowFirsts = append(tr.narrowFirsts, d.First)
 				}
 			}
 			tr.n[2].e.HandleData(tr.now, h.from, h.frame, tr.n[2])
@@ -807,6 +815,53 @@ func runAutoTree(t *testing.T, name string, vlen, window uint32, vecs [][]float3
 		}
 	}
 	return tr
+}
+
+// TestFP32FastPath: on sums AUTO carries in one FP32 group (20-bit
+// integers), a leaf soon sends most frames as FP32 without computing AUTO
+// sets or planning (fp32Fast), checking only that FP32 holds every value.
+// When the sums turn into small integers (narrower formats pay), an AUTO
+// plan is back within maxProbeGap frames; when they turn into values FP32
+// does not hold (gradient-like sums), at once. The results stay exact
+// (runAutoTree checks them against math/big).
+func TestFP32FastPath(t *testing.T) {
+	const vlen = 1 << 18
+	rng := rand.New(rand.NewPCG(23, 24))
+	integral := func() float32 { return float32(rng.IntN(1<<20) - 1<<19) }
+	small := func() float32 { return float32(rng.IntN(64) - 32) }
+	gradient := func() float32 { return float32(rng.NormFloat64() * math.Ldexp(1, -12+rng.IntN(9))) }
+	for _, c := range []struct {
+		name    string
+		switch_ uint32
+		after   func() float32
+	}{{"integral", vlen, nil}, {"integral-then-small", vlen / 2, small}, {"integral-then-gradient", vlen / 2, gradient}} {
+		after := c.after
+		if after == nil {
+			after = integral
+		}
+		tr := runAutoTree(t, c.name, vlen, vlen, switchVecs(vlen, c.switch_, integral, after))
+		leaf := tr.n[0].e.ops[tr.key]
+		frames := tr.upData[0]
+		t.Logf("%s: leaf 0 sent %d frames, %d as FP32 without a plan, %d AUTO plans", c.name, frames, leaf.fp32Frames, leaf.autoPlans)
+		switch c.name {
+		case "integral":
+			// All but the first few and the plans of the backoff.
+			if leaf.fp32Frames < frames*3/4 {
+				t.Errorf("%s: %d of %d frames without a plan, want most", c.name, leaf.fp32Frames, frames)
+			}
+		case "integral-then-small":
+			first, ok := firstAtOrAfter(tr.narrowFirsts, c.switch_-361)
+			if !ok || first > c.switch_+(maxProbeGap+1)*361 {
+				t.Errorf("%s: first frame with a narrow group at %d (found %v), want within %d FP32 frames of %d",
+					c.name, first, ok, maxProbeGap+1, c.switch_)
+			}
+		case "integral-then-gradient":
+			if tr.scaled == 0 || tr.firstScaled > c.switch_+361 {
+				t.Errorf("%s: first scaled frame at %d (%d scaled groups), want the frame that reaches element %d",
+					c.name, tr.firstScaled, tr.scaled, c.switch_)
+			}
+		}
+	}
 }
 
 // TestAutoSkipAdapts: once the scaled plan has beaten any possible AUTO plan

@@ -543,3 +543,27 @@ func (v *Vector) autoSets(first int, sets []FormatSet) error {
 	}
 	return nil
 }
+
+// FP32Exact returns how many of the n elements from first FP32 holds
+// exactly, counted from first up to the first it does not: the elements a
+// partial may carry as one FP32 group. Lane-only values (and empty ones)
+// take one conversion each; others their AutoSet.
+func (v *Vector) FP32Exact(first, n int) int {
+	if first < 0 || n < 0 || first+n > v.n {
+		return 0
+	}
+	end := first + n
+	lane, flags, nlo, hi := v.lane[first:end], v.flags[first:end], v.nlo[first:end], v.hi[first:end]
+	for k, x := range lane {
+		if int(^nlo[k]) > int(hi[k]) && flags[k]&(fNaN|fPosInf|fNegInf|fHuge) == 0 {
+			if float64(float32(x)) != x {
+				return k // beyond FP32's precision or range
+			}
+			continue
+		}
+		if s, err := v.AutoSet(first + k); err != nil || !s.Has(FP32) {
+			return k
+		}
+	}
+	return n
+}

@@ -211,3 +211,49 @@ func mergeRandom(t *testing.T, rng *rand.Rand, v *Vector, i int) {
 		t.Fatal(err)
 	}
 }
+
+// TestFP32ExactMatchesAutoSet: FP32Exact counts, from any first position,
+// exactly the leading elements whose AutoSet holds FP32, on a mix of lane
+// sums (some beyond FP32's precision: three terms of far apart
+// magnitudes), digits, zeros and special values.
+func TestFP32ExactMatchesAutoSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	const n = 2048
+	v, _ := NewVector(n, 280)
+	var b [4]byte
+	add := func(i int, f float32) {
+		u := math.Float32bits(f)
+		b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+		v.AddFP32LE(i, b[:])
+	}
+	for i := 0; i < n; i++ {
+		switch rng.IntN(40) {
+		case 0:
+			mergeRandom(t, rng, v, i)
+		case 1:
+			add(i, float32(math.Inf(1)))
+		case 2: // not FP32-exact: 2^30 + 1
+			add(i, 1<<30)
+			add(i, 1)
+		case 3: // stays zero
+		default: // integer sums FP32 holds
+			add(i, float32(rng.IntN(1<<20)-1<<19))
+			add(i, float32(rng.IntN(1<<20)-1<<19))
+		}
+	}
+	for trial := 0; trial < 300; trial++ {
+		first := rng.IntN(n)
+		cnt := rng.IntN(n - first + 1)
+		want := 0
+		for want < cnt {
+			s, err := v.AutoSet(first + want)
+			if err != nil || !s.Has(FP32) {
+				break
+			}
+			want++
+		}
+		if got := v.FP32Exact(first, cnt); got != want {
+			t.Fatalf("FP32Exact(%d, %d) = %d, want %d", first, cnt, got, want)
+		}
+	}
+}
