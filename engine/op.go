@@ -231,9 +231,13 @@ func (o *op) fp32Exact(first, n uint32) uint32 {
 // frames. Both encodings are exact: a late switch costs bytes, never a
 // value.
 func (o *op) backoff() {
-	o.probeGap = min(max(2*o.probeGap, scaledProbeEvery), maxProbeGap)
+	o.probeGap = nextGap(o.probeGap)
 	o.probeAt = o.emitSeq + o.probeGap
 }
+
+// nextGap is the distance to the next comparison after one at gap g (0:
+// the first): scaledProbeEvery, then doubling up to maxProbeGap.
+func nextGap(g uint32) uint32 { return min(max(2*g, scaledProbeEvery), maxProbeGap) }
 
 // The converse: once the scaled plan has carried more values than any
 // AUTO plan could scaledWinsToSkip frames in a row, the AUTO sets are
@@ -826,7 +830,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		case fast:
 		case o.kv != nil && len(groups) == 1 && groups[0].Format == kulisch.FP32:
 			if o.fp32Streak++; o.fp32Streak >= fp32WinsToSkip {
-				o.fp32Gap = min(max(2*o.fp32Gap, scaledProbeEvery), maxProbeGap)
+				o.fp32Gap = nextGap(o.fp32Gap)
 				o.fp32At = o.emitSeq + 1 + o.fp32Gap
 			}
 		default:
@@ -872,7 +876,9 @@ func (o *op) release(now int64, tx dataplane.Sender) {
 // recomputing the rest on the next frame.
 func (o *op) autoSets(first, n uint32) error {
 	if k := first - o.setAt; first >= o.setAt && int(k) <= o.setN {
-		if k > 0 { // nothing went out since the last call: keep all (a leaf waiting for a fuller frame)
+		// k == 0: nothing went out since the last call (a leaf waiting
+		// for a fuller frame), so the cache and its sums stay as they are.
+		if k > 0 {
 			o.setN = copy(o.sets, o.sets[k:o.setN])
 			o.autoCnt.Drop(int(k))
 		}
