@@ -519,19 +519,16 @@ func (c *AutoCounter) MaxCount(n, budget int) int {
 }
 
 // autoSets is AutoSets for a Vector: the lane-only elements (most of them,
-// for sums of a few inputs) are read straight from the lane, without a
-// call through the Bank interface and laneOnly's checks per element; a
-// leaf computes the set of every element it sends up (under KULISCH_FIXED
-// with AUTO partials, a sixth of its CPU on sums of 20-bit integers).
+// for sums of a few inputs) go to laneSet without a call through the Bank
+// interface per element; a leaf computes the set of every element it sends
+// up (under KULISCH_FIXED with AUTO partials, a sixth of its CPU on sums of
+// 20-bit integers).
 func (v *Vector) autoSets(first int, sets []FormatSet) error {
 	if first < 0 || first+len(sets) > v.n {
 		return ErrRange
 	}
-	end := first + len(sets)
-	lane, flags, nlo, hi := v.lane[first:end], v.flags[first:end], v.nlo[first:end], v.hi[first:end]
-	for k, x := range lane {
-		// laneOnly: a nonzero lane, no digits, no special value.
-		if x != 0 && int(^nlo[k]) > int(hi[k]) && flags[k]&(fNaN|fPosInf|fNegInf|fHuge) == 0 {
+	for k := range sets {
+		if x, ok := v.laneOnly(first + k); ok {
 			sets[k] = laneSet(x)
 			continue
 		}
@@ -546,16 +543,14 @@ func (v *Vector) autoSets(first int, sets []FormatSet) error {
 
 // FP32Exact returns how many of the n elements from first FP32 holds
 // exactly, counted from first up to the first it does not: the elements a
-// partial may carry as one FP32 group. Lane-only values (and empty ones)
-// take one conversion each; others their AutoSet.
+// partial may carry as one FP32 group. Lane-only values take one
+// conversion each; others (zeros, digits, special values) their AutoSet.
 func (v *Vector) FP32Exact(first, n int) int {
 	if first < 0 || n < 0 || first+n > v.n {
 		return 0
 	}
-	end := first + n
-	lane, flags, nlo, hi := v.lane[first:end], v.flags[first:end], v.nlo[first:end], v.hi[first:end]
-	for k, x := range lane {
-		if int(^nlo[k]) > int(hi[k]) && flags[k]&(fNaN|fPosInf|fNegInf|fHuge) == 0 {
+	for k := range n {
+		if x, ok := v.laneOnly(first + k); ok {
 			if float64(float32(x)) != x {
 				return k // beyond FP32's precision or range
 			}

@@ -387,7 +387,7 @@ func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
 	// PEER_FAILED node's is the peer that told it, so neither names a
 	// culprit while a timed-out node does.
 	order := append([]string(nil), op.plan.order...)
-	rank := func(n string) int {
+	tier := func(n string) int {
 		switch ns := op.nodes[n]; {
 		case ns.State == "FAILED" && ns.FailCause != "PEER_FAILED":
 			return 0
@@ -397,8 +397,8 @@ func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
 		return 2
 	}
 	sort.SliceStable(order, func(i, j int) bool {
-		if ri, rj := rank(order[i]), rank(order[j]); ri != rj {
-			return ri < rj
+		if ti, tj := tier(order[i]), tier(order[j]); ti != tj {
+			return ti < tj
 		}
 		return op.plan.nodes[order[i]].node.Depth > op.plan.nodes[order[j]].node.Depth
 	})
