@@ -93,3 +93,20 @@ func laneOutBulk(dst []byte, lane []float64, flags, nlo, hi []uint8) int {
 	return laneOutAVX2(unsafe.SliceData(dst), unsafe.SliceData(lane), unsafe.SliceData(flags),
 		unsafe.SliceData(nlo), unsafe.SliceData(hi), n, special)
 }
+
+//go:noescape
+func laneExactAVX2(lane *float64, flags, nlo, hi *uint8, n int, special uint32) int
+
+// laneExactBulk counts the leading lane-only elements of a Vector range
+// (lane, flags and bounds slices of one length) that FP32 holds exactly,
+// four at a time, and returns how many, a multiple of 4: the group after
+// them, if any, is the caller's. It is laneOutBulk's test without the
+// output, for FP32Exact.
+func laneExactBulk(lane []float64, flags, nlo, hi []uint8) int {
+	n := len(lane) &^ 3
+	if n == 0 {
+		return 0
+	}
+	const special = uint32(fNaN|fPosInf|fNegInf|fHuge) * 0x01010101
+	return laneExactAVX2(unsafe.SliceData(lane), unsafe.SliceData(flags), unsafe.SliceData(nlo), unsafe.SliceData(hi), n, special)
+}

@@ -231,3 +231,49 @@ odone:
 	VZEROUPPER
 	MOVQ R9, ret+56(FP)
 	RET
+
+// func laneExactAVX2(lane *float64, flags, nlo, hi *uint8, n int, special uint32) int
+// laneOutAVX2's tests without its stores, plus exactness: FP32 must hold
+// each value (float64 -> float32 -> float64 gives it back).
+TEXT ·laneExactAVX2(SB), NOSPLIT, $0-56
+	MOVQ   lane+0(FP), SI
+	MOVQ   flags+8(FP), BX
+	MOVQ   nlo+16(FP), R10
+	MOVQ   hi+24(FP), R11
+	MOVQ   n+32(FP), CX
+	MOVL   special+40(FP), DX
+	VXORPD Y7, Y7, Y7
+	XORQ   R9, R9
+
+xloop:
+	CMPQ       CX, $4
+	JB         xdone
+	VMOVUPD    (SI), Y0
+	VCMPPD     $4, Y7, Y0, Y1 // lane != 0
+	VMOVMSKPD  Y1, AX
+	CMPL       AX, $15
+	JNE        xdone
+	MOVL       (BX), AX
+	TESTL      DX, AX
+	JNZ        xdone
+	MOVL       (R10), AX
+	ORL        (R11), AX
+	JNZ        xdone
+	VCVTPD2PSY Y0, X2
+	VCVTPS2PD  X2, Y3
+	VCMPPD     $0, Y0, Y3, Y4 // back to the same value: FP32 holds it
+	VMOVMSKPD  Y4, AX
+	CMPL       AX, $15
+	JNE        xdone
+	ADDQ       $32, SI
+	ADDQ       $4, BX
+	ADDQ       $4, R10
+	ADDQ       $4, R11
+	ADDQ       $4, R9
+	SUBQ       $4, CX
+	JMP        xloop
+
+xdone:
+	VZEROUPPER
+	MOVQ R9, ret+48(FP)
+	RET

@@ -13,3 +13,4 @@ func fillBulk(s []float32, bits uint32) int    { return 0 }
 
 func laneAddBulk(lane []float64, vals []byte, flags []uint8, lim float64) int { return 0 }
 func laneOutBulk(dst []byte, lane []float64, flags, nlo, hi []uint8) int      { return 0 }
+func laneExactBulk(lane []float64, flags, nlo, hi []uint8) int                { return 0 }

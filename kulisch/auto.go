@@ -549,7 +549,19 @@ func (v *Vector) FP32Exact(first, n int) int {
 	if first < 0 || n < 0 || first+n > v.n {
 		return 0
 	}
-	for k := range n {
+	next := 0 // where the AVX2 kernel takes over again
+	for k := 0; k < n; k++ {
+		if k == next && haveAVX2 {
+			// Lane-only elements four at a time (on integer sums, the
+			// check was a tenth of a leaf's CPU one element at a time);
+			// the group the kernel stops at goes through this loop.
+			end := first + n
+			k += laneExactBulk(v.lane[first+k:end], v.flags[first+k:end], v.nlo[first+k:end], v.hi[first+k:end])
+			next = k + 4
+			if k == n {
+				break
+			}
+		}
 		if x, ok := v.laneOnly(first + k); ok {
 			if float64(float32(x)) != x {
 				return k // beyond FP32's precision or range

@@ -241,19 +241,54 @@ func TestFP32ExactMatchesAutoSet(t *testing.T) {
 			add(i, float32(rng.IntN(1<<20)-1<<19))
 		}
 	}
-	for trial := 0; trial < 300; trial++ {
-		first := rng.IntN(n)
-		cnt := rng.IntN(n - first + 1)
-		want := 0
-		for want < cnt {
-			s, err := v.AutoSet(first + want)
-			if err != nil || !s.Has(FP32) {
-				break
-			}
-			want++
+	// Both paths: the scalar loop, and the AVX2 kernel where the CPU has it.
+	save := haveAVX2
+	defer func() { haveAVX2 = save }()
+	for _, simd := range []bool{false, true} {
+		if simd && !save {
+			t.Log("no AVX2 here: the kernel path is not tested")
+			continue
 		}
-		if got := v.FP32Exact(first, cnt); got != want {
-			t.Fatalf("FP32Exact(%d, %d) = %d, want %d", first, cnt, got, want)
+		haveAVX2 = simd
+		for trial := 0; trial < 1000; trial++ {
+			first := rng.IntN(n)
+			cnt := rng.IntN(n - first + 1)
+			want := 0
+			for want < cnt {
+				s, err := v.AutoSet(first + want)
+				if err != nil || !s.Has(FP32) {
+					break
+				}
+				want++
+			}
+			if got := v.FP32Exact(first, cnt); got != want {
+				t.Fatalf("AVX2 %v: FP32Exact(%d, %d) = %d, want %d", simd, first, cnt, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkFP32Exact: the FP32 fast path's check over one MTU-9000 frame
+// of integer sums (2238 values).
+func BenchmarkFP32Exact(b *testing.B) {
+	const n = 2238
+	v, _ := NewVector(n, 280)
+	var buf [4]byte
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < n; i++ {
+		for range 4 {
+			u := math.Float32bits(float32(rng.IntN(1<<20) - 1<<19))
+			buf[0], buf[1], buf[2], buf[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+			v.AddFP32LE(i, buf[:])
+		}
+	}
+	if v.FP32Exact(0, n) != n {
+		b.Fatal("integer sums below 2^22 not all FP32-exact")
+	}
+	b.ResetTimer()
+	for range b.N {
+		if v.FP32Exact(0, n) != n {
+			b.Fatal("changed")
 		}
 	}
 }
