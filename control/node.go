@@ -256,6 +256,7 @@ func (w *Worker) Tick(now int64, tx dataplane.Sender) {
 	if now >= w.expireAt {
 		w.expireAt = now + int64(time.Second)
 		w.eng.Expire(now, w.expire)
+		w.bm.Expire(now, w.expire)
 	}
 	w.noteTick()
 }

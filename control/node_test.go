@@ -521,3 +521,52 @@ func TestAbandonedContextsExpire(t *testing.T) {
 		expect(stageFrame(t, k, next(), ctx, bs), parser.StatusStaleGeneration, parser.StateNone)
 	}
 }
+
+// TestAbandonedBitmapContextsExpire: a BITMAP context its registrar STAGEd
+// and never committed is retired like a PRISM one, three timeouts plus
+// bitmap.ExpiryGrace later (COMPLETE then answers ABORTED, a late COMMIT or
+// STAGE is stale), not a moment earlier; an ACTIVE one is forwarding state
+// and stays, however long its job is idle.
+func TestAbandonedBitmapContextsExpire(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	ctx := goodCtx()
+	ctx.Collective = parser.CollBitmap
+	ttl := 3*int64(ctx.TimeoutMs)*1e6 + int64(bitmap.ExpiryGrace)
+	txn := uint32(900)
+	next := func() uint32 { txn++; return txn }
+	expect := func(f []byte, st parser.Status, state parser.OpState) {
+		t.Helper()
+		if gs, a := r.ack(f); gs != st || a.State != state {
+			t.Fatalf("got %v state %v, want %v state %v", gs, a.State, st, state)
+		}
+	}
+	cmd := func(key parser.OpKey, c parser.Command) []byte { return controlFrame(t, key, c, nil, next()) }
+	staged, active := ruleKey, ruleKey
+	active.Op++
+	expect(stageFrame(t, staged, next(), ctx, goodBindings()), parser.StatusOK, parser.StateStaged)
+	expect(stageFrame(t, active, next(), ctx, goodBindings()), parser.StatusOK, parser.StateStaged)
+	expect(cmd(active, parser.CmdCommit), parser.StatusOK, parser.StateActive)
+	t0 := r.now
+	r.now = t0 + ttl - int64(time.Millisecond)
+	r.w.Tick(r.now, r.tx)
+	if !r.w.bm.Owns(staged) {
+		t.Fatal("the STAGED BITMAP context expired before three timeouts plus the grace")
+	}
+	r.now = t0 + ttl + int64(2*time.Second)
+	r.w.Tick(r.now, r.tx)
+	if r.w.bm.Owns(staged) {
+		t.Fatal("a STAGED BITMAP context nobody committed survived its expiry")
+	}
+	r.now += 10 * ttl
+	r.w.Tick(r.now, r.tx)
+	if !r.w.bm.Owns(active) {
+		t.Fatal("an ACTIVE BITMAP context expired")
+	}
+	if got := r.w.bm.Counters().Expired.Load(); got != 1 {
+		t.Fatalf("bitmap expired counter %d, want 1", got)
+	}
+	expect(cmd(staged, parser.CmdComplete), parser.StatusOK, parser.StateAborted)
+	expect(cmd(staged, parser.CmdCommit), parser.StatusStaleGeneration, parser.StateNone)
+	expect(stageFrame(t, staged, next(), ctx, goodBindings()), parser.StatusStaleGeneration, parser.StateNone)
+	expect(cmd(active, parser.CmdComplete), parser.StatusOK, parser.StateActive)
+}

@@ -66,6 +66,7 @@ type Counters struct {
 	Inexact       atomic.Uint64 // aggregations that could not be encoded exactly (ACCUMULATION_INEXACT sent)
 	BoundaryUp    atomic.Uint64 // aggregates a domain boundary sent up with P-BM = its boundary set
 	Expansions    atomic.Uint64 // RESULTs a domain boundary re-expanded from its boundary set to its A-BM
+	Expired       atomic.Uint64 // contexts removed STAGED for 3 x Timeout + ExpiryGrace without COMMIT or ABORT
 	FramesSent    [5]atomic.Uint64
 	TxFull        atomic.Uint64 // Sender.Send returned false
 }
@@ -124,7 +125,7 @@ func (m *Counters) Collect(ch chan<- prometheus.Metric) {
 	}{{"copy", &m.Copies}, {"empty_set", &m.EmptySets}, {"install", &m.Installs}, {"install_no_room", &m.InstallNoRoom},
 		{"install_conflict", &m.InstallClash}, {"merged", &m.Merged}, {"duplicate", &m.Duplicates}, {"forwarded", &m.Forwarded},
 		{"aggregate_no_room", &m.AggNoRoom}, {"pass_through", &m.PassThrough}, {"late_forward", &m.LateForward}, {"completed", &m.Completed}, {"partial", &m.Partials},
-		{"expired_empty", &m.ExpiredEmpty}, {"inexact", &m.Inexact}, {"boundary_up", &m.BoundaryUp}, {"boundary_expand", &m.Expansions}} {
+		{"expired_empty", &m.ExpiredEmpty}, {"inexact", &m.Inexact}, {"boundary_up", &m.BoundaryUp}, {"boundary_expand", &m.Expansions}, {"expired", &m.Expired}} {
 		c(descEvents, e.v.Load(), e.n)
 	}
 	c(descBits, m.UnroutedBits.Load(), "unrouted")

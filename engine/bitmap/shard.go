@@ -198,6 +198,31 @@ func (s *Shard) Handle(now int64, in int, frame []byte, tx dataplane.Sender) {
 	s.HandleData(now, in, frame, tx)
 }
 
+// ExpiryGrace is added to three context Timeouts before a STAGED context
+// is taken for abandoned (Expire); engine.ExpiryGrace for the PRISM
+// collectives, with which it must stay equal (docs/protocol.md section 5,
+// Expiry).
+const ExpiryGrace = time.Minute
+
+// Expire hands retire every context its registrar evidently abandoned:
+// STAGED for longer than three times its Timeout plus ExpiryGrace without
+// the COMMIT or ABORT that a living registrar sends within its CONTROL
+// timeout. retire removes it (package control keeps its generation, as for
+// ABORT). An ACTIVE BITMAP context never expires: it is forwarding state
+// (BIFT masks, A-BM) that serves its job's tokens, idle or not, until its
+// registrar RELEASEs or ABORTs it, like a route an operator installed.
+func (s *Shard) Expire(now int64, retire func(key parser.OpKey, as parser.OpState)) {
+	for k, c := range s.ops {
+		if c.state != parser.StateStaged || now-c.stagedAt <= 3*c.timeout+int64(ExpiryGrace) {
+			continue
+		}
+		s.m.Expired.Add(1)
+		s.log.Warn("bitmap context expired: STAGED without COMMIT or ABORT from its registrar", "job", k.Job,
+			"group", k.Group, "group_gen", k.GroupGen, "op", k.Op, "op_gen", k.OpGen, "for", time.Duration(now-c.stagedAt).Round(time.Second).String())
+		retire(k, parser.StateAborted)
+	}
+}
+
 // Tick runs the completion timeouts (PARTIAL emission, soft-state expiry)
 // and publishes the snapshot.
 func (s *Shard) Tick(now int64, tx dataplane.Sender) {
