@@ -531,6 +531,9 @@ func TestAbandonedBitmapContextsExpire(t *testing.T) {
 	r := newNodeRig(t, NodeConfig{})
 	ctx := goodCtx()
 	ctx.Collective = parser.CollBitmap
+	if bitmap.ExpiryGrace != engine.ExpiryGrace {
+		t.Fatalf("bitmap.ExpiryGrace %v != engine.ExpiryGrace %v: protocol.md gives both one bound", bitmap.ExpiryGrace, engine.ExpiryGrace)
+	}
 	ttl := 3*int64(ctx.TimeoutMs)*1e6 + int64(bitmap.ExpiryGrace)
 	txn := uint32(900)
 	next := func() uint32 { txn++; return txn }
