@@ -24,7 +24,10 @@ var reasonNames = [numReasons]string{"untrusted_source", "malformed", "unexpecte
 
 // Metrics are the CONTROL counters of one node.
 type Metrics struct {
-	drops    [numReasons]atomic.Uint64
+	drops [numReasons]atomic.Uint64
+	// decode counts the malformed drops by parser reason (FieldError.Reason):
+	// the rule of docs/protocol.md section 5 a frame failed.
+	decode   [len(parser.Reasons)]atomic.Uint64
 	commands [9]atomic.Uint64 // by parser.Command
 	statuses [8]atomic.Uint64 // ACKs sent by parser.Status
 	replays  atomic.Uint64    // recorded ACKs resent for a retried transaction
@@ -32,6 +35,20 @@ type Metrics struct {
 }
 
 func (m *Metrics) drop(r dropReason) { m.drops[r].Add(1) }
+
+// malformed counts a frame the parser rejected, under its reason too.
+func (m *Metrics) malformed(err error) { m.malformedAs(parser.Reason(err)) }
+
+// malformedAs counts a malformed frame under parser reason r.
+func (m *Metrics) malformedAs(r string) {
+	m.drops[reasonMalformed].Add(1)
+	for i, n := range parser.Reasons {
+		if n == r {
+			m.decode[i].Add(1)
+			return
+		}
+	}
+}
 
 func (m *Metrics) cmd(c parser.Command) {
 	if int(c) < len(m.commands) {
@@ -43,6 +60,16 @@ func (m *Metrics) status(s parser.Status) {
 	if int(s) < len(m.statuses) {
 		m.statuses[s].Add(1)
 	}
+}
+
+// DecodeDrops returns the malformed drops counted under parser reason r.
+func (m *Metrics) DecodeDrops(r string) uint64 {
+	for i, n := range parser.Reasons {
+		if n == r {
+			return m.decode[i].Load()
+		}
+	}
+	return 0
 }
 
 // Drops returns the drop count for a reason label (tests, introspection).
@@ -57,6 +84,7 @@ func (m *Metrics) Drops(reason string) uint64 {
 
 var (
 	descCtlDrops  = prometheus.NewDesc("prism_control_drops_total", "CONTROL frames dropped without reply, by reason.", []string{"reason"}, nil)
+	descCtlDecode = prometheus.NewDesc("prism_control_decode_drops_total", "CONTROL frames dropped as malformed, by parser reason (the rule they failed).", []string{"reason"}, nil)
 	descCtlCmds   = prometheus.NewDesc("prism_control_requests_total", "CONTROL requests received from a trusted AM, by command.", []string{"command"}, nil)
 	descCtlAcks   = prometheus.NewDesc("prism_control_acks_total", "CONTROL ACKs sent, by status.", []string{"status"}, nil)
 	descCtlReplay = prometheus.NewDesc("prism_control_replayed_acks_total", "Recorded ACKs resent for a retried transaction.", nil, nil)
@@ -65,7 +93,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCtlDrops, descCtlCmds, descCtlAcks, descCtlReplay, descCtlTxFull} {
+	for _, d := range []*prometheus.Desc{descCtlDrops, descCtlDecode, descCtlCmds, descCtlAcks, descCtlReplay, descCtlTxFull} {
 		ch <- d
 	}
 }
@@ -77,6 +105,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i := range m.drops {
 		c(descCtlDrops, m.drops[i].Load(), reasonNames[i])
+	}
+	for i, r := range parser.Reasons {
+		c(descCtlDecode, m.decode[i].Load(), r)
 	}
 	for cmd := parser.CmdStage; cmd <= parser.CmdCapsResponse; cmd++ {
 		c(descCtlCmds, m.commands[cmd].Load(), cmd.String())

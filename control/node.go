@@ -49,7 +49,7 @@ type NodeConfig struct {
 // metrics read from them.
 type Node struct {
 	cfg     NodeConfig
-	records []parser.CapRecord
+	records atomic.Pointer[[]parser.CapRecord] // advertised and checked (caps.go); SetPortMTU rebuilds it
 	m       *engine.Metrics
 	cm      *Metrics
 	am      atomic.Pointer[[][6]byte] // trusted AM source MACs
@@ -76,9 +76,36 @@ func NewNode(cfg NodeConfig) *Node {
 		cfg.Bitmap.Keys = bitmap.NewKeyring()
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	n := &Node{cfg: cfg, records: Records(cfg.Limits), m: cfg.Metrics, cm: &Metrics{}}
+	n := &Node{cfg: cfg, m: cfg.Metrics, cm: &Metrics{}}
+	rs := Records(cfg.Limits)
+	n.records.Store(&rs)
 	n.SetAMMACs(cfg.AMMACs)
 	return n
+}
+
+// SetPortMTU bounds the MTU the node advertises and accepts by its ports':
+// mtu is the smallest MTU among them (after every port change), and the
+// capability records then carry the largest defined MTU (576, 1500, 9000)
+// not above it, or Limits.MaxMTU if that is lower (docs/protocol.md 5.3: the
+// largest MTU all ports support). A node advertising 9000 on 1500-byte ports
+// let the AM STAGE jumbo operations whose frames the links dropped. Safe
+// while workers run.
+func (n *Node) SetPortMTU(mtu int) {
+	l := n.cfg.Limits
+	l.MaxMTU = min(l.MaxMTU, DefinedMTUFloor(mtu))
+	rs := Records(l)
+	n.records.Store(&rs)
+}
+
+// DefinedMTUFloor is the largest defined PRISM MTU not above mtu (0 below
+// the smallest).
+func DefinedMTUFloor(mtu int) uint16 {
+	for _, m := range []int{parser.MTUJumbo, parser.MTUDefault, parser.MTUSmall} {
+		if mtu >= m {
+			return uint16(m)
+		}
+	}
+	return 0
 }
 
 // SetAMMACs replaces the trusted AM source MACs (configuration reload); safe
@@ -304,7 +331,7 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 		return
 	}
 	if len(frame) < parser.ControlBodyOff {
-		cm.drop(reasonMalformed)
+		cm.malformedAs("truncated") // rule C2
 		return
 	}
 	h := parser.ControlHeader(frame[parser.HdrOff:parser.ControlBodyOff])
@@ -324,13 +351,13 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 			w.respond(now, in, frame, h, r, tx)
 			return
 		}
-		cm.drop(reasonMalformed)
+		cm.malformed(err)
 		return
 	}
 	cm.cmd(c.Cmd)
 	switch c.Cmd {
 	case parser.CmdCapsQuery:
-		w.caps(in, frame, c, tx)
+		w.caps(now, in, frame, c, tx)
 		return
 	case parser.CmdAck, parser.CmdCapsResponse:
 		cm.drop(reasonUnexpected)
@@ -422,7 +449,7 @@ func (w *Worker) stage(now int64, c *parser.Control, tx dataplane.Sender) reply 
 		return reply{st: parser.StatusBadState, ack: noOp(w.state(st.cur)), record: true}
 	}
 	stg := c.Stage()
-	if ok, _ := covers(w.n.records, &stg.Context); !ok {
+	if ok, _ := covers(*w.n.records.Load(), &stg.Context); !ok {
 		return reply{st: parser.StatusUnsupported, ack: noOp(parser.StateNone), record: true}
 	}
 	if stg.Context.Collective == parser.CollBitmap {
@@ -653,28 +680,34 @@ func (w *Worker) remember(k txnKey, req, ack []byte) {
 }
 
 // caps answers CAPS_QUERY with the requested page of capability records.
-func (w *Worker) caps(in int, frame []byte, c *parser.Control, tx dataplane.Sender) {
-	rs := w.n.records
+func (w *Worker) caps(now int64, in int, frame []byte, c *parser.Control, tx dataplane.Sender) {
+	rs := *w.n.records.Load()
 	np := pages(len(rs))
 	page := int(c.CapsQueryPage())
+	if page >= np {
+		// Past the last page: INVALID, Detail 0 (the Page byte).
+		w.respond(now, in, frame, parser.ControlHeader(frame[parser.HdrOff:parser.ControlBodyOff]),
+			reply{st: parser.StatusInvalid, ack: parser.Ack{AckedCmd: parser.CmdCapsQuery, Detail: 0}}, tx)
+		return
+	}
 	var p parser.CapsPage
 	p.PortCount = uint16(w.ports(tx))
 	p.MaxMTU = w.n.cfg.Limits.MaxMTU
+	if len(rs) > 0 {
+		p.MaxMTU = rs[0].MaxMTU // every record carries the node's bound (SetPortMTU)
+	}
 	p.MaxOps = w.n.cfg.Limits.MaxOps
-	if page < np {
-		for i := page * parser.MaxCapRecords; i < len(rs) && p.NRecords < parser.MaxCapRecords; i++ {
-			p.Records[p.NRecords] = rs[i]
-			p.NRecords++
-		}
+	for i := page * parser.MaxCapRecords; i < len(rs) && p.NRecords < parser.MaxCapRecords; i++ {
+		p.Records[p.NRecords] = rs[i]
+		p.NRecords++
 	}
 	var body [parser.CapsPageHdrLen + parser.MaxCapRecords*parser.CapRecordLen]byte
 	bn, err := p.Encode(body[:])
 	if err != nil {
 		return
 	}
-	idx := min(page, np-1)
 	resp := parser.Control{Op: c.Op, Txn: c.Txn, SrcEP: c.DstEP, DstEP: c.SrcEP, Cmd: parser.CmdCapsResponse,
-		FragIndex: uint8(idx), FragCount: uint8(np), Body: body[:bn]}
+		FragIndex: uint8(page), FragCount: uint8(np), Body: body[:bn]}
 	n, err := resp.Encode(w.buf[:], parser.Eth{Dst: [6]byte(frame[6:12]), Src: replySrc(frame)})
 	if err != nil {
 		return

@@ -120,7 +120,9 @@ func TestControlStageStatuses(t *testing.T) {
 		{name: "port", bind: func(b []parser.Binding) []parser.Binding { b[1].Port = 7; return b }, status: parser.StatusInvalidBinding, detail: 40 + 16 + 8},
 		{name: "zero mac", bind: func(b []parser.Binding) []parser.Binding { b[2].PeerMAC = [6]byte{}; return b }, status: parser.StatusInvalidBinding, detail: 40 + 32 + 10},
 		{name: "duplicate stream", bind: func(b []parser.Binding) []parser.Binding { b[1].Stream = 1; return b }, status: parser.StatusInvalidBinding, detail: 40 + 16 + 2},
-		{name: "duplicate endpoint", bind: func(b []parser.Binding) []parser.Binding { b[2].LocalEP = 10; return b }, status: parser.StatusInvalidBinding, detail: 40 + 32 + 4},
+		{name: "duplicate endpoint", bind: func(b []parser.Binding) []parser.Binding { b[1].LocalEP = 10; return b }, status: parser.StatusInvalidBinding, detail: 40 + 16 + 4},
+		// Only incoming bindings must differ in Local Endpoint (5.1).
+		{name: "outgoing shares an endpoint", bind: func(b []parser.Binding) []parser.Binding { b[2].LocalEP = 10; return b }, status: parser.StatusOK, detail: parser.NoDetail},
 		{name: "single with parent", bind: func(b []parser.Binding) []parser.Binding {
 			return append(b, parser.Binding{Kind: parser.KindParent, Stream: 9, LocalEP: 19, PeerEP: 1, Port: 3, PeerMAC: swMAC(1, 1)})
 		}, status: parser.StatusInvalidBinding, detail: 14},
@@ -263,8 +265,18 @@ func TestControlUntrustedAndMalformed(t *testing.T) {
 	if out := r.do(badCmd); len(out) != 0 {
 		t.Fatal("replied to an unknown command")
 	}
-	if r.w.n.cm.Drops("malformed") != 2 {
+	bodyOnCommit := controlFrame(t, ruleKey, parser.CmdCommit, []byte{0, 0, 0, 0}, 6) // rule C10
+	if out := r.do(bodyOnCommit); len(out) != 0 {
+		t.Fatal("replied to a COMMIT with a body")
+	}
+	if r.w.n.cm.Drops("malformed") != 3 {
 		t.Fatalf("malformed drops %d", r.w.n.cm.Drops("malformed"))
+	}
+	// Each under the reason of the rule it failed (protocol.md section 5).
+	for reason, want := range map[string]uint64{"truncated": 1, "out_of_range": 1, "bad_length": 1} {
+		if got := r.w.n.cm.DecodeDrops(reason); got != want {
+			t.Fatalf("decode drops %s = %d, want %d", reason, got, want)
+		}
 	}
 	// An ACK sent to a node is unexpected.
 	ack := controlFrame(t, ruleKey, parser.CmdAck, make([]byte, parser.AckBodyLen), 5)
@@ -519,6 +531,69 @@ func TestAbandonedContextsExpire(t *testing.T) {
 		expect(cmd(k, parser.CmdComplete), parser.StatusOK, parser.StateAborted)
 		expect(cmd(k, parser.CmdCommit), parser.StatusStaleGeneration, parser.StateNone)
 		expect(stageFrame(t, k, next(), ctx, bs), parser.StatusStaleGeneration, parser.StateNone)
+	}
+}
+
+// TestCapsPastLastPage: a CAPS_QUERY for a page at or past Fragment Count is
+// answered ACK INVALID with Detail 0 (the Page byte), not with a page
+// (docs/protocol.md 5.3).
+func TestCapsPastLastPage(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	np := pages(len(Records(Limits{})))
+	for _, page := range []int{np, np + 1, 255} {
+		body := make([]byte, parser.CapsQueryLen)
+		if _, err := parser.EncodeCapsQuery(body, uint8(page)); err != nil {
+			t.Fatal(err)
+		}
+		st, a := r.ack(controlFrame(t, parser.OpKey{}, parser.CmdCapsQuery, body, uint32(700+page)))
+		if st != parser.StatusInvalid || a.Detail != 0 || a.AckedCmd != parser.CmdCapsQuery {
+			t.Fatalf("page %d of %d: %v detail %d acked %v, want INVALID detail 0 for CAPS_QUERY", page, np, st, a.Detail, a.AckedCmd)
+		}
+	}
+}
+
+// TestPortMTUBoundsCaps: with ports of MTU 1500 (or 8000) the node
+// advertises Max MTU 1500 in every page and record and refuses a STAGE of
+// MTU 9000 as UNSUPPORTED, which it accepts with jumbo ports; the bound
+// follows the ports when they change.
+func TestPortMTUBoundsCaps(t *testing.T) {
+	n := NewNode(NodeConfig{AMMACs: [][6]byte{amMAC}, Logger: quietLogger()})
+	r := &nodeRig{t: t, w: n.NewWorker(0, 1), tx: &recorder{}, now: 1e9}
+	ctx := goodCtx()
+	ctx.MTU, ctx.WindowBytes, ctx.WindowElements, ctx.VectorLen = 9000, 8*9014, 8*2240, 20000
+	txn := uint32(800)
+	maxMTU := func() uint16 {
+		t.Helper()
+		body := make([]byte, parser.CapsQueryLen)
+		txn++
+		out := r.do(controlFrame(t, parser.OpKey{}, parser.CmdCapsQuery, body, txn))
+		var c parser.Control
+		if len(out) != 1 || c.Decode(out[0], parser.Limits{}) != nil || c.Cmd != parser.CmdCapsResponse {
+			t.Fatal("no CAPS_RESPONSE")
+		}
+		p := c.CapsPage()
+		for _, rec := range p.Records[:p.NRecords] {
+			if rec.MaxMTU != p.MaxMTU {
+				t.Fatalf("record Max MTU %d, page Max MTU %d", rec.MaxMTU, p.MaxMTU)
+			}
+		}
+		return p.MaxMTU
+	}
+	key := ruleKey
+	for _, c := range []struct {
+		portMTU int
+		want    uint16
+		st      parser.Status
+	}{{1500, 1500, parser.StatusUnsupported}, {8000, 1500, parser.StatusUnsupported}, {9000, 9000, parser.StatusOK}, {1499, 576, parser.StatusUnsupported}} {
+		n.SetPortMTU(c.portMTU)
+		if got := maxMTU(); got != c.want {
+			t.Fatalf("ports of MTU %d: Max MTU %d, want %d", c.portMTU, got, c.want)
+		}
+		key.Op++
+		txn++
+		if st, _ := r.ack(stageFrame(t, key, txn, ctx, goodBindings())); st != c.st {
+			t.Fatalf("ports of MTU %d: STAGE of MTU 9000 answered %v, want %v", c.portMTU, st, c.st)
+		}
 	}
 }
 

@@ -257,6 +257,10 @@ func (e *Engine) Commit(now int64, key parser.OpKey) error {
 	o.activeAt, o.ctlAt = now, now
 	for i := range o.in {
 		o.in[i].lastActive = now
+		o.in[i].progressAt = now // the first keepalive a quarter timeout on
+	}
+	if o.result != nil {
+		o.result.progressAt = now
 	}
 	return nil
 }

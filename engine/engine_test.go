@@ -304,13 +304,13 @@ func TestAdmission(t *testing.T) {
 	ch := append([]byte(nil), r.data[0]...)
 	ch[len(ch)-1] ^= 0x40 // same Packet ID, other bytes
 	r.e.HandleData(r.now, 0, ch, r.tx)
-	if m.Drops[DropInvalid].Load() != 1 {
+	if m.Drops[DropOverlap].Load() != 1 {
 		t.Fatal("changed bytes under an old Packet ID accepted")
 	}
 	ov := append([]byte(nil), r.data[0]...)
 	parser.DataHeader(ov[parser.HdrOff:]).SetPacketID(77) // overlap under a new Packet ID
 	r.e.HandleData(r.now, 0, ov, r.tx)
-	if m.Drops[DropInvalid].Load() != 2 {
+	if m.Drops[DropOverlap].Load() != 2 {
 		t.Fatal("overlap under a new Packet ID accepted")
 	}
 }
@@ -502,11 +502,11 @@ func TestFailureAnnouncedToEveryPeer(t *testing.T) {
 }
 
 // TestPeerFailedFailsOp: a RESULT receiver (here a rank) that answers
-// FAILED or UNKNOWN_OPERATION ends the operation at once, and the error
-// names the stream and the peer; a PROGRESS from anyone else changes
+// FAILED, UNKNOWN_OPERATION or INVALID ends the operation at once, and the
+// error names the stream and the peer; a PROGRESS from anyone else changes
 // nothing.
 func TestPeerFailedFailsOp(t *testing.T) {
-	for _, st := range []parser.ProgressStatus{parser.ProgressStatusFailed, parser.ProgressStatusUnknownOperation} {
+	for _, st := range []parser.ProgressStatus{parser.ProgressStatusFailed, parser.ProgressStatusUnknownOperation, parser.ProgressStatusInvalid} {
 		r := newRig(t, kulisch.FP32Arrival, 1<<20)
 		spoof := append([]byte(nil), r.prog[0]...)
 		parser.ProgressHeader(spoof[parser.HdrOff : parser.HdrOff+parser.ProgressHdrLen]).SetStatus(st)
@@ -591,5 +591,87 @@ func TestUnknownOperationAnswered(t *testing.T) {
 	}
 	if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
 		t.Fatalf("the staged operation is %v, want ACTIVE", s.State)
+	}
+}
+
+// TestKeepAliveProgress: a receiver sends a timer-driven PROGRESS (Packet ID
+// 0, status OK, its window's state) on every incomplete stream that heard
+// none for Timeout/4 (docs/protocol.md section 7), and no more often: the
+// clock of a stream restarts with each PROGRESS it gets.
+func TestKeepAliveProgress(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 1<<20) // Timeout 1 h: keepalive every 15 min
+	r.tx.keep = true
+	t0 := r.now
+	quarter := int64(15 * time.Minute)
+	keepalives := func(at int64) map[uint16]parser.Progress {
+		t.Helper()
+		r.tx.frames = nil
+		r.now = at
+		r.e.Tick(r.now, r.tx)
+		got := map[uint16]parser.Progress{}
+		for _, f := range r.tx.frames {
+			var p parser.Progress
+			if err := p.Decode(f, parser.Limits{VectorLen: 1 << 20}); err != nil {
+				t.Fatalf("tick sent a frame that is not PROGRESS: %v", err)
+			}
+			want := map[uint16][6]byte{10: rank0, 11: rank1}[p.Stream]
+			if p.PacketID != 0 || p.Status != parser.ProgressStatusOK || p.Flags != 0 || [6]byte(f[0:6]) != want || p.IntervalCredits == 0 {
+				t.Fatalf("keepalive %+v to %x: want Packet ID 0, OK, DATA, credits, to the stream's rank", p, f[0:6])
+			}
+			got[p.Stream] = p
+		}
+		return got
+	}
+	if got := keepalives(t0 + quarter - int64(time.Second)); len(got) != 0 {
+		t.Fatalf("keepalives %v before a quarter timeout", got)
+	}
+	if got := keepalives(t0 + quarter); len(got) != 2 || got[10].Committed != 0 {
+		t.Fatalf("keepalives %v at a quarter timeout, want one to each silent rank, committed 0", got)
+	}
+	if got := keepalives(t0 + quarter + int64(time.Second)); len(got) != 0 {
+		t.Fatalf("keepalives %v a second after the last", got)
+	}
+	r.now = t0 + 20*int64(time.Minute)
+	r.e.HandleData(r.now, 0, r.data[0], r.tx) // rank 0 sends (and is answered)
+	r.e.Flush(r.now, r.tx)
+	if got := keepalives(t0 + 2*quarter); len(got) != 1 || got[11].Stream != 11 {
+		t.Fatalf("keepalives %v at half the timeout, want rank 1's only (rank 0 was answered 10 min ago)", got)
+	}
+	if got := keepalives(t0 + 20*int64(time.Minute) + quarter); len(got) != 1 || got[10].Committed != r.count {
+		t.Fatalf("keepalives %v, want rank 0's, committed %d", got, r.count)
+	}
+}
+
+// TestStaleProgressIgnored: a PROGRESS whose Committed Element is below one
+// already heard on the stream is counted as stale_progress and changes
+// nothing: not the credits, not the frames held (docs/protocol.md 7).
+func TestStaleProgressIgnored(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 1<<20)
+	for range 4 {
+		r.step() // RESULT frames out, rank 0's PROGRESS for them in
+	}
+	m := r.e.Metrics()
+	newer := append([]byte(nil), r.prog[0]...)
+	ph := parser.ProgressHeader(newer[parser.HdrOff : parser.HdrOff+parser.ProgressHdrLen])
+	if ph.Committed() == 0 {
+		t.Fatal("the rig's PROGRESS acknowledged nothing")
+	}
+	old := append([]byte(nil), newer...)
+	oh := parser.ProgressHeader(old[parser.HdrOff : parser.HdrOff+parser.ProgressHdrLen])
+	oh.SetCommitted(ph.Committed() - 1)
+	oh.SetIntervalCredits(0) // were it applied, the RESULT stream would stop
+	oh.SetByteCredits(0)
+	admitted := m.Frames[parser.ClassProgress].Load()
+	sw := r.e.ops[r.key].outs[0].sw
+	ci, cb := sw.Credits()
+	r.e.HandleProgress(r.now, 0, old, r.tx)
+	if ci2, cb2 := sw.Credits(); ci2 != ci || cb2 != cb {
+		t.Fatalf("credits %d/%d after a stale PROGRESS of none, were %d/%d: it was applied", ci2, cb2, ci, cb)
+	}
+	if got := m.Drops[DropStaleProgress].Load(); got != 1 {
+		t.Fatalf("stale_progress drops %d, want 1", got)
+	}
+	if m.Frames[parser.ClassProgress].Load() != admitted {
+		t.Fatal("a stale PROGRESS was counted as admitted")
 	}
 }

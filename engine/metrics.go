@@ -24,14 +24,16 @@ const (
 	DropWrongMAC                     // source MAC differs from the binding's peer MAC
 	DropWrongEndpoint                // endpoints differ from the binding's
 	DropBadFormat                    // group format not allowed for the binding/policy
-	DropInvalid                      // overlap under a new Packet ID or changed bytes
+	DropOverlap                      // overlap under a new Packet ID or changed bytes (spec reason overlap)
 	DropNoCredit                     // outside the receive window
 	DropArithmetic                   // the accumulator rejected a value (malformed Kulisch)
+	DropStaleProgress                // PROGRESS below a watermark already heard: ignored
 	dropCount
 )
 
 var dropNames = [dropCount]string{"unknown_operation", "not_active", "malformed", "unknown_stream", "wrong_port",
-	"wrong_mac", "wrong_endpoint", "bad_format", "invalid", "no_credit", "arithmetic"}
+	"wrong_mac", "wrong_endpoint", "bad_format", "overlap", "no_credit", "arithmetic",
+	"stale_progress"}
 
 func (d Drop) String() string {
 	if d < dropCount {

@@ -26,6 +26,7 @@ type inbound struct {
 	armed      bool // RESULT_IN: inactivity clock running
 	owed       bool // an OK PROGRESS waits for Engine.Flush
 	owedPID    uint32
+	progressAt int64 // when the last PROGRESS went to this stream's sender (keepAlive)
 	// pushAt is the end of the furthest admitted frame that carried PUSH:
 	// the sender (a persistent collective between invocations) sends
 	// nothing beyond it until it hears back, so emission must not wait for
@@ -543,7 +544,7 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 		m.Duplicates.Add(1)
 		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusDuplicate, tx)
 	case stream.Invalid:
-		m.drop(DropInvalid)
+		m.drop(DropOverlap)
 		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusInvalid, tx)
 	case stream.NoCredit:
 		m.drop(DropNoCredit)
@@ -1157,21 +1158,29 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 	if !o.checkPeer(&ob.b, in, frame, p.SrcEP, p.DstEP) {
 		return
 	}
-	m.Frames[parser.ClassProgress].Add(1)
-	if p.Status == parser.ProgressStatusFailed || p.Status == parser.ProgressStatusUnknownOperation {
+	if p.Status == parser.ProgressStatusFailed || p.Status == parser.ProgressStatusUnknownOperation || p.Status == parser.ProgressStatusInvalid {
+		m.Frames[parser.ClassProgress].Add(1)
 		// The receiver of this transfer has given up on the operation
-		// (its context FAILED) or no longer has it: nothing sent on it
-		// can complete, so fail now, naming it, rather than when the
-		// stream's own timer gives up.
+		// (its context FAILED), no longer has it, or refused one of our
+		// frames as invalid (it can never take that range from us):
+		// nothing sent on it can complete, so fail now, naming it,
+		// rather than when the stream's own timer gives up.
 		what := "FAILED"
-		if p.Status == parser.ProgressStatusUnknownOperation {
+		switch p.Status {
+		case parser.ProgressStatusUnknownOperation:
 			what = "UNKNOWN_OPERATION"
+		case parser.ProgressStatusInvalid:
+			what = "INVALID for packet " + itoa(int(p.PacketID))
 		}
 		o.fail(now, parser.FailPeer, ob.b.Stream, ob.sw.Committed(), fmt.Errorf("%s stream %d: peer %s answered %s", ob.b.Kind, ob.b.Stream,
 			mac(ob.b.PeerMAC), what), tx)
 		return
 	}
-	ob.sw.ApplyProgress(now, p, &o.e.holes)
+	if !ob.sw.ApplyProgress(now, p, &o.e.holes) {
+		m.drop(DropStaleProgress)
+		return
+	}
+	m.Frames[parser.ClassProgress].Add(1)
 	o.retransmit(now, ob, tx)
 	if o.state != parser.StateActive {
 		return
@@ -1283,6 +1292,7 @@ func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.Progress
 	ib.advZero = ci == 0 || st == parser.ProgressStatusNoCredit
 	ib.advCI = ci
 	ib.owed = false // this one carries the newest state too
+	ib.progressAt = now
 	e.send(tx, ib.b.Port, e.pbuf[:n])
 	e.m.ProgressSent.Add(1)
 }
@@ -1445,8 +1455,29 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 			return
 		}
 	}
+	o.keepAlive(now, timeout/4, tx)
 	o.emit(now, tx)
 	o.checkDone(now)
+}
+
+// keepAlive sends a timer-driven PROGRESS (Packet ID 0) on every incomplete
+// stream this context receives that heard none for every: the receiver's
+// side of docs/protocol.md section 7, at least one per Timeout/4 while a
+// stream is incomplete. It tells a sender whose window is shut (waiting for
+// another contributor, say) that the receiver lives and what room it has,
+// should the window update that opened it have been lost. A stream resting
+// at a PUSH boundary (a persistent collective between invocations) is not
+// incomplete: it gets nothing until its sender moves.
+func (o *op) keepAlive(now, every int64, tx dataplane.Sender) {
+	for i := range o.in {
+		ib := &o.in[i]
+		if !ib.rw.Done() && !ib.paused() && now-ib.progressAt >= every {
+			o.sendProgress(now, ib, 0, parser.ProgressStatusOK, tx)
+		}
+	}
+	if r := o.result; r != nil && r.armed && !r.rw.Done() && !r.paused() && now-r.progressAt >= every {
+		o.sendProgress(now, r, 0, parser.ProgressStatusOK, tx)
+	}
 }
 
 func (o *op) timeoutErr(now int64, ib *inbound) error {

@@ -128,10 +128,14 @@ func (s *Spec) Validate(ports int) error {
 			return &SpecError{i, "stream", fmt.Sprintf("duplicate stream %d", b.Stream)}
 		}
 		seen[k] = true
-		if eps[b.LocalEP] {
-			return &SpecError{i, "local_endpoint", fmt.Sprintf("duplicate local endpoint %d", b.LocalEP)}
+		// Incoming streams are told apart by their Local Endpoint too
+		// (docs/protocol.md 5.1); an outgoing binding's may repeat one.
+		if b.Kind == parser.KindContributor || b.Kind == parser.KindResultIn {
+			if eps[b.LocalEP] {
+				return &SpecError{i, "local_endpoint", fmt.Sprintf("two incoming bindings share local endpoint %d", b.LocalEP)}
+			}
+			eps[b.LocalEP] = true
 		}
-		eps[b.LocalEP] = true
 	}
 	if nContrib == 0 {
 		return &SpecError{-1, "bindings", "no CONTRIBUTOR binding"}

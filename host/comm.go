@@ -383,7 +383,7 @@ func (l *evLoop) dispatch(ops opTable, n int, now int64) {
 		}
 	}
 	for _, op := range ops {
-		op.flushAck(&l.tx)
+		op.flushAck(now, &l.tx)
 	}
 }
 

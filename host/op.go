@@ -58,6 +58,9 @@ type opRun struct {
 	startReq       atomic.Uint32
 	lastResult     int64
 	resultDeadline int64 // RESULT inactivity bound (ns)
+	// progressAt is when the last PROGRESS for RESULT went out; keepEvery
+	// is a quarter of the operation's Timeout (the keepalive in step).
+	progressAt, keepEvery int64
 	lingerFor      int64 // how long to answer late RESULT after success
 	lingerUntil    int64
 	frames         uint64
@@ -110,7 +113,7 @@ func (op *opRun) finish(err error) {
 func (op *opRun) startInvocation(now int64, inv uint32) {
 	op.base, op.limit = inv*op.n, (inv+1)*op.n
 	op.state = opRunning
-	op.lastResult = now
+	op.lastResult, op.progressAt = now, now
 }
 
 // service runs the operation's sending side once: cancellation, new DATA,
@@ -270,6 +273,7 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	drops0 := c.kernelDrops()
 	t1 := time.Now()
 	op.lastResult = mono()
+	op.progressAt = op.lastResult
 	if err := c.register(op); err != nil {
 		return st, oe("data", err)
 	}
@@ -352,6 +356,7 @@ func newOp(c *Comm, g *am.Grant, sv, rv elems) (*opRun, error) {
 	// The RESULT inactivity bound: the switches' own contributor timeout
 	// plus a margin, so the AM's diagnosis already sees the failed node.
 	op.resultDeadline = int64(timeout) + int64(time.Second)
+	op.keepEvery = int64(timeout) / 4
 	op.lingerFor = int64(timeout)
 	op.limit = g.VectorLen
 	if g.Persistent {
@@ -405,6 +410,15 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 	}
 	if err := op.sw.Check(now); err != nil {
 		return false, fmt.Errorf("%w: leaf %s did not acknowledge DATA: %v", ErrTimeout, g.Leaf, err)
+	}
+	if op.rw != nil && !resDone && op.keepEvery > 0 && now-op.progressAt >= op.keepEvery {
+		// The keepalive of docs/protocol.md section 7: an incomplete
+		// RESULT stream hears from its receiver at least once per
+		// Timeout/4 (Packet ID 0), so its sender learns the rank lives
+		// and what room it has even when nothing arrived.
+		if err := op.progress(now, 0, parser.ProgressStatusOK, tx); err != nil {
+			return false, err
+		}
 	}
 	if op.rw != nil && !resDone && now-op.lastResult > op.resultDeadline {
 		got := op.rw.Committed() - op.base
@@ -520,7 +534,7 @@ func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 		case stream.NoCredit:
 			status = parser.ProgressStatusNoCredit
 		}
-		return op.progress(d.PacketID, status, tx)
+		return op.progress(now, d.PacketID, status, tx)
 	}
 	return nil
 }
@@ -586,18 +600,19 @@ func ConvertGroup(dst []byte, to parser.Format, grp parser.Group, kw int) error 
 
 // flushAck sends the PROGRESS owed to the in-order RESULT frames of the
 // batch just applied.
-func (op *opRun) flushAck(tx *txQueue) {
+func (op *opRun) flushAck(now int64, tx *txQueue) {
 	if op.ackPID == 0 {
 		return
 	}
-	if err := op.progress(op.ackPID, parser.ProgressStatusOK, tx); err != nil && op.state == opRunning {
+	if err := op.progress(now, op.ackPID, parser.ProgressStatusOK, tx); err != nil && op.state == opRunning {
 		op.end(err)
 	}
 }
 
 // progress answers a RESULT frame (and every in-order frame before it).
-func (op *opRun) progress(pid uint32, status parser.ProgressStatus, tx *txQueue) error {
+func (op *opRun) progress(now int64, pid uint32, status parser.ProgressStatus, tx *txQueue) error {
 	op.ackPID = 0
+	op.progressAt = now
 	g := op.g
 	ic, bc := op.rw.Credits()
 	p := &op.pout

@@ -66,7 +66,7 @@ func TestHandleAllocs(t *testing.T) {
 		if err := op.handle(mono(), frames[k], &tx); err != nil {
 			t.Fatal(err)
 		}
-		op.flushAck(&tx)
+		op.flushAck(mono(), &tx)
 		if err := tx.flush(); err != nil {
 			t.Fatal(err)
 		}
@@ -332,5 +332,71 @@ func TestLoopOutOfOrderAnswered(t *testing.T) {
 	// and the missing range, it does not complete.
 	if op.rw.Committed() >= uint32(n) || bytes.Equal(asBytes(send), asBytes(recv)) {
 		t.Fatal("completed despite a lost RESULT")
+	}
+}
+
+// captureConn records the frames written to it.
+type captureConn struct {
+	nullConn
+	frames [][]byte
+}
+
+func (c *captureConn) WriteFrame(b []byte) error {
+	c.frames = append(c.frames, append([]byte(nil), b...))
+	return nil
+}
+
+// TestResultKeepAlive: a rank whose RESULT stream is incomplete sends a
+// timer-driven PROGRESS (Packet ID 0, flag RESULT, its window's state) once
+// per Timeout/4 without RESULT traffic, and no more often (docs/protocol.md
+// section 7).
+func TestResultKeepAlive(t *testing.T) {
+	const n = 1000
+	g := &am.Grant{VectorLen: n, MTU: 1500, TimeoutMS: 400,
+		Data:   am.StreamBinding{StreamID: 3, SrcEndpoint: 10, DstEndpoint: 20},
+		Result: &am.StreamBinding{StreamID: 4, SrcEndpoint: 21, DstEndpoint: 11}}
+	key := parser.OpKey{Job: 1, Group: 1, Op: 1}
+	recv := make([]float32, n)
+	rv, _ := view(recv)
+	cc := &captureConn{}
+	op := &opRun{c: &Comm{conn: cc}, g: g, key: key, recv: rv, width: 4, mtu: 1500,
+		sw:    stream.NewSendWindow(stream.SendConfig{ReplayDepth: 64, FrameSize: 1514}),
+		rw:    stream.NewRecvWindow(stream.RecvConfig{VectorLen: n, Intervals: 64, MaxFrame: 1514}),
+		state: opRunning, limit: n, next: n, resultDeadline: int64(time.Hour), keepEvery: int64(100 * time.Millisecond)}
+	tx := newTxQueue(asBatch(cc), "cap0")
+	t0 := mono()
+	op.lastResult, op.progressAt = t0, t0
+	sent := func(at time.Duration) []parser.Progress {
+		t.Helper()
+		cc.frames = nil
+		if _, err := op.step(t0+int64(at), &tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.flush(); err != nil {
+			t.Fatal(err)
+		}
+		var ps []parser.Progress
+		for _, f := range cc.frames {
+			var p parser.Progress
+			if err := p.Decode(f, parser.Limits{VectorLen: n}); err != nil {
+				t.Fatalf("rank sent a frame that is not PROGRESS: %v", err)
+			}
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	if ps := sent(99 * time.Millisecond); len(ps) != 0 {
+		t.Fatalf("%d PROGRESS before Timeout/4", len(ps))
+	}
+	ps := sent(100 * time.Millisecond)
+	if len(ps) != 1 || ps[0].PacketID != 0 || ps[0].Stream != 4 || ps[0].Flags != parser.ProgressFlagResult ||
+		ps[0].Status != parser.ProgressStatusOK || ps[0].IntervalCredits == 0 {
+		t.Fatalf("at Timeout/4: %+v, want one PROGRESS, Packet ID 0, stream 4, flag RESULT, OK, with credits", ps)
+	}
+	if ps := sent(150 * time.Millisecond); len(ps) != 0 {
+		t.Fatalf("%d PROGRESS half a quarter after the keepalive", len(ps))
+	}
+	if ps := sent(200 * time.Millisecond); len(ps) != 1 {
+		t.Fatalf("%d PROGRESS a quarter after the keepalive, want 1", len(ps))
 	}
 }

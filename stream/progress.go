@@ -12,8 +12,15 @@ import "github.com/prismd/prismd/parser"
 // Statuses that end the transfer (INVALID, UNKNOWN_OPERATION, FAILED) are
 // the caller's to act on; it may still apply them here for the credits and
 // watermark they carry. holes is scratch for the converted hole list, so
-// nothing is allocated.
-func (w *SendWindow) ApplyProgress(now int64, p *parser.Progress, holes *[MaxHoles]Hole) {
+// nothing is allocated. It reports false, changing nothing, for a stale
+// PROGRESS: one whose Committed is below the watermark already heard.
+func (w *SendWindow) ApplyProgress(now int64, p *parser.Progress, holes *[MaxHoles]Hole) bool {
+	if p.Committed < w.committed {
+		// Stale (docs/protocol.md section 7): a later PROGRESS already
+		// moved the watermark past it, so its credits and holes describe
+		// a window that no longer exists. Ignored entirely.
+		return false
+	}
 	h := holes[:p.NHoles]
 	for i := range h {
 		h[i] = Hole(p.Holes[i])
@@ -27,4 +34,5 @@ func (w *SendWindow) ApplyProgress(now int64, p *parser.Progress, holes *[MaxHol
 	if p.Status == parser.ProgressStatusNoCredit {
 		w.OnRejected(p.PacketID)
 	}
+	return true
 }

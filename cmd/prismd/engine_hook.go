@@ -42,6 +42,11 @@ func init() {
 			registerKeyRoutes(mux, node.Keys(), slog.Default())
 		}
 	}
+	onPorts = func(minMTU int) {
+		if node != nil {
+			node.SetPortMTU(minMTU)
+		}
+	}
 	onReload = func(c *Config) {
 		if node != nil {
 			node.SetAMMACs(c.AMSourceMACs())

@@ -29,3 +29,7 @@ var controlRoutes func(mux *http.ServeMux)
 // onReload is told about every accepted reload (e.g. new am_sources); nil
 // does nothing.
 var onReload func(c *Config)
+
+// onPorts is told the smallest MTU of the port set after every change, so
+// the collective engine advertises no larger operation MTU (nil: no engine).
+var onPorts func(minMTU int)

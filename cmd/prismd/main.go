@@ -186,6 +186,13 @@ func (d *daemon) applyPorts(cfg *Config) error {
 		}
 	}
 	d.ports = next
+	if onPorts != nil && len(list) > 0 {
+		m := list[0].MTU()
+		for _, p := range list[1:] {
+			m = min(m, p.MTU())
+		}
+		onPorts(m)
+	}
 	return nil
 }
 
