@@ -85,11 +85,12 @@ func renderWorkedExamples() string {
 	sb.WriteString("Generated from the encoder (`parser/examples.go`) by `parser/protocol_doc_test.go`, which fails when\n" +
 		"this section differs from what the encoder produces; `PRISMD_UPDATE_DOC=1 go test ./parser -run TestProtocolDoc`\n" +
 		"rewrites it. Each block is a whole Ethernet frame (destination 02:00:00:00:00:01, source 02:00:00:00:00:02,\n" +
-		"EtherType 88b5) without FCS and without Ethernet padding; offsets are hexadecimal, ranges in the layout lines\n" +
-		"decimal. Unless stated otherwise the operation identity is Job 0x0102030405060708, Group 1, Group Gen 1, Op 7,\n" +
+		"EtherType 88b5; replies too, although a real reply goes back to the request's source) without FCS and without\n" +
+		"Ethernet padding; offsets are hexadecimal, ranges in the layout lines decimal. The Fields list under each\n" +
+		"example gives every field the frame carries, decoded from it. Unless stated otherwise the operation identity is Job 0x0102030405060708, Group 1, Group Gen 1, Op 7,\n" +
 		"Op Gen 1, and DATA/RESULT frames belong to an operation with Vector Length 1024, Kulisch W = 280 and MTU 1500.\n")
 	for i, e := range Examples() {
-		fmt.Fprintf(&sb, "\n### 12.%d %s\n\n%s %d bytes.\n\nLayout: %s.\n\n", i+1, e.Title, e.Note, len(e.Frame), layout(e))
+		fmt.Fprintf(&sb, "\n### 12.%d %s\n\n%s %d bytes.\n\nLayout: %s.\n\nFields:\n\n%s\n\n", i+1, e.Title, e.Note, len(e.Frame), layout(e), exampleFields(e))
 		fmt.Fprintf(&sb, "```text prism-example:%s\n%s```\n", e.Marker, hexDump(e.Frame))
 	}
 	return sb.String()

@@ -121,13 +121,13 @@ func (e *env) runCollective(t *testing.T, o opSpec, stepwise bool) {
 		if p.Status != psDuplicate || p.Committed != uint32(b2) {
 			t.Errorf("duplicate: PROGRESS status %d committed %d, want DUPLICATE(1) %d", p.Status, p.Committed, b2)
 		}
-		got := e.dropDelta(dm, "duplicate", 1, 300*time.Millisecond)
+		got := e.specDropDelta(dm, "duplicate", 1, 300*time.Millisecond)
 		finding(t, "duplicate_counted", fDropLabels, got == 1,
-			"an identical repeat is counted under `duplicate` (6, 10); prismd's drop counters changed: %s", dropDiff(dm, e.metrics()))
-		// Credits: assumed absolute room = window minus what accepted frames
-		// above the committed element hold, frames counted like the MTU
-		// (bytes after the Ethernet header).
-		wantI1, wantB1 := o.WI-1, o.WB-uint32(len(f2))
+			"an identical repeat is counted under `duplicate` where section 10 says (%v); prismd's drop counters changed: %s", got, dropDiff(dm, e.metrics()))
+		// Credits (7): absolute room = window minus what accepted frames
+		// above the committed element hold, a frame counted from the first
+		// byte of its Ethernet header (f2 is what follows that header).
+		wantI1, wantB1 := o.WI-1, o.WB-uint32(14+len(f2))
 		finding(t, "credits_absolute", fCredits,
 			credits1.IntervalCredits == wantI1 && credits1.ByteCredits == wantB1 &&
 				credits3.IntervalCredits == o.WI && credits3.ByteCredits == o.WB,
@@ -256,8 +256,8 @@ func (e *env) runCollective(t *testing.T, o opSpec, stepwise bool) {
 	} else if p.Status != psUnknownOp || p.Committed != 0 || p.IntervalCredits != 0 || p.ByteCredits != 0 || len(p.Holes) != 0 || p.Flags != 0 {
 		t.Errorf("DATA of a released operation: PROGRESS %+v, want UNKNOWN_OPERATION, committed 0, no credits, no holes, no flags", p)
 	}
-	// COMPLETE of the released identity: assumed OK with RELEASED (the Expiry
-	// paragraph of 5 says so for a retired generation).
+	// COMPLETE of the released identity: OK with the state it was retired
+	// as (5: a node remembers the generations it retired).
 	r = e.am.must(t, e.am.cmd(o.ID, cmdComplete))
 	finding(t, "complete_after_release", fAfterRelease, r.C.Status == stOK && r.Ack.State == osReleased,
 		"COMPLETE after RELEASE answered status %d state %d; assumed OK/RELEASED as the Expiry paragraph says for a retired generation (5 also says a command for an unknown identity is BAD_STATE/NONE)", r.C.Status, r.Ack.State)

@@ -270,12 +270,23 @@ func drops(text, reason string) float64 {
 }
 
 // dropDelta waits up to d for the drop counter of reason to reach base+want
-// and returns the delta it saw (metrics are scraped, not pushed).
+// and returns the increase it saw.
 func (e *env) dropDelta(base string, reason string, want float64, d time.Duration) float64 {
-	b := drops(base, reason)
+	return e.waitDelta(base, func(text string) float64 { return drops(text, reason) }, want, d)
+}
+
+// specDropDelta is dropDelta for a reason counted where section 10's table
+// says (specDrops).
+func (e *env) specDropDelta(base string, reason string, want float64, d time.Duration) float64 {
+	return e.waitDelta(base, func(text string) float64 { return specDrops(text, reason) }, want, d)
+}
+
+// waitDelta scrapes until count grows by want over base, or d passes.
+func (e *env) waitDelta(base string, count func(string) float64, want float64, d time.Duration) float64 {
+	b := count(base)
 	deadline := time.Now().Add(d)
 	for {
-		got := drops(e.metrics(), reason) - b
+		got := count(e.metrics()) - b
 		if got >= want || time.Now().After(deadline) {
 			return got
 		}
