@@ -92,14 +92,14 @@ func NewNode(cfg NodeConfig) *Node {
 // while workers run.
 func (n *Node) SetPortMTU(mtu int) {
 	l := n.cfg.Limits
-	l.MaxMTU = min(l.MaxMTU, DefinedMTUFloor(mtu))
+	l.MaxMTU = min(l.MaxMTU, definedMTUFloor(mtu))
 	rs := Records(l)
 	n.records.Store(&rs)
 }
 
-// DefinedMTUFloor is the largest defined PRISM MTU not above mtu (0 below
+// definedMTUFloor is the largest defined PRISM MTU not above mtu (0 below
 // the smallest).
-func DefinedMTUFloor(mtu int) uint16 {
+func definedMTUFloor(mtu int) uint16 {
 	for _, m := range []int{parser.MTUJumbo, parser.MTUDefault, parser.MTUSmall} {
 		if mtu >= m {
 			return uint16(m)
