@@ -137,10 +137,17 @@ type Manager struct {
 	// strictly newer.
 	genBase uint32
 
-	mu        sync.Mutex
-	invs      map[invKey]*invocation
-	prep      map[invKey]*prepared // operations installed ahead of their invocation
-	ops       map[string]*operation
+	mu   sync.Mutex
+	invs map[invKey]*invocation
+	prep map[invKey]*prepared // operations installed ahead of their invocation
+	ops  map[string]*operation
+	// byID is the newest operation allocated each Operation ID of a job's
+	// group (allocate): whether an ID is in use is one lookup, not a scan
+	// of every operation kept for introspection.
+	byID map[genKey]*operation
+	// retired lists ended operations oldest first; they stay in ops for
+	// GET /v1/ops until retainEnded passes or maxRetained newer ones ended.
+	retired   []retiredOp
 	nextOpID  map[opIDKey]uint16
 	lastGen   map[genKey]uint32
 	groupGen  map[opIDKey]groupInfo
@@ -181,7 +188,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, logf: cfg.Logf,
 		genBase: uint32(time.Now().Unix()),
-		invs:    map[invKey]*invocation{}, prep: map[invKey]*prepared{}, ops: map[string]*operation{}, nextOpID: map[opIDKey]uint16{},
+		invs:    map[invKey]*invocation{}, prep: map[invKey]*prepared{}, ops: map[string]*operation{}, byID: map[genKey]*operation{}, nextOpID: map[opIDKey]uint16{},
 		lastGen: map[genKey]uint32{}, groupGen: map[opIDKey]groupInfo{}, capsCache: map[string]capsEntry{}}
 	m.metrics = newAMMetrics(m)
 	m.ctl = newCtlClient(cfg.Conn, cfg.RTO, cfg.CtlTimeout, m.metrics)
@@ -413,18 +420,27 @@ func (m *Manager) allocate(inv *invocation, retryID *uint16) OpIdentity {
 	return OpIdentity{Job: gk.job, Group: gk.group, GroupGen: gi.gen, OpID: opID, OpGen: gen}
 }
 
+// opIDBusy reports whether Operation ID id of group gk belongs to a live
+// operation. Called with m.mu held. It looked at every operation kept for
+// introspection (ten minutes of them): at a hundred small collectives a
+// second that was a scan of 60 000 operations, each under its lock, per
+// allocation.
+// track lists op for GET /v1/ops and as the holder of its Operation ID.
+// Called with m.mu held.
+func (m *Manager) track(op *operation) {
+	m.ops[op.id.Key()] = op
+	m.byID[genKey{op.id.Job, op.id.Group, op.id.OpID}] = op
+}
+
 func (m *Manager) opIDBusy(gk opIDKey, id uint16) bool {
-	for _, op := range m.ops {
-		if op.id.Job == gk.job && op.id.Group == gk.group && op.id.OpID == id {
-			op.mu.Lock()
-			live := op.ended.IsZero()
-			op.mu.Unlock()
-			if live {
-				return true
-			}
-		}
+	op := m.byID[genKey{gk.job, gk.group, id}]
+	if op == nil {
+		return false
 	}
-	return false
+	op.mu.Lock()
+	live := op.ended.IsZero()
+	op.mu.Unlock()
+	return live
 }
 
 // runInvocation places, sets up and grants one invocation.
@@ -575,7 +591,7 @@ func (m *Manager) setupInvocation(inv *invocation, hosts []RankHost, fail func(*
 		op := newOperation(m.allocate(inv, retryID), inv, tree, pl)
 		m.mu.Lock()
 		inv.op = op
-		m.ops[op.id.Key()] = op
+		m.track(op)
 		m.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 4*m.cfg.CtlTimeout+time.Duration(len(tree.Nodes))*time.Millisecond)
 		aerr := m.setup(ctx, op)
@@ -669,12 +685,43 @@ func (m *Manager) watch(op *operation, lastDone uint64) {
 }
 
 // retire forgets a finished operation after a while (status stays queryable).
+// retainEnded and maxRetained bound how long and how many ended operations
+// GET /v1/ops still lists.
+const (
+	retainEnded = 10 * time.Minute
+	maxRetained = 4096
+)
+
+type retiredOp struct {
+	op *operation
+	at time.Time
+}
+
+// retire lets an ended operation go from GET /v1/ops after retainEnded, or
+// sooner once maxRetained newer ones ended (a job running small
+// collectives back to back ends hundreds a second). Call without m.mu.
 func (m *Manager) retire(op *operation) {
-	time.AfterFunc(10*time.Minute, func() {
-		m.mu.Lock()
-		delete(m.ops, op.id.Key())
-		m.mu.Unlock()
-	})
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.retired = append(m.retired, retiredOp{op, now})
+	n := 0
+	for n < len(m.retired) && (len(m.retired)-n > maxRetained || now.Sub(m.retired[n].at) > retainEnded) {
+		r := m.retired[n].op
+		k := r.id.Key()
+		if m.ops[k] == r {
+			delete(m.ops, k)
+		}
+		g := genKey{r.id.Job, r.id.Group, r.id.OpID}
+		if m.byID[g] == r {
+			delete(m.byID, g)
+		}
+		m.retired[n] = retiredOp{}
+		n++
+	}
+	if n > 0 {
+		m.retired = append(m.retired[:0], m.retired[n:]...)
+	}
 }
 
 func (m *Manager) lookup(id string) (*operation, *APIError) {

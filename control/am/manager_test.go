@@ -743,3 +743,77 @@ func TestElementWindowPerNode(t *testing.T) {
 		}
 	}
 }
+
+// TestRetiredOperationsBounded: ended operations stay listed (GET /v1/ops)
+// but no more than maxRetained of them, oldest out first; an Operation ID
+// is busy exactly while its newest operation is live, whatever else the
+// AM still lists.
+func TestRetiredOperationsBounded(t *testing.T) {
+	m := &Manager{ops: map[string]*operation{}, byID: map[genKey]*operation{}}
+	mk := func(i int) *operation {
+		op := &operation{id: OpIdentity{Job: 3, Group: 1, GroupGen: 1, OpID: uint16(i % 1000), OpGen: uint32(1 + i/1000)}}
+		m.mu.Lock()
+		m.track(op)
+		m.mu.Unlock()
+		return op
+	}
+	gk := opIDKey{3, 1}
+	var last *operation
+	for i := range maxRetained + 1500 {
+		op := mk(i)
+		m.mu.Lock()
+		busy := m.opIDBusy(gk, op.id.OpID)
+		m.mu.Unlock()
+		if !busy {
+			t.Fatalf("op %d: its ID is free while it runs", i)
+		}
+		op.ended = time.Now()
+		m.retire(op)
+		last = op
+	}
+	if len(m.ops) != maxRetained {
+		t.Fatalf("%d operations listed after %d ended, want the newest %d", len(m.ops), maxRetained+1500, maxRetained)
+	}
+	if m.ops[last.id.Key()] != last {
+		t.Fatal("the newest ended operation is not listed")
+	}
+	for i := 0; i < 1000; i++ {
+		m.mu.Lock()
+		busy := m.opIDBusy(gk, uint16(i))
+		m.mu.Unlock()
+		if busy {
+			t.Fatalf("ID %d busy with every operation ended", i)
+		}
+	}
+	// A retired entry's eviction must not drop a newer holder of its ID.
+	live := mk(7)
+	for range maxRetained {
+		op := mk(500)
+		op.ended = time.Now()
+		m.retire(op)
+	}
+	m.mu.Lock()
+	busy := m.opIDBusy(gk, 7)
+	m.mu.Unlock()
+	if !busy || m.ops[live.id.Key()] != live {
+		t.Fatal("a live operation lost its ID or its listing to evictions of older ones")
+	}
+}
+
+// BenchmarkAllocateRetained: allocating an Operation ID while ten minutes'
+// worth of ended operations (60 000: a hundred small collectives a second)
+// are still listed for GET /v1/ops. Scanning them, as opIDBusy did, took
+// 1.3-1.7 ms per allocation under the Manager's lock; the byID index 215 ns.
+func BenchmarkAllocateRetained(b *testing.B) {
+	m := &Manager{ops: map[string]*operation{}, byID: map[genKey]*operation{}, nextOpID: map[opIDKey]uint16{},
+		lastGen: map[genKey]uint32{}, groupGen: map[opIDKey]groupInfo{}}
+	for i := range 60000 {
+		op := &operation{id: OpIdentity{Job: 3, Group: 1, GroupGen: 1, OpID: uint16(i), OpGen: uint32(1 + i>>16)}, ended: time.Now()}
+		m.track(op)
+	}
+	inv := &invocation{key: invKey{3, 1, 0}, p: params{Size: 4}}
+	b.ResetTimer()
+	for range b.N {
+		m.allocate(inv, nil)
+	}
+}

@@ -80,7 +80,7 @@ func (m *Manager) runPrepare(pr *prepared, tree *Tree) {
 	}
 	op := newOperation(m.allocate(inv, nil), inv, tree, pl)
 	m.mu.Lock()
-	m.ops[op.id.Key()] = op
+	m.track(op)
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*m.cfg.CtlTimeout+time.Duration(len(tree.Nodes))*time.Millisecond)
 	aerr := m.setup(ctx, op)
