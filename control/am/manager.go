@@ -96,9 +96,9 @@ type invocation struct {
 	ready   chan struct{}
 	grants  []Grant
 	err     *APIError
-	op      *operation
 	created time.Time
 	timer   *time.Timer
+	forgetT *time.Timer // forget's; nil until then (under m.mu)
 }
 
 // operation is one installed (or being installed) PRISM operation.
@@ -372,13 +372,35 @@ func (m *Manager) barrierTimeout(inv *invocation) {
 // forget drops an invocation after a while: late retries of its ranks still
 // get the same answer until then.
 func (m *Manager) forget(inv *invocation, after time.Duration) {
-	time.AfterFunc(after, func() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.invs[inv.key] != inv {
+		return // already forgotten (its operation ended)
+	}
+	inv.forgetT = time.AfterFunc(after, func() {
 		m.mu.Lock()
 		if m.invs[inv.key] == inv {
 			delete(m.invs, inv.key)
 		}
 		m.mu.Unlock()
 	})
+}
+
+// forgetNow drops a granted invocation whose operation ended well: every
+// rank had its grant and reported done, so none asks for it again. Kept for
+// forget's minutes instead, a job running a hundred small collectives a
+// second held 11 000 invocations (grants, requests, timers): 130 MB of heap
+// whose scanning slowed each collective from 6.5 to 10 ms within a minute.
+func (m *Manager) forgetNow(inv *invocation) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.invs[inv.key] != inv {
+		return
+	}
+	delete(m.invs, inv.key)
+	if inv.forgetT != nil {
+		inv.forgetT.Stop()
+	}
 }
 
 // allocate picks the Operation ID and a strictly newer generation.
@@ -476,11 +498,7 @@ func (m *Manager) runInvocation(inv *invocation) {
 	start := time.Now()
 	op := m.takePrepared(inv, hosts)
 	how := "active (prepared ahead)"
-	if op != nil {
-		m.mu.Lock()
-		inv.op = op
-		m.mu.Unlock()
-	} else {
+	if op == nil {
 		how = "active"
 		if op = m.setupInvocation(inv, hosts, fail); op == nil {
 			return
@@ -590,7 +608,6 @@ func (m *Manager) setupInvocation(inv *invocation, hosts []RankHost, fail func(*
 		}
 		op := newOperation(m.allocate(inv, retryID), inv, tree, pl)
 		m.mu.Lock()
-		inv.op = op
 		m.track(op)
 		m.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 4*m.cfg.CtlTimeout+time.Duration(len(tree.Nodes))*time.Millisecond)
@@ -684,7 +701,6 @@ func (m *Manager) watch(op *operation, lastDone uint64) {
 	m.failOp(op, reasonWatchdog, "watchdog: the operation stopped making progress and not every rank reported done")
 }
 
-// retire forgets a finished operation after a while (status stays queryable).
 // retainEnded and maxRetained bound how long and how many ended operations
 // GET /v1/ops still lists.
 const (
@@ -808,6 +824,9 @@ func (m *Manager) released(op *operation, incomplete []string, msg string) {
 	m.metrics.completed.Inc()
 	close(op.final)
 	m.retire(op)
+	if len(incomplete) == 0 {
+		m.forgetNow(op.inv)
+	}
 }
 
 // failOp diagnoses, ABORTs every node and records the failure; reason is

@@ -250,6 +250,14 @@ func TestSetupSpineLeafAllReduce(t *testing.T) {
 			t.Errorf("%s state %v after done, want RELEASED", n, s)
 		}
 	}
+	// Every rank had its grant and reported done: the invocation is
+	// forgotten at once, not kept for minutes.
+	r.m.mu.Lock()
+	_, kept := r.m.invs[invKey{7, 1, 0}]
+	r.m.mu.Unlock()
+	if kept {
+		t.Error("the invocation of a released operation is still held")
+	}
 }
 
 func TestSetupReduceFatTree(t *testing.T) {
