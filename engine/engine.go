@@ -310,7 +310,10 @@ func (e *Engine) Status(key parser.OpKey) (Status, bool) {
 			s.MissingStream, s.MissingFrom = in.b.Stream, in.rw.Committed()
 		}
 	}
-	if r := o.result; s.MissingStream == 0xFFFF && r != nil && !r.rw.Done() && !o.resultInexact {
+	// The result path in lacks only what this node has handed on: the
+	// rest cannot come before its partial does, and a persistent
+	// collective between invocations has its RESULT up to the boundary.
+	if r := o.result; s.MissingStream == 0xFFFF && r != nil && !r.rw.Done() && !o.resultInexact && r.rw.Committed() < o.emitted {
 		s.MissingStream, s.MissingFrom = r.b.Stream, r.rw.Committed()
 	}
 	return s, true

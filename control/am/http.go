@@ -5,9 +5,11 @@
 package am
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 )
@@ -17,7 +19,12 @@ func (m *Manager) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+APIVersion+"/begin", func(w http.ResponseWriter, r *http.Request) {
 		var req BeginRequest
-		if !decode(w, r, &req) {
+		body, ok := readBody(w, r)
+		if !ok || !decodeBytes(w, body, &req) {
+			return
+		}
+		if aerr := requireFields(body, req); aerr != nil {
+			writeErr(w, aerr)
 			return
 		}
 		g, err := m.Begin(r.Context(), req)
@@ -67,6 +74,54 @@ func (m *Manager) Handler() http.Handler {
 		writeErr(w, &APIError{Code: CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such endpoint (see docs/protocol.md, Runtime channel)"})
 	})
 	return mux
+}
+
+// readBody reads a request body of at most 1 MiB.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		writeErr(w, badReq("request body: %v", err))
+		return nil, false
+	}
+	return b, true
+}
+
+// decodeBytes is decode for a body already read.
+func decodeBytes(w http.ResponseWriter, body []byte, v any) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeErr(w, badReq("request body: %v", err))
+		return false
+	}
+	return true
+}
+
+// beginRequired are the fields of POST /v1/begin a request must carry
+// (docs/protocol.md 9.1); root_rank too for a REDUCE. Decoded into Go
+// values an absent job or rank is 0, a valid value: without this check a
+// client that forgot them was granted as job 0 or rank 0.
+var beginRequired = []string{"job", "rank", "size", "collective", "input_format", "acc_policy", "vector_len", "node"}
+
+func requireFields(body []byte, req BeginRequest) *APIError {
+	var present map[string]json.RawMessage
+	if err := json.Unmarshal(body, &present); err != nil {
+		return badReq("request body: %v", err)
+	}
+	need := beginRequired
+	if req.Collective == "reduce" {
+		need = append(need[:len(need):len(need)], "root_rank")
+	}
+	var missing []string
+	for _, f := range need {
+		if _, ok := present[f]; !ok {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) > 0 {
+		return badReq("missing required field(s) %s (protocol section 9.1)", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/deploy"
+	"github.com/prismd/prismd/kulisch"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -148,6 +149,7 @@ type Manager struct {
 	// retired lists ended operations oldest first; they stay in ops for
 	// GET /v1/ops until retainEnded passes or maxRetained newer ones ended.
 	retired   []retiredOp
+	endedInvs []*invocation // invocations of ended operations, oldest first (ended)
 	nextOpID  map[opIDKey]uint16
 	lastGen   map[genKey]uint32
 	groupGen  map[opIDKey]groupInfo
@@ -283,6 +285,20 @@ func (m *Manager) normalize(r BeginRequest) (params, *APIError) {
 	if p.KulischWidth != 0 && (p.KulischWidth%8 != 0 || p.KulischWidth < 64 || p.KulischWidth > 4096) {
 		return p, badReq("kulisch_width %d: want a multiple of 8 in 64..4096", p.KulischWidth)
 	}
+	if !usesKulisch && p.KulischWidth != 0 {
+		return p, badReq("kulisch_width %d: nothing here uses a Kulisch format (acc_policy %s, partial_policy %s, output_format %s): leave it out",
+			p.KulischWidth, AccName(p.Acc), FormatName(p.Partial), FormatName(p.Output))
+	}
+	if usesKulisch {
+		// The nodes check W against their terms too (STAGE INVALID); a
+		// width too narrow for the job is the caller's to fix, so it is
+		// refused here, before anything is staged.
+		tu := kulisch.Tuple{Input: kulisch.Format(p.Input), Acc: kulisch.Policy(p.Acc), Partial: kulisch.Format(p.Partial), Output: kulisch.Format(p.Output)}
+		if err := tu.ValidateStage(p.KulischWidth, uint32(r.Size)); errors.Is(err, kulisch.ErrOverflow) {
+			return p, badReq("kulisch_width %d is too narrow for the exact sum of %d %s values: use at least %d, or leave it out for the default",
+				p.KulischWidth, r.Size, FormatName(p.Input), kulisch.MinWidthFor(kulisch.Format(p.Input), uint32(r.Size)))
+		}
+	}
 	p.TimeoutMS = r.TimeoutMS
 	if p.TimeoutMS == 0 {
 		p.TimeoutMS = m.cfg.DefaultTimeoutMS
@@ -293,6 +309,11 @@ func (m *Manager) normalize(r BeginRequest) (params, *APIError) {
 	p.Persistent = r.Persistent
 	if r.Node == "" {
 		return p, badReq("node is empty: name the rank's host in the topology (e.g. h1)")
+	}
+	if r.MAC != "" {
+		if mac, err := net.ParseMAC(r.MAC); err != nil || len(mac) != 6 {
+			return p, badReq("mac %q: not a 6-byte MAC address (write it as 02:00:00:00:00:01, or leave it out for the topology's)", r.MAC)
+		}
 	}
 	return p, nil
 }
@@ -316,15 +337,32 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		m.invs[key] = inv
 		inv.timer = time.AfterFunc(m.cfg.BarrierTimeout, func() { m.barrierTimeout(inv) })
 	}
+	var mismatch *APIError
 	if inv.p != p || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID {
-		m.mu.Unlock()
-		return nil, &APIError{Code: CodeMismatch, Rank: &r.Rank,
+		mismatch = &APIError{Code: CodeMismatch, Rank: &r.Rank,
 			Message: fmt.Sprintf("rank %d's request for job %d group %d seq %d differs from rank %d's (%+v vs %+v)", r.Rank, r.Job, r.Group, r.Seq, inv.first.Rank, p, inv.p)}
-	}
-	if prev, ok := inv.arrived[r.Rank]; ok && prev.Node != r.Node {
-		m.mu.Unlock()
-		return nil, &APIError{Code: CodeMismatch, Rank: &r.Rank,
+	} else if prev, ok := inv.arrived[r.Rank]; ok && prev.Node != r.Node {
+		mismatch = &APIError{Code: CodeMismatch, Rank: &r.Rank,
 			Message: fmt.Sprintf("rank %d arrived twice from different nodes (%s, %s)", r.Rank, prev.Node, r.Node)}
+	}
+	if mismatch != nil {
+		// Before the barrier completes the invocation cannot be set up as
+		// asked: every rank, waiting or still to come, gets this error now
+		// (9.1: the same for every rank) instead of a barrier timeout that
+		// names the ranks which did arrive. Once all arrived, only this
+		// request is refused.
+		abandon := len(inv.arrived) < inv.p.Size && inv.err == nil && inv.grants == nil
+		if abandon {
+			inv.err = mismatch
+		}
+		m.mu.Unlock()
+		if abandon {
+			inv.timer.Stop()
+			m.metrics.failed.WithLabelValues(CodeMismatch).Inc()
+			close(inv.ready)
+			m.forget(inv, time.Minute)
+		}
+		return nil, mismatch
 	}
 	isNew := false
 	if _, ok := inv.arrived[r.Rank]; !ok {
@@ -386,20 +424,33 @@ func (m *Manager) forget(inv *invocation, after time.Duration) {
 	})
 }
 
-// forgetNow drops a granted invocation whose operation ended well: every
-// rank had its grant and reported done, so none asks for it again. Kept for
-// forget's minutes instead, a job running a hundred small collectives a
-// second held 11 000 invocations (grants, requests, timers): 130 MB of heap
-// whose scanning slowed each collective from 6.5 to 10 ms within a minute.
-func (m *Manager) forgetNow(inv *invocation) {
+// maxEndedInvs bounds the invocations of ended operations kept to answer
+// repeated arrivals (9.1).
+const maxEndedInvs = 4096
+
+// ended notes that inv's operation ended well. Its invocation still answers
+// repeated arrivals until forget's time, but no more than maxEndedInvs of
+// them are kept: a job running a hundred small collectives a second held
+// 11 000 (grants, requests, timers), 130 MB of heap whose scanning slowed
+// each collective from 6.5 to 10 ms within a minute. Every rank of an
+// ended operation had its grant, so only a stale duplicate could still ask.
+func (m *Manager) ended(inv *invocation) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.invs[inv.key] != inv {
-		return
+	m.endedInvs = append(m.endedInvs, inv)
+	n := len(m.endedInvs) - maxEndedInvs
+	for i := 0; i < n; i++ {
+		old := m.endedInvs[i]
+		if m.invs[old.key] == old {
+			delete(m.invs, old.key)
+			if old.forgetT != nil {
+				old.forgetT.Stop()
+			}
+		}
+		m.endedInvs[i] = nil
 	}
-	delete(m.invs, inv.key)
-	if inv.forgetT != nil {
-		inv.forgetT.Stop()
+	if n > 0 {
+		m.endedInvs = append(m.endedInvs[:0], m.endedInvs[n:]...)
 	}
 }
 
@@ -824,9 +875,7 @@ func (m *Manager) released(op *operation, incomplete []string, msg string) {
 	m.metrics.completed.Inc()
 	close(op.final)
 	m.retire(op)
-	if len(incomplete) == 0 {
-		m.forgetNow(op.inv)
-	}
+	m.ended(op.inv)
 }
 
 // failOp diagnoses, ABORTs every node and records the failure; reason is
@@ -850,12 +899,12 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	}
 	op.mu.Unlock()
 	m.metrics.failed.WithLabelValues(reason).Inc()
-	diag, culprit := m.diagnose(op, blame)
+	diag, culprit, origin := m.diagnose(op, blame)
 	if why != "" {
 		diag = why + "; " + diag
 	}
 	incomplete := m.abortAll(op)
-	e := &APIError{Code: CodeOperationFailed, Message: fmt.Sprintf("operation %s failed: %s", op.id.Key(), diag), Rank: culprit}
+	e := &APIError{Code: CodeOperationFailed, Message: fmt.Sprintf("operation %s failed: %s", op.id.Key(), diag), Rank: culprit, Node: origin}
 	if len(incomplete) > 0 {
 		e.RollbackIncomplete = incomplete
 		e.Message += "; rollback incomplete: no ABORT acknowledgement from " + fmt.Sprint(incomplete)

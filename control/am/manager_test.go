@@ -1,10 +1,14 @@
 package am
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -250,13 +254,25 @@ func TestSetupSpineLeafAllReduce(t *testing.T) {
 			t.Errorf("%s state %v after done, want RELEASED", n, s)
 		}
 	}
-	// Every rank had its grant and reported done: the invocation is
-	// forgotten at once, not kept for minutes.
-	r.m.mu.Lock()
-	_, kept := r.m.invs[invKey{7, 1, 0}]
-	r.m.mu.Unlock()
-	if kept {
-		t.Error("the invocation of a released operation is still held")
+	// A repeated arrival after the end still gets the same grant (9.1).
+	if again := r.beginAll(reqsFor(7, 0, "allreduce", hosts...)[:1]); again[0].err != nil || again[0].g.ID != grants[0].ID {
+		t.Errorf("rank 0 arriving again after done: %+v, want its grant %s", again[0], grants[0].ID)
+	}
+}
+
+// TestEndedInvocationsBounded: the invocations of ended operations kept to
+// answer repeated arrivals are at most maxEndedInvs, oldest out first.
+func TestEndedInvocationsBounded(t *testing.T) {
+	m := &Manager{invs: map[invKey]*invocation{}}
+	var invs []*invocation
+	for i := range maxEndedInvs + 100 {
+		inv := &invocation{key: invKey{1, 1, uint64(i)}}
+		m.invs[inv.key] = inv
+		invs = append(invs, inv)
+		m.ended(inv)
+	}
+	if len(m.invs) != maxEndedInvs || m.invs[invs[99].key] != nil || m.invs[invs[100].key] != invs[100] {
+		t.Fatalf("%d invocations kept; the 100 oldest gone: %v, the 101st kept: %v", len(m.invs), m.invs[invs[99].key] == nil, m.invs[invs[100].key] != nil)
 	}
 }
 
@@ -447,9 +463,9 @@ func TestRankFailureNamesRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != "failed" || st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 3 ||
+	if st.State != "failed" || st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 3 || st.Error.Node != "l2" ||
 		!strings.Contains(st.Error.Message, "rank 3 (h4) stopped contributing") || !strings.Contains(st.Error.Message, "from element 363") {
-		t.Fatalf("status %+v err %+v", st, st.Error)
+		t.Fatalf("status %+v err %+v, want rank 3 blamed and node l2 named", st, st.Error)
 	}
 	for _, n := range []string{"s1", "l1", "l2"} {
 		if s := r.nodes[n].opState(grants[0].Op); s != parser.StateAborted {
@@ -492,17 +508,33 @@ func TestFailureOriginNamed(t *testing.T) {
 	}
 }
 
+// TestMismatchAndBadRequests: ranks that disagree fail the invocation for
+// every rank at once with mismatch (the rank already waiting too, not by a
+// barrier timeout); a rank that never comes times the barrier out, named;
+// each malformed request is refused alone.
 func TestMismatchAndBadRequests(t *testing.T) {
-	r := newRig(t, "single", Config{BarrierTimeout: 300 * time.Millisecond})
+	r := newRig(t, "single", Config{BarrierTimeout: 800 * time.Millisecond})
 	q := reqsFor(8, 0, "allreduce", "h1", "h2")
 	q[1].VectorLen = 999
-	r.beginAll(q[1:])
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	waiting := make(chan error, 1)
+	go func() { _, err := r.m.Begin(ctx, q[1]); waiting <- err }()
+	for arrived := false; !arrived; time.Sleep(time.Millisecond) {
+		r.m.mu.Lock()
+		inv := r.m.invs[invKey{8, 1, 0}]
+		arrived = inv != nil && len(inv.arrived) == 1
+		r.m.mu.Unlock()
+	}
+	t0 := time.Now()
 	_, err := r.m.Begin(ctx, q[0])
 	var ae *APIError
-	if !errors.As(err, &ae) || (ae.Code != CodeMismatch && ae.Code != CodeBarrierTimeout) {
-		t.Fatalf("err %v", err)
+	if !errors.As(err, &ae) || ae.Code != CodeMismatch || ae.Rank == nil || *ae.Rank != 0 {
+		t.Fatalf("the disagreeing rank: err %v, want mismatch naming rank 0", err)
+	}
+	err = <-waiting
+	if !errors.As(err, &ae) || ae.Code != CodeMismatch || time.Since(t0) > 400*time.Millisecond {
+		t.Fatalf("the rank already waiting: err %v after %v, want the same mismatch at once", err, time.Since(t0))
 	}
 	// The barrier times out naming the rank that never came.
 	_, err = r.m.Begin(ctx, req(8, 1, 0, 2, "h1", "allreduce"))
@@ -517,6 +549,9 @@ func TestMismatchAndBadRequests(t *testing.T) {
 		func(b *BeginRequest) { b.MTU = 1400 },
 		func(b *BeginRequest) { b.Node = "" },
 		func(b *BeginRequest) { b.KulischWidth = 100 },
+		func(b *BeginRequest) { b.KulischWidth = 272 }, // below what 2 exact FP32 terms need
+		func(b *BeginRequest) { b.AccPolicy = "fp32"; b.KulischWidth = 280 },
+		func(b *BeginRequest) { b.MAC = "zz:zz" },
 	} {
 		b := req(8, 2, 0, 2, "h1", "allreduce")
 		bad(&b)
@@ -823,5 +858,46 @@ func BenchmarkAllocateRetained(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		m.allocate(inv, nil)
+	}
+}
+
+// TestBeginRequiredFields: a begin request without a field 9.1 requires
+// (job, rank, root_rank of a REDUCE, ...) is refused with 400 naming it,
+// never granted with the zero value in its place.
+func TestBeginRequiredFields(t *testing.T) {
+	r := newRig(t, "single", Config{BarrierTimeout: 300 * time.Millisecond})
+	srv := httptest.NewServer(r.m.Handler())
+	defer srv.Close()
+	full := map[string]any{"job": 5, "rank": 0, "size": 1, "collective": "reduce", "root_rank": 0,
+		"input_format": "fp32", "acc_policy": "kulisch", "vector_len": 10, "node": "h1"}
+	for _, drop := range []string{"job", "rank", "size", "collective", "input_format", "acc_policy", "vector_len", "node", "root_rank"} {
+		body := map[string]any{}
+		for k, v := range full {
+			if k != drop {
+				body[k] = v
+			}
+		}
+		b, _ := json.Marshal(body)
+		resp, err := http.Post(srv.URL+APIVersion+"/begin", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), drop) {
+			t.Errorf("without %s: %d %s, want 400 naming it", drop, resp.StatusCode, msg)
+		}
+	}
+	// An ALLREDUCE needs no root_rank.
+	delete(full, "root_rank")
+	full["collective"] = "allreduce"
+	b, _ := json.Marshal(full)
+	resp, err := http.Post(srv.URL+APIVersion+"/begin", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a complete ALLREDUCE without root_rank: %d, want 200", resp.StatusCode)
 	}
 }

@@ -370,12 +370,12 @@ func (m *Manager) askAll(op *operation) {
 // which node failed, which contributor is missing and from which element.
 // A non-nil blame is the culprit the caller established (a silent rank of
 // a persistent operation): the nodes' Missing Streams do not override it.
-func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
+func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int, origin string) {
 	m.askAll(op)
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	var parts []string
-	culprit := blame
+	culprit = blame
 	// Where the failure started first: a node FAILED on a timeout (its
 	// Missing Stream is the peer that went silent), then nodes FAILED
 	// because a peer told them (PEER_FAILED: a FAILED node announces it to
@@ -402,6 +402,9 @@ func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
 		}
 		return op.plan.nodes[order[i]].node.Depth > op.plan.nodes[order[j]].node.Depth
 	})
+	if len(order) > 0 && tier(order[0]) == 0 {
+		origin = order[0] // the node where the failure started (9.4 "node")
+	}
 	for _, n := range order {
 		ns := op.nodes[n]
 		if ns.State == "COMPLETE" || ns.State == "RELEASED" {
@@ -456,5 +459,5 @@ func (m *Manager) diagnose(op *operation, blame *int) (string, *int) {
 	if culprit != nil && blame == nil {
 		parts = append([]string{fmt.Sprintf("rank %d (%s) stopped contributing", *culprit, op.tree.Ranks[*culprit].Host)}, parts...)
 	}
-	return strings.Join(parts, "; "), culprit
+	return strings.Join(parts, "; "), culprit, origin
 }
