@@ -326,6 +326,7 @@ func (e *Engine) Remove(key parser.OpKey) bool {
 	if o == nil {
 		return false
 	}
+	o.logFailure() // a failure Tick had no time to log yet
 	e.ringBytes -= o.ringBytes
 	delete(e.ops, key)
 	// A PROGRESS owed since earlier in this batch is not sent for a
@@ -502,6 +503,7 @@ func (e *Engine) Tick(now int64, tx dataplane.Sender) {
 			o.tick(now, tx)
 		case parser.StateFailed:
 			o.announceFailure(now, tx)
+			o.logFailure()
 		}
 	}
 	if now-e.lastSnap >= int64(SnapshotInterval) {

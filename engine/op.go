@@ -97,6 +97,8 @@ type op struct {
 	// announceFailure); announcedAt is when the last one went.
 	announceLeft int
 	announcedAt  int64
+	// failLogPending: fail recorded a failure Tick has not logged yet.
+	failLogPending bool
 
 	bank kulisch.Bank
 	kv   *kulisch.Vector // KULISCH_FIXED bank, for wire checks before applying
@@ -1266,6 +1268,12 @@ func (o *op) oweProgress(now int64, ib *inbound, pid uint32, tx dataplane.Sender
 func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.ProgressStatus, tx dataplane.Sender) {
 	e := o.e
 	p := &e.pout
+	if pid == 0 && ib.owed && st == parser.ProgressStatusOK {
+		// A window update or keepalive that replaces the PROGRESS owed to
+		// an accepted frame still names that frame: the sender times its
+		// round trip and what the peer holds by it (7).
+		pid = ib.owedPID
+	}
 	ci, cb := ib.rw.Credits()
 	var flags uint8
 	if ib == o.result {
@@ -1350,10 +1358,23 @@ func (o *op) fail(now int64, cause parser.FailCause, stream uint16, from uint32,
 	o.failedAt = now
 	o.failCause, o.failStream, o.failFrom = cause, stream, from
 	o.e.m.OpsFailed.Add(1)
-	o.e.log.Error("prism operation failed", "op", opName(o.spec.Op), "role", o.spec.Role.String(),
-		"cause", cause.String(), "err", err.Error())
 	o.announceLeft = failAnnouncements
 	o.announceFailure(now, tx)
+	// The log line waits for the next Tick (logFailure): written here, on
+	// a busy host, it held the first announcement back in the batch for
+	// milliseconds while the second kept its time, and the two reached the
+	// wire 6 ms apart instead of failAnnounceGap.
+	o.failLogPending = true
+}
+
+// logFailure logs a failure fail recorded, once.
+func (o *op) logFailure() {
+	if !o.failLogPending {
+		return
+	}
+	o.failLogPending = false
+	o.e.log.Error("prism operation failed", "op", opName(o.spec.Op), "role", o.spec.Role.String(),
+		"cause", o.failCause.String(), "err", o.err.Error())
 }
 
 // failAnnouncements and failAnnounceGap: a FAILED context tells its peers

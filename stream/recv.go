@@ -282,6 +282,16 @@ func (r *RecvWindow) Holes(dst []Hole) int {
 // PROGRESS). Bytes is clamped to 0..2^32-1 and is MaxUint32 when unbounded.
 func (r *RecvWindow) Credits() (intervals int, bytes uint32) {
 	intervals = max(0, r.cfg.Intervals-len(r.pending))
+	reserve := 0
+	if len(r.pending) > 0 {
+		// A hole is open: Admit keeps one interval and one frame of room
+		// for the frame that closes it (a retransmission, which needs no
+		// credit), so a new frame, above the hole, has that much less.
+		// Advertising the reserve let a sender that obeyed the credits send
+		// a frame Admit then refused (NO_CREDIT).
+		intervals = max(0, intervals-1)
+		reserve = r.cfg.MaxFrame
+	}
 	if r.cfg.Elements > 0 && r.cfg.MinRoom > 0 && r.HighestEnd() < r.cfg.VectorLen {
 		// Grant no more frames than the element window can take, each
 		// counted at its largest size: a sender that respects the credit
@@ -296,7 +306,7 @@ func (r *RecvWindow) Credits() (intervals int, bytes uint32) {
 	if r.cfg.Bytes <= 0 {
 		return intervals, ^uint32(0)
 	}
-	return intervals, uint32(max(0, r.cfg.Bytes-r.pendingBytes))
+	return intervals, uint32(max(0, r.cfg.Bytes-r.pendingBytes-reserve))
 }
 
 // Intervals returns the configured interval bound (the most Credits grants).

@@ -171,8 +171,11 @@ func TestRecvBounds(t *testing.T) {
 	if v := r.Admit(3, 20, 5, 100, 3); v != NoCredit {
 		t.Fatalf("third out of order must leave room for the watermark frame: %v", v)
 	}
-	if ci, _ := r.Credits(); ci != 1 {
-		t.Fatalf("interval credits %d, want 1", ci)
+	// The interval left is the watermark frame's, which needs no credit:
+	// none is advertised, so a sender that obeys credits sends nothing
+	// Admit would refuse (protocol.md 7).
+	if ci, cb := r.Credits(); ci != 0 || cb != 1000-200-100 {
+		t.Fatalf("credits %d / %d bytes, want 0 / %d (the watermark frame's reserve withheld)", ci, cb, 1000-200-100)
 	}
 	if v := r.Admit(4, 0, 10, 100, 4); v != Accepted {
 		t.Fatalf("watermark frame: %v", v)
@@ -180,10 +183,12 @@ func TestRecvBounds(t *testing.T) {
 	if r.Committed() != 20 {
 		t.Fatalf("committed %d", r.Committed())
 	}
-	// Committed data holds no interval credit: only [30,35) is pending.
-	if ci, _ := r.Credits(); ci != 2 {
-		t.Fatalf("interval credits %d, want 2", ci)
+	// Committed data holds no interval credit: only [30,35) is pending,
+	// above the hole [20,30) whose frame keeps its reserve.
+	if ci, _ := r.Credits(); ci != 1 {
+		t.Fatalf("interval credits %d, want 1", ci)
 	}
+
 	// Nothing released: the element window is based at 0, so [40, 41)
 	// ends past 0+40.
 	if v := r.Admit(8, 40, 1, 100, 8); v != NoCredit {
@@ -905,6 +910,47 @@ func TestHashCatchesChangedValue(t *testing.T) {
 			}
 			if Hash(changed) == h {
 				t.Fatalf("bytes [%d, %d) changed, same hash", off, off+w)
+			}
+		}
+	}
+}
+
+// TestCreditsAreHonoured: a new frame that the advertised credits allow
+// (one interval, its bytes within the byte credit) is admitted, whatever
+// holes are open: a receiver that advertised room it then refused made
+// senders that obey credits resend on NO_CREDIT (protocol.md 7).
+func TestCreditsAreHonoured(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := 0; trial < 300; trial++ {
+		r := NewRecvWindow(RecvConfig{VectorLen: 1 << 20, Intervals: 2 + rng.IntN(6), Bytes: 300 + rng.IntN(900), MaxFrame: 100})
+		next, pid := uint32(0), uint32(0)
+		var skipped [][2]uint32 // frames "lost": never sent, so they leave holes
+		for step := 0; step < 40; step++ {
+			ci, cb := r.Credits()
+			size := 40 + rng.IntN(61)
+			if ci == 0 || int(cb) < size {
+				// Nothing new may go: fill the lowest hole, as a sender's
+				// retransmission would (it needs no credit).
+				if len(skipped) == 0 {
+					break
+				}
+				h := skipped[0]
+				skipped = skipped[1:]
+				pid++
+				if v := r.Admit(pid, h[0], h[1]-h[0], 100, uint64(pid)); v != Accepted {
+					t.Fatalf("trial %d: the hole-closing frame [%d,%d) refused: %v", trial, h[0], h[1], v)
+				}
+				continue
+			}
+			first, count := next, uint32(1+rng.IntN(10))
+			next += count
+			if rng.IntN(3) == 0 {
+				skipped = append(skipped, [2]uint32{first, first + count}) // lost on the way
+				continue
+			}
+			pid++
+			if v := r.Admit(pid, first, count, size, uint64(pid)); v != Accepted {
+				t.Fatalf("trial %d step %d: frame [%d,%d) of %d bytes within credits %d / %d refused: %v", trial, step, first, first+count, size, ci, cb, v)
 			}
 		}
 	}

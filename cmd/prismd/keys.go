@@ -146,6 +146,10 @@ func decodeKeyPut(body []byte, req *KeyPut) string {
 			return fmt.Sprintf("body is not valid JSON (syntax error at byte %d): %s", se.Offset, want)
 		case errors.As(err, &te):
 			return fmt.Sprintf("body has the wrong type at byte %d: %s", te.Offset, want)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			// Truncated ({"key": ...): a syntax error at the end, which the
+			// decoder reports as an early EOF.
+			return fmt.Sprintf("body is not valid JSON (syntax error at byte %d): %s", len(body), want)
 		case errors.Is(err, io.EOF):
 			return "empty body: " + want
 		}

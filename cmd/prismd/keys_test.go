@@ -113,6 +113,8 @@ func TestKeysAPIErrors(t *testing.T) {
 		{"unknown field", "PUT", "/v1/keys/1", `{"key":"` + hexKey + `","` + hexKey + `":1}`, 400, `a field other than \"key\"`},
 		{"not JSON", "PUT", "/v1/keys/1", `key=` + hexKey, 400, "syntax error at byte 1"},
 		{"bad string", "PUT", "/v1/keys/1", "{\"key\":\"" + hexKey + "\x01\"}", 400, "syntax error at byte"},
+		{"truncated", "PUT", "/v1/keys/1", `{"key":`, 400, "body is not valid JSON (syntax error at byte 7)"},
+		{"unclosed", "PUT", "/v1/keys/1", `{"key": "` + hexKey + `"`, 400, "body is not valid JSON (syntax error at byte"},
 		{"number", "PUT", "/v1/keys/1", `{"key":12}`, 400, "wrong type"},
 		{"trailing", "PUT", "/v1/keys/1", `{"key":"` + hexKey + `"} {"key":"` + hexKey + `"}`, 400, "data after the JSON object"},
 		{"too large", "PUT", "/v1/keys/1", `{"key":"` + strings.Repeat(" ", 5000) + hexKey + `"}`, 400, "larger than 4096 bytes"},

@@ -218,12 +218,14 @@ func (te *treeEnv) rootScript(t *testing.T, tx *trTx, frames [][]group) {
 		}
 	}
 	// 1. [100,200) alone: a hole below it; credits = window minus the frame
-	// held above Committed (7).
+	// held above Committed, minus the interval and full frame kept for the
+	// frame that closes the hole (7), and no more than the element window
+	// allows.
 	p := send("frame 1", 1, 1, nil)
 	accept(1)
 	expect("frame 1 above a hole", p, psOK)
-	if wi, wb := o.WI-1, o.WB-uint32(14+len(sent[1])); p.IntervalCredits != wi || p.ByteCredits != wb {
-		t.Errorf("frame 1 above a hole: credits %d / %d, want %d / %d (the window minus one held frame)", p.IntervalCredits, p.ByteCredits, wi, wb)
+	if wi, wb := o.WI-2, o.WB-uint32(14+len(sent[1]))-uint32(14+1500); p.IntervalCredits > wi || p.ByteCredits != wb {
+		t.Errorf("frame 1 above a hole: credits %d / %d, want at most %d / exactly %d (the window minus one held frame and the hole's reserve)", p.IntervalCredits, p.ByteCredits, wi, wb)
 	}
 	// 2. Frames 2, 3.
 	for j := 2; j <= 3; j++ {
@@ -236,7 +238,7 @@ func (te *treeEnv) rootScript(t *testing.T, tx *trTx, frames [][]group) {
 	p4 := send("frame 4", 4, 4, nil)
 	refused4 := p4.Status == psNoCredit
 	t.Run("credits_honoured", func(t *testing.T) {
-		if granted >= 1 && refused4 {
+		if granted >= 1 && refused4 || granted == 0 && !refused4 {
 			trFinding(t, fTrCreditAdmit, "sw1 granted %d interval(s) with 3 frames held above the hole [0,100) (Window Intervals 4), then refused the next frame [400,500) with NO_CREDIT (its PROGRESS again granting %d interval(s), %d bytes); 7: credits are how many more intervals the receiver can accept", granted, p4.IntervalCredits, p4.ByteCredits)
 		}
 	})
@@ -246,6 +248,8 @@ func (te *treeEnv) rootScript(t *testing.T, tx *trTx, frames [][]group) {
 		if p4.IntervalCredits != 0 {
 			t.Errorf("4 frames held above a hole with Window Intervals 4: Interval Credits %d, want 0 (7)", p4.IntervalCredits)
 		}
+	} else {
+		expect("frame 4 beyond the credits", p4, psNoCredit)
 	}
 	// 4. Frame 5 outside the window: NO_CREDIT, not accepted.
 	p = send("frame 5 with no credit", 5, 5, nil)
@@ -264,8 +268,13 @@ func (te *treeEnv) rootScript(t *testing.T, tx *trTx, frames [][]group) {
 		if afterFill.ByteCredits != o.WB {
 			t.Errorf("nothing held above Committed: Byte Credits %d, want the window %d", afterFill.ByteCredits, o.WB)
 		}
-		if afterFill.IntervalCredits != o.WI {
-			trFinding(t, fTrCreditLeak, "with nothing held above Committed %d (after NO_CREDIT refusals of [400,500) and [500,600)), Interval Credits %d, want the window %d; every later PROGRESS of the stream grants %d until it completes", afterFill.Committed, afterFill.IntervalCredits, o.WI, afterFill.IntervalCredits)
+		// 7: the element window also bounds interval credits; with the
+		// rank contributor idle the release point stays at 0, so the bound
+		// is floor((Window Elements - highest) / most elements per frame),
+		// an AUTO partial counted at the INT8 bound (9.1).
+		we, per := int(o.WI)*maxElemsPerFrame(1500), maxElemsPerFrame(1500)
+		if elemBound := (we - int(afterFill.Committed)) / per; int(afterFill.IntervalCredits) != min(int(o.WI), elemBound) {
+			trFinding(t, fTrCreditLeak, "with nothing held above Committed %d, Interval Credits %d, want min(window %d, element window bound %d) (7)", afterFill.Committed, afterFill.IntervalCredits, o.WI, (we-int(afterFill.Committed))/per)
 		}
 	})
 	// 6. An identical repeat of packet 3 (RETRANSMIT is informational).
@@ -356,9 +365,9 @@ func (te *treeEnv) runRootForeignFormat(t *testing.T) {
 }
 
 // runInexact: the child sends part of its partial and then
-// ACCUMULATION_INEXACT; the root fails, sends the terminal RESULT on every
-// RESULT_OUT, announces FAILED on both incoming streams, and produces no
-// RESULT values (6, 7).
+// ACCUMULATION_INEXACT; the root stops producing values, sends the terminal
+// RESULT on every RESULT_OUT, and does not fail (6 as settled by finding
+// T9: ACTIVE until the terminal frames are acknowledged, then COMPLETE).
 func (te *treeEnv) runInexact(t *testing.T) {
 	partial := uint8(fmtKulisch)
 	if !te.covers(accKulischFixed, partial, 8) {
@@ -392,11 +401,10 @@ func (te *treeEnv) runInexact(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	c := te.am.must(t, te.am.cmd(o.ID, cmdComplete))
 	t.Logf("COMPLETE after the child's ACCUMULATION_INEXACT: %+v; drop counters: %s", c.Ack, dropDiff(before, te.metrics()))
-	if c.Ack.State != osFailed {
-		trFinding(t, fTrInexact, "a child switch's ACCUMULATION_INEXACT terminal frame was answered PROGRESS status %d (Committed %d, flags %#x) and the context stayed in state %d (Missing Stream %#x from %d): no FAILED, no terminal RESULT, no announcement; 6: a node receiving it on a CONTRIBUTOR binding marks the context FAILED and the root sends RESULT with the flag on every RESULT_OUT",
-			p.Status, p.Committed, p.Flags, c.Ack.State, c.Ack.MissingStream, c.Ack.MissingFrom)
+	if !ok || p.Status != psOK || c.Ack.State != osActive && c.Ack.State != osComplete || c.Ack.Cause != 0 {
+		trFinding(t, fTrInexact, "a child switch's ACCUMULATION_INEXACT terminal frame was answered %v status %d, and COMPLETE says state %d cause %d; 6: answered OK, the context stays ACTIVE (COMPLETE once its terminal frames are acknowledged), no Failure Cause",
+			ok, p.Status, c.Ack.State, c.Ack.Cause)
 	}
-	t.Logf("finding T2: Failure Cause of a context FAILED by ACCUMULATION_INEXACT: %d", c.Ack.Cause)
 
 	// The terminal RESULT on both RESULT_OUT bindings.
 	if !crx.waitUntil(time.Second, func() bool { return crx.inexact }) {
@@ -428,7 +436,11 @@ func (te *treeEnv) runInexact(t *testing.T) {
 			break
 		}
 	}
-	// The failure is announced on both incoming streams (7).
-	te.rankTx(0, o).checkAnnouncements(t, m0, n, time.Second)
-	tx.checkAnnouncements(t, mx, 30, time.Second)
+	// Not a failure: nothing announces FAILED (6).
+	failed := func(f rxFrame) bool {
+		return len(f.Payload) >= 2+progressHdr && f.Payload[1] == classProgress && getIdent(f.Payload[2:]) == o.ID && f.Payload[2+38] == psFailed
+	}
+	if fs := te.h1.since(m0, failed); len(fs) > 0 {
+		t.Errorf("%d PROGRESS FAILED to the rank after an ACCUMULATION_INEXACT (6: the context does not fail)", len(fs))
+	}
 }
