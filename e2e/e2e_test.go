@@ -732,8 +732,10 @@ func TestKilledRankPersistent(t *testing.T) {
 }
 
 // TestSetupFailureRollsBack: a tuple no node supports is refused for every
-// rank (no grant), and a width too small for the terms is refused by the
-// nodes at STAGE and rolled back with ABORT everywhere.
+// rank (no grant), a width too small for the terms is refused by the AM
+// before anything is staged, and a STAGE the nodes refuse (a window smaller
+// than one frame, from a misconfigured AM) is rolled back with ABORT
+// everywhere.
 func TestSetupFailureRollsBack(t *testing.T) {
 	e := up(t, "spine-leaf", "h1", am.Config{})
 	hosts := []string{"h1", "h2", "h3", "h4"}
@@ -759,8 +761,8 @@ func TestSetupFailureRollsBack(t *testing.T) {
 	}
 	wg.Wait()
 	check("unsupported tuple", errs, am.CodeUnsupported)
-	// A 64-bit Kulisch accumulator cannot hold FP32 terms exactly: every
-	// node refuses the STAGE, the AM aborts the tree.
+	// A 64-bit Kulisch accumulator cannot hold FP32 terms exactly: the AM
+	// refuses the request before staging anything (9.1), every rank alike.
 	for i, c := range cs {
 		wg.Add(1)
 		go func() {
@@ -770,8 +772,48 @@ func TestSetupFailureRollsBack(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	check("width too small", errs, am.CodeSetupFailed)
-	ops := e.m.Ops().Ops
+	check("width too small", errs, am.CodeBadRequest)
+	// A second AM on h1 misconfigured with a receive window smaller than
+	// one frame: every node refuses its STAGE (INVALID, Window Bytes), and
+	// the AM ABORTs the whole tree; no rank is granted.
+	var conn2 *am.PacketConn
+	if err := e.lab.Do("h1", func() error {
+		var err error
+		conn2, err = am.OpenConn("eth0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := am.New(am.Config{Topology: e.lab.Topo, Conn: conn2, Logf: t.Logf, Window: am.Window{Bytes: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	srv2 := httptest.NewServer(m2.Handler())
+	defer srv2.Close()
+	cs2 := make([]*host.Comm, len(hosts))
+	for i, h := range hosts {
+		if err := e.lab.Do(h, func() error {
+			var err error
+			cs2[i], err = host.NewComm(context.Background(), host.Config{Rank: i, Size: len(hosts), Iface: "eth0", Job: 4,
+				Coordinator: srv2.URL, Node: h})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer cs2[i].Close()
+	}
+	for i, c := range cs2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := make([]float32, 1000)
+			errs[i] = c.AllReduce(context.Background(), s, s, nil)
+		}()
+	}
+	wg.Wait()
+	check("window smaller than a frame", errs, am.CodeSetupFailed)
+	ops := m2.Ops().Ops
 	if len(ops) == 0 {
 		t.Fatal("the AM shows no failed operation")
 	}
