@@ -336,7 +336,8 @@ func (c *contributor) run(ctx context.Context) error {
 	var start time.Time
 	for seq := uint64(0); ; seq++ {
 		stop := seq > 0 && time.Since(start) >= c.f.duration
-		g, closing, err := c.begin(ctx, seq, stop)
+		g, closing, used, err := c.begin(ctx, seq, stop)
+		seq = used
 		if err != nil {
 			return fmt.Errorf("operation %d (seq %d): begin: %w", c.tot.ops, seq, err)
 		}
@@ -375,25 +376,26 @@ func closingLen(count uint32) uint32 {
 
 // begin meets the other ranks at invocation seq. A rank that wants to stop
 // asks for the closing operation, one that wants to go on for another of
-// the run's: the first to arrive decides, because the AM answers a later
-// rank whose request differs with "mismatch" without recording it, and
-// that rank then asks for what the first one did. So every rank runs the
-// same operations, whichever way their clocks fall, and none waits at a
-// barrier the others never reach. It reports whether the operation granted
-// is the closing one.
-func (c *contributor) begin(ctx context.Context, seq uint64, stop bool) (*am.Grant, bool, error) {
+// the run's. If they disagree, the AM fails invocation seq for every rank
+// with "mismatch" (protocol 9.1), so every rank knows that one of them
+// wanted to stop, and all of them meet again at seq+1 for the closing
+// operation. So every rank runs the same operations, whichever way their
+// clocks fall, and none waits at a barrier the others never reach. It
+// reports whether the operation granted is the closing one, and the
+// invocation it used.
+func (c *contributor) begin(ctx context.Context, seq uint64, stop bool) (*am.Grant, bool, uint64, error) {
 	bctx, cancel := context.WithTimeout(ctx, beginWait)
 	defer cancel()
 	g, err := c.client.Begin(bctx, c.request(seq, stop))
 	var ae *am.APIError
 	if seq > 0 && errors.As(err, &ae) && ae.Code == am.CodeMismatch {
-		stop = !stop
+		seq, stop = seq+1, true
 		g, err = c.client.Begin(bctx, c.request(seq, stop))
 	}
 	if err != nil && bctx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("no grant after %v: is the AM at %s stuck? (%w)", beginWait, c.f.coordinator, err)
 	}
-	return g, stop, err
+	return g, stop, seq, err
 }
 
 // runOp runs one granted operation and reports it to the AM.
