@@ -493,11 +493,6 @@ func (m *Manager) allocate(inv *invocation, retryID *uint16) OpIdentity {
 	return OpIdentity{Job: gk.job, Group: gk.group, GroupGen: gi.gen, OpID: opID, OpGen: gen}
 }
 
-// opIDBusy reports whether Operation ID id of group gk belongs to a live
-// operation. Called with m.mu held. It looked at every operation kept for
-// introspection (ten minutes of them): at a hundred small collectives a
-// second that was a scan of 60 000 operations, each under its lock, per
-// allocation.
 // track lists op for GET /v1/ops and as the holder of its Operation ID.
 // Called with m.mu held.
 func (m *Manager) track(op *operation) {
@@ -505,6 +500,11 @@ func (m *Manager) track(op *operation) {
 	m.byID[genKey{op.id.Job, op.id.Group, op.id.OpID}] = op
 }
 
+// opIDBusy reports whether Operation ID id of group gk belongs to a live
+// operation. Called with m.mu held. It looked at every operation kept for
+// introspection (ten minutes of them): at a hundred small collectives a
+// second that was a scan of 60 000 operations, each under its lock, per
+// allocation.
 func (m *Manager) opIDBusy(gk opIDKey, id uint16) bool {
 	op := m.byID[genKey{gk.job, gk.group, id}]
 	if op == nil {
