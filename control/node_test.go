@@ -30,6 +30,25 @@ type nodeRig struct {
 	w   *Worker
 	tx  *recorder
 	now int64
+	txn uint32 // last Transaction ID nextTxn handed out
+}
+
+// nextTxn is a fresh Transaction ID.
+func (r *nodeRig) nextTxn() uint32 { r.txn++; return r.txn }
+
+// cmd is a bodiless command for key under a fresh Transaction ID.
+func (r *nodeRig) cmd(key parser.OpKey, c parser.Command) []byte {
+	return controlFrame(r.t, key, c, nil, r.nextTxn())
+}
+
+// expect sends f and checks the ACK's status and state.
+func (r *nodeRig) expect(f []byte, st parser.Status, state parser.OpState) parser.Ack {
+	r.t.Helper()
+	gs, a := r.ack(f)
+	if gs != st || a.State != state {
+		r.t.Fatalf("got %v state %v, want %v state %v", gs, a.State, st, state)
+	}
+	return a
 }
 
 func newNodeRig(t *testing.T, cfg NodeConfig) *nodeRig {
@@ -481,15 +500,7 @@ func TestAbandonedContextsExpire(t *testing.T) {
 	r := newNodeRig(t, NodeConfig{})
 	ctx, bs := goodCtx(), goodBindings()
 	ttl := 3*int64(ctx.TimeoutMs)*1e6 + int64(engine.ExpiryGrace)
-	txn := uint32(500)
-	next := func() uint32 { txn++; return txn }
-	expect := func(f []byte, st parser.Status, state parser.OpState) {
-		t.Helper()
-		if gs, a := r.ack(f); gs != st || a.State != state {
-			t.Fatalf("got %v state %v, want %v state %v", gs, a.State, st, state)
-		}
-	}
-	cmd := func(key parser.OpKey, c parser.Command) []byte { return controlFrame(t, key, c, nil, next()) }
+	expect, cmd, next := r.expect, r.cmd, r.nextTxn
 	staged, active := ruleKey, ruleKey
 	active.Op++
 	expect(stageFrame(t, staged, next(), ctx, bs), parser.StatusOK, parser.StateStaged)
@@ -610,15 +621,7 @@ func TestAbandonedBitmapContextsExpire(t *testing.T) {
 		t.Fatalf("bitmap.ExpiryGrace %v != engine.ExpiryGrace %v: protocol.md gives both one bound", bitmap.ExpiryGrace, engine.ExpiryGrace)
 	}
 	ttl := 3*int64(ctx.TimeoutMs)*1e6 + int64(bitmap.ExpiryGrace)
-	txn := uint32(900)
-	next := func() uint32 { txn++; return txn }
-	expect := func(f []byte, st parser.Status, state parser.OpState) {
-		t.Helper()
-		if gs, a := r.ack(f); gs != st || a.State != state {
-			t.Fatalf("got %v state %v, want %v state %v", gs, a.State, st, state)
-		}
-	}
-	cmd := func(key parser.OpKey, c parser.Command) []byte { return controlFrame(t, key, c, nil, next()) }
+	expect, cmd, next := r.expect, r.cmd, r.nextTxn
 	staged, active := ruleKey, ruleKey
 	active.Op++
 	expect(stageFrame(t, staged, next(), ctx, goodBindings()), parser.StatusOK, parser.StateStaged)

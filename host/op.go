@@ -58,9 +58,8 @@ type opRun struct {
 	startReq       atomic.Uint32
 	lastResult     int64
 	resultDeadline int64 // RESULT inactivity bound (ns)
-	// progressAt is when the last PROGRESS for RESULT went out; keepEvery
-	// is a quarter of the operation's Timeout (the keepalive in step).
-	progressAt, keepEvery int64
+	progressAt     int64 // when the last PROGRESS for RESULT went out
+	keepEvery      int64 // a quarter of the operation's Timeout: step's keepalive
 	lingerFor      int64 // how long to answer late RESULT after success
 	lingerUntil    int64
 	frames         uint64

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/deploy"
-	"github.com/prismd/prismd/deploy/labtest"
 )
 
 const bmTopology = `# sw1 and four hosts (BITMAP conformance tests)
@@ -68,19 +67,17 @@ type bmEnv struct {
 }
 
 func newBitmapEnv(t *testing.T) *bmEnv {
-	labtest.RequireRoot(t)
-	lab := labtest.Up(t, bmTopology)
-	b := &bmEnv{env: &env{t: t, lab: lab, jobID: 0xB17A0000 + uint64(time.Now().UnixNano()&0xFFFF)}, pkt: map[string]uint32{}}
+	b := &bmEnv{env: newEnvOn(t, bmTopology, 0xB17A0000), pkt: map[string]uint32{}}
+	lab := b.lab
+	b.hosts[0], b.hosts[1] = b.h1, b.h2
 	for k := 0; k < 4; k++ {
-		h := fmt.Sprintf("h%d", k+1)
-		b.hosts[k] = openNIC(t, lab, h, "eth0")
+		if k >= 2 {
+			b.hosts[k] = openNIC(t, lab, fmt.Sprintf("h%d", k+1), "eth0")
+		}
 		p := fmt.Sprintf("p%d", k+1)
 		b.port[k] = mac(lab.Topo.MAC("sw1", p))
 		b.pidx[k] = uint16(deploy.PortIndex(lab.Topo, "sw1", p))
 	}
-	b.h1, b.h2 = b.hosts[0], b.hosts[1]
-	b.nodeMAC = mac(lab.Topo.MAC("sw1", deploy.NodeMACIface))
-	b.am = &manager{e: b.env, nic: b.hosts[0], txn: uint32(time.Now().UnixNano())}
 	b.readCaps(t)
 	return b
 }

@@ -11,10 +11,14 @@ import (
 	"github.com/prismd/prismd/deploy/labtest"
 )
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvOn(t, "single", 0xC0DE0000) }
+
+// newEnvOn brings topo up (a shipped name or YAML; h1 and h2 on sw1's p1
+// and p2) with the AM on h1 and job IDs from jobBase.
+func newEnvOn(t *testing.T, topo any, jobBase uint64) *env {
 	labtest.RequireRoot(t)
-	lab := labtest.Up(t, "single")
-	e := &env{t: t, lab: lab, jobID: 0xC0DE0000 + uint64(time.Now().UnixNano()&0xFFFF)}
+	lab := labtest.Up(t, topo)
+	e := &env{t: t, lab: lab, jobID: jobBase + uint64(time.Now().UnixNano()&0xFFFF)}
 	e.h1 = openNIC(t, lab, "h1", "eth0")
 	e.h2 = openNIC(t, lab, "h2", "eth0")
 	e.nodeMAC = mac(lab.Topo.MAC("sw1", deploy.NodeMACIface))

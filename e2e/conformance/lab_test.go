@@ -47,25 +47,36 @@ type nic struct {
 	done     chan struct{}
 }
 
+// openRaw opens an AF_PACKET socket for PRISM frames on iface (in the
+// calling thread's namespace), bound to it, with a 20 ms receive timeout so
+// readers can stop.
+func openRaw(iface string) (int, *net.Interface, error) {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return -1, nil, err
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(etherType)))
+	if err != nil {
+		return -1, nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(etherType), Ifindex: ifi.Index}); err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	tv := unix.NsecToTimeval(int64(20 * time.Millisecond))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, ifi, nil
+}
+
 func openNIC(t *testing.T, lab *deploy.Lab, node, iface string) *nic {
 	t.Helper()
 	n := &nic{name: node + ":" + iface, changed: make(chan struct{}), done: make(chan struct{})}
 	err := lab.Do(node, func() error {
-		ifi, err := net.InterfaceByName(iface)
+		fd, ifi, err := openRaw(iface)
 		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(etherType)))
-		if err != nil {
-			return err
-		}
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(etherType), Ifindex: ifi.Index}); err != nil {
-			unix.Close(fd)
-			return err
-		}
-		tv := unix.NsecToTimeval(int64(20 * time.Millisecond))
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			unix.Close(fd)
 			return err
 		}
 		n.fd, n.ifindex = fd, ifi.Index

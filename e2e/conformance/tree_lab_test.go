@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/deploy"
-	"github.com/prismd/prismd/deploy/labtest"
 )
 
 const treeTopology = `# sw1 with two ranks (h1, h2) and two hosts playing switches (hx, hy)
@@ -48,17 +47,8 @@ type treeEnv struct {
 }
 
 func newTreeEnv(t *testing.T) *treeEnv {
-	labtest.RequireRoot(t)
-	lab := labtest.Up(t, treeTopology)
-	e := &env{t: t, lab: lab, jobID: 0x7EE00000 + uint64(time.Now().UnixNano()&0xFFFF)}
-	e.h1 = openNIC(t, lab, "h1", "eth0")
-	e.h2 = openNIC(t, lab, "h2", "eth0")
-	e.nodeMAC = mac(lab.Topo.MAC("sw1", deploy.NodeMACIface))
-	for i, ifc := range []string{"p1", "p2"} {
-		e.portMAC[i] = mac(lab.Topo.MAC("sw1", ifc))
-		e.portIdx[i] = uint16(deploy.PortIndex(lab.Topo, "sw1", ifc))
-	}
-	e.am = &manager{e: e, nic: e.h1, txn: uint32(time.Now().UnixNano())}
+	e := newEnvOn(t, treeTopology, 0x7EE00000)
+	lab := e.lab
 	te := &treeEnv{env: e}
 	te.hx = openNIC(t, lab, "hx", "eth0")
 	te.hy = openNIC(t, lab, "hy", "eth0")

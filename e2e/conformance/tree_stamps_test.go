@@ -8,7 +8,6 @@ package conformance
 
 import (
 	"encoding/binary"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -31,21 +30,8 @@ func openTrStamps(t *testing.T, lab *deploy.Lab, node, iface string) *trStamps {
 	t.Helper()
 	s := &trStamps{name: node + ":" + iface, done: make(chan struct{})}
 	err := lab.Do(node, func() error {
-		ifi, err := net.InterfaceByName(iface)
+		fd, _, err := openRaw(iface)
 		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(etherType)))
-		if err != nil {
-			return err
-		}
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(etherType), Ifindex: ifi.Index}); err != nil {
-			unix.Close(fd)
-			return err
-		}
-		tv := unix.NsecToTimeval(int64(20 * time.Millisecond))
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			unix.Close(fd)
 			return err
 		}
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
