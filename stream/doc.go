@@ -9,7 +9,8 @@
 // operation state (package engine) or sockets (package dataplane). Besides
 // the standard library it imports only package parser, for the decoded
 // PROGRESS that ApplyProgress reads (one reading of the statuses for the
-// engine, the host library and prismd-blast). Nothing here locks: a window belongs to one
+// engine, the host library and prismd-blast), and golang.org/x/sys/cpu, to
+// run Hash's AVX2 kernel where the CPU has one. Nothing here locks: a window belongs to one
 // goroutine (one dataplane worker, or one rank's sender loop).
 //
 // # Time and units

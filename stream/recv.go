@@ -4,9 +4,7 @@
 
 package stream
 
-import (
-	"hash/crc32"
-)
+import ()
 
 // Verdict is Admit's decision.
 type Verdict uint8
@@ -37,22 +35,6 @@ func (v Verdict) String() string {
 		return "no_credit"
 	}
 	return "verdict(?)"
-}
-
-// castagnoli is the CRC-32C table; crc32 computes it with the SSE 4.2
-// instruction where the CPU has one.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Hash returns the content hash Admit compares for duplicates: the body's
-// length and its CRC-32C. The question it answers is whether a frame
-// resent under a known Packet ID carries the same bytes, and a CRC answers
-// it for certain when the change is one run of up to 32 bits (one value
-// changed) and with odds of 2^-32 otherwise, where a keyed 64-bit hash
-// only gives odds. It is also cheaper, and every accepted DATA or RESULT
-// frame is hashed: against hash/maphash here, 87 against 137 ns for a
-// 1456-byte body, 374 against 916 ns for a 9000-byte one.
-func Hash(b []byte) uint64 {
-	return uint64(len(b))<<32 | uint64(crc32.Checksum(b, castagnoli))
 }
 
 // RecvConfig configures a RecvWindow.
