@@ -183,6 +183,7 @@ part1() {
     BenchmarkValidate/Build1500FP32:BenchmarkValidate/Copy1500 \
     BenchmarkAddFP32:BenchmarkAddFP32Plain \
     BenchmarkAddFP32Arrival:BenchmarkAddFP32Plain \
+    BenchmarkAddFP32Lane:BenchmarkAddFP32Plain \
     BenchmarkAbsorbFP32Arrival:BenchmarkCopyFrame \
     BenchmarkAbsorbKulischFixed:BenchmarkCopyFrame \
     BenchmarkReplicate4:BenchmarkPlainCopy4 \
