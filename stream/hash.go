@@ -42,6 +42,12 @@ var hashLenKey = rand.Uint64() | 1
 // against a random change, and a change of one value (up to 4 bytes in one
 // word) needs the other word of its pair plus key to be 0 mod 2^32.
 //
+// A collision cannot make a result wrong: identical bodies always hash
+// alike, so the only error is a changed resend taken for an identical one,
+// and that is answered DUPLICATE and not applied (the first copy was); what
+// is lost, with those odds, is the INVALID that would have named the
+// misbehaving sender.
+//
 // Why not a CRC: every DATA and RESULT frame a switch or rank accepts is
 // hashed, and CRC-32C is a chain of dependent instructions the frame's
 // cache misses stall. NH is four vector instructions per 32 bytes: in the
