@@ -80,6 +80,7 @@ type Socket struct {
 	conn   *packet.Conn
 	rc     syscall.RawConn
 	ifi    *net.Interface
+	mac    [6]byte // ifi.HardwareAddr, copied once (MAC)
 	max    int
 	closed chan struct{}
 
@@ -142,6 +143,7 @@ func Open(name string, opts Options) (*Socket, error) {
 		return nil, fmt.Errorf("afpacket: open %q: %w", name, err)
 	}
 	s := &Socket{conn: conn, ifi: ifi, max: opts.MaxBatch, closed: make(chan struct{})}
+	copy(s.mac[:], ifi.HardwareAddr)
 	if s.max <= 0 {
 		s.max = 64
 	}
@@ -233,12 +235,10 @@ func Open(name string, opts Options) (*Socket, error) {
 // Name returns the interface name.
 func (s *Socket) Name() string { return s.ifi.Name }
 
-// MAC returns the interface hardware address (zero if it has none).
-func (s *Socket) MAC() [6]byte {
-	var m [6]byte
-	copy(m[:], s.ifi.HardwareAddr)
-	return m
-}
+// MAC returns the interface hardware address (zero if it has none), as
+// read at Open. It is kept as an array: the engine asks for it for every
+// RESULT and PROGRESS it sends (dataplane.Sender.PortMAC).
+func (s *Socket) MAC() [6]byte { return s.mac }
 
 // MTU returns the interface MTU as seen at Open.
 func (s *Socket) MTU() int { return s.ifi.MTU }
