@@ -30,8 +30,9 @@
 // it: value = integer x 2^Shift units. Shift + 8B <= W keeps every value in
 // the W-bit range, so merging one can never wrap. Spans gives each value's
 // extent (lowest set bit, signed width), ScaledPlanner cuts a run into
-// groups (ScaleFor picks Shift and B; a dynamic program over exact bytes
-// decides where groups end; plain KULISCH where that is no larger),
+// groups (ScaleFor picks Shift and B; a greedy pass with a short
+// lookahead decides where groups end, within a few percent of the
+// byte-optimal cut; plain KULISCH where that is no larger),
 // PutScaled encodes and
 // MergeScaled adds exactly, straight into the carry-save digits. A partial
 // of exact sums of a few FP32 values spans a few dozen bits, so it costs

@@ -3,6 +3,8 @@
 
 package parser
 
+import "encoding/binary"
+
 // Limits are the per-operation bounds a receiver knows from STAGE. A zero
 // field means "unknown, do not check"; the engine passes the operation's
 // values, so every rule of docs/protocol.md is applied on the hot path.
@@ -211,7 +213,21 @@ func (d *Data) decode1(p []byte, lim *Limits) error {
 			}
 		}
 		if f >= FormatKulisch {
-			for i := 0; i < vb; i += w {
+			i := 0
+			if kb <= 8 && f == FormatKulischScaled {
+				// Short integers (every gradient-like partial): one
+				// 8-byte load per value, masked to its B bytes, while
+				// the load stays inside the values.
+				sh := 64 - 8*uint(kb)
+				for ; i+9 <= vb; i += w {
+					st := vals[i]
+					nz := binary.LittleEndian.Uint64(vals[i+1:])<<sh != 0
+					if st > KulischNaN || nz != (st == KulischFinite) {
+						break // the loop below names the fault
+					}
+				}
+			}
+			for ; i < vb; i += w {
 				st := vals[i]
 				if st > KulischNaN {
 					return e.set(c, "group.kulisch_state", bodyBase+vo+i, ErrRange)
