@@ -53,13 +53,19 @@ type Config struct {
 	// instead of one per frame, as docs/protocol.md 7 allows. Refusals
 	// (DUPLICATE, INVALID, NO_CREDIT) are still answered at once.
 	CoalesceProgress bool
-	// PlainKulischPartials never sends KULISCH_SCALED groups
+	// PlainKulischPartials never sends KULISCH_SCALED or KULISCH_F64 groups
 	// (docs/protocol.md section 6): KULISCH partials go out as plain
 	// KULISCH groups, AUTO partials as AUTO alone plans them. Receiving
 	// scaled groups is unaffected: every receiver of KULISCH partials must
 	// take them. For comparisons and measurements; the default (false)
 	// sends the compact scaled groups wherever they are smaller.
 	PlainKulischPartials bool
+	// CompactKulischPartials never sends KULISCH_F64 groups: every exact
+	// partial frame is planned as KULISCH_SCALED (or AUTO), the fewest
+	// bytes on the link. By default (false) a frame whose values binary64
+	// holds goes as one KULISCH_F64 group, which costs a leaf and its
+	// parent far less CPU for 1.3 to 1.5 x the bytes.
+	CompactKulischPartials bool
 }
 
 // maxOwed bounds the streams with a deferred PROGRESS per batch; beyond it

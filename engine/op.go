@@ -170,6 +170,13 @@ type op struct {
 	fp32Streak      int
 	fp32At, fp32Gap uint32
 	fp32Frames      int // frames sent so (tests)
+	// f64 sends a frame as one KULISCH_F64 group when binary64 holds all
+	// its values (docs/protocol.md section 6): a copy of the lanes instead
+	// of a scaled plan and encoding, for 8 bytes a value. f64Group is that
+	// frame's plan, f64Frames counts them (tests).
+	f64       bool
+	f64Group  [1]kulisch.Group
+	f64Frames int
 	// scaledPlans and autoPlans count the scaled and AUTO plans made,
 	// autoSetFrames the frames for which AUTO sets were computed (tests).
 	scaledPlans, autoPlans, autoSetFrames int
@@ -213,16 +220,24 @@ func (o *op) fp32Fast() bool {
 
 // fp32Exact is kulisch.Vector.FP32Exact over ring positions [first,
 // first+n), which may wrap around the ring's end.
-func (o *op) fp32Exact(first, n uint32) uint32 {
+func (o *op) fp32Exact(first, n uint32) uint32 { return o.ringRun(first, n, o.kv.FP32Exact) }
+
+// f64Run is kulisch.Vector.F64Run over ring positions [first, first+n),
+// which may wrap around the ring's end.
+func (o *op) f64Run(first, n uint32) uint32 { return o.ringRun(first, n, o.kv.F64Run) }
+
+// ringRun is run, a count of leading elements with some property, over
+// ring positions [first, first+n), which may wrap around the ring's end.
+func (o *op) ringRun(first, n uint32, run func(first, n int) int) uint32 {
 	idx := first % o.ring
 	if idx+n > o.ring {
 		k := o.ring - idx
-		if got := uint32(o.kv.FP32Exact(int(idx), int(k))); got < k {
+		if got := uint32(run(int(idx), int(k))); got < k {
 			return got
 		}
-		return k + uint32(o.kv.FP32Exact(0, int(n-k)))
+		return k + uint32(run(0, int(n-k)))
 	}
-	return uint32(o.kv.FP32Exact(int(idx), int(n)))
+	return uint32(run(int(idx), int(n)))
 }
 
 // backoff schedules the next comparison after the losing encoding lost
@@ -338,6 +353,7 @@ func newOp(e *Engine, s *Spec) (*op, error) {
 		o.spans = make([]kulisch.Span, kulisch.MaxScaledCount(kulisch.BodyBudget(s.MTU, 0))+16)
 		o.sgroups = make([]kulisch.ScaledGroup, 0, parser.MaxGroups)
 		o.planner.Reserve(len(o.spans))
+		o.f64 = !e.cfg.CompactKulischPartials
 	}
 	return o, nil
 }
@@ -369,7 +385,7 @@ func (o *op) allowed(b *Binding, f parser.Format) bool {
 	if b.Kind == parser.KindContributor && b.Rank {
 		return kf == o.spec.Tuple.Input
 	}
-	if kf == kulisch.KULISCH_SCALED {
+	if kf == kulisch.KULISCH_SCALED || kf == kulisch.KULISCH_F64 {
 		p := o.spec.Tuple.Partial
 		return b.Kind == parser.KindContributor && o.spec.Tuple.Acc == kulisch.KulischFixed &&
 			(p == kulisch.KULISCH || p == kulisch.AUTO)
@@ -495,7 +511,7 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 		// The parser checked Kulisch values against this operation's W
 		// (Limits.KulischBytes): widths, Shift + 8B <= W, states, zero
 		// integers. Checking them again here was 5% of a root's CPU.
-		if (g.Format == parser.FormatKulisch || g.Format == parser.FormatKulischScaled) && o.kv == nil {
+		if (g.Format == parser.FormatKulisch || g.Format == parser.FormatKulischScaled || g.Format == parser.FormatKulischF64) && o.kv == nil {
 			m.drop(DropArithmetic)
 			o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusInvalid, tx)
 			return
@@ -561,8 +577,12 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 func (o *op) apply(gs []parser.Group) {
 	for i := range gs {
 		g := &gs[i]
-		if g.Format == parser.FormatKulischScaled {
+		switch g.Format {
+		case parser.FormatKulischScaled:
 			o.applyScaled(g)
+			continue
+		case parser.FormatKulischF64:
+			o.applyF64(g)
 			continue
 		}
 		f := kulischFormat(g.Format)
@@ -598,6 +618,24 @@ func (o *op) applyScaled(g *parser.Group) {
 		vals, idx = vals[int(k)*w:], 0
 	}
 	if o.kv.MergeScaledChecked(int(idx), sh, b, vals) != nil {
+		o.e.m.drop(DropArithmetic)
+	}
+}
+
+// applyF64 merges one KULISCH_F64 group (the parser checked its values
+// against this operation's W).
+func (o *op) applyF64(g *parser.Group) {
+	idx := g.First % o.ring
+	cnt := uint32(g.Count)
+	vals := g.Values
+	if idx+cnt > o.ring { // wraps around the ring
+		k := o.ring - idx
+		if o.kv.MergeF64Checked(int(idx), vals[:int(k)*kulisch.F64Size]) != nil {
+			o.e.m.drop(DropArithmetic)
+		}
+		vals, idx = vals[int(k)*kulisch.F64Size:], 0
+	}
+	if o.kv.MergeF64Checked(int(idx), vals) != nil {
 		o.e.m.drop(DropArithmetic)
 	}
 }
@@ -696,6 +734,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		skipAuto := o.emitFmt == kulisch.AUTO && o.scaled && base == kulisch.KULISCH && o.autoSkip()
 		autoLost := skipAuto // the scaled plan beat any AUTO plan without one being made
 		fast := false        // one FP32 group without a plan (fp32Fast)
+		f64 := false         // one KULISCH_F64 group without a plan
 		if o.emitFmt == kulisch.AUTO && !skipAuto && o.fp32Fast() {
 			fcap := uint32(kulisch.MaxCount(kulisch.FP32, o.w, budget))
 			c := min(avail, fcap)
@@ -709,6 +748,22 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 				goto planned
 			}
 			o.fp32Streak, o.fp32Gap = 0, 0 // a value FP32 does not hold: plan this frame
+		}
+		if o.f64 {
+			fcap := uint32(kulisch.MaxCount(kulisch.KULISCH_F64, o.w, budget))
+			c := min(avail, fcap)
+			// Under AUTO, values FP32 holds go as FP32 (half the bytes):
+			// the AUTO path below plans them.
+			if o.f64Run(o.emitted, c) == c && (o.emitFmt != kulisch.AUTO || o.fp32Exact(o.emitted, c) < c) {
+				if c < fcap && canWait {
+					break // wait for a full frame while more is coming
+				}
+				count, fast, f64 = c, true, true
+				o.f64Group[0] = kulisch.Group{Format: kulisch.KULISCH_F64, Count: int(c)}
+				groups = o.f64Group[:]
+				o.f64Frames++
+				goto planned
+			}
 		}
 		if o.emitFmt == kulisch.AUTO && !skipAuto {
 			n := min(avail, uint32(len(o.sets)))
@@ -810,6 +865,11 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		o.resetRing(o.emitted, count)
 		o.emitted = end
 		o.e.m.ElementsDone.Add(uint64(count))
+		if f64 {
+			// Nothing was compared: the scaled and AUTO streaks stand.
+			o.emitSeq++
+			continue
+		}
 		switch {
 		case scaled:
 			o.autoStreak = 0

@@ -48,6 +48,7 @@ type tree struct {
 	up     [2]int // bytes sent leaf i -> root (whole Ethernet frames)
 	upData [2]int // DATA frames leaf i -> root
 	scaled int    // KULISCH_SCALED groups seen on the leaf -> root streams
+	f64    int    // KULISCH_F64 groups seen on the leaf -> root streams
 	// firstScaled is the First of the earliest leaf 0 -> root frame with a
 	// KULISCH_SCALED group (0: none, or the frame at 0).
 	firstScaled uint32
@@ -66,17 +67,33 @@ type tree struct {
 
 func treeRankMAC(r int) [6]byte { return [6]byte{2, 0x4b, 0, 0, byte(r), 2} }
 
-// newTree stages the tree with an element window of window (the ring:
-// smaller than vlen makes every ring wrap around).
-func newTree(t *testing.T, partial kulisch.Format, vlen, window uint32, plain bool) *tree {
-	return newTreeIn(t, kulisch.FP32, partial, vlen, window, plain)
+// enc is how a test's switches send exact partials (prismd's
+// kulisch_partials).
+type enc int
+
+const (
+	encF64    enc = iota // the default: KULISCH_F64 where binary64 holds a frame
+	encScaled            // KULISCH_SCALED plans only (kulisch_partials: scaled)
+	encPlain             // plain KULISCH only (kulisch_partials: plain)
+)
+
+func (m enc) String() string { return [...]string{"f64", "scaled", "plain"}[m] }
+
+func (m enc) config() Config {
+	return Config{Logger: quiet(), PlainKulischPartials: m == encPlain, CompactKulischPartials: m == encScaled}
 }
 
-func newTreeIn(t *testing.T, input, partial kulisch.Format, vlen, window uint32, plain bool) *tree {
+// newTree stages the tree with an element window of window (the ring:
+// smaller than vlen makes every ring wrap around).
+func newTree(t *testing.T, partial kulisch.Format, vlen, window uint32, m enc) *tree {
+	return newTreeIn(t, kulisch.FP32, partial, vlen, window, m)
+}
+
+func newTreeIn(t *testing.T, input, partial kulisch.Format, vlen, window uint32, m enc) *tree {
 	tr := &tree{key: parser.OpKey{Job: 9, Group: 1, Op: 2, OpGen: 1}, vlen: vlen, now: 1e9,
 		res: make([]uint32, vlen), got: make([]bool, vlen), window: window}
 	for i := range tr.n {
-		tr.n[i] = &node{id: i, t: tr, e: New(Config{Logger: quiet(), PlainKulischPartials: plain})}
+		tr.n[i] = &node{id: i, t: tr, e: New(m.config())}
 	}
 	base := Spec{Op: tr.key, Collective: parser.CollReduce,
 		Tuple:        kulisch.Tuple{Input: input, Acc: kulisch.KulischFixed, Partial: partial, Output: kulisch.FP32},
@@ -196,6 +213,9 @@ func (tr *tree) run(t *testing.T) {
 				narrow := false
 				for g, ok := d.NextGroup(&it); ok; g, ok = d.NextGroup(&it) {
 					narrow = narrow || g.Format == parser.FormatINT8 || g.Format == parser.FormatFP16 || g.Format == parser.FormatBF16
+					if g.Format == parser.FormatKulischF64 {
+						tr.f64++
+					}
 					if g.Format == parser.FormatKulischScaled {
 						tr.scaled++
 						plain = false
@@ -306,7 +326,7 @@ func TestTreeScaledPartials(t *testing.T) {
 	vecs[0][8], vecs[1][8] = math.MaxFloat32, math.MaxFloat32 // leaf 0 holds 2 x max
 	vecs[2][9] = math.SmallestNonzeroFloat32
 	vecs[0][10], vecs[1][10] = 1e30, -1e30 // cancels in leaf 0: +0
-	runTree := func(partial kulisch.Format, window uint32, plain bool) *tree {
+	runTree := func(partial kulisch.Format, window uint32, plain enc) *tree {
 		tr := newTree(t, partial, vlen, window, plain)
 		for r := range vecs {
 			tr.contribute(t, r, vecs[r])
@@ -322,17 +342,22 @@ func TestTreeScaledPartials(t *testing.T) {
 		}
 		return tr
 	}
-	sc, pl := runTree(kulisch.KULISCH, vlen, false), runTree(kulisch.KULISCH, vlen, true)
+	sc, pl := runTree(kulisch.KULISCH, vlen, encScaled), runTree(kulisch.KULISCH, vlen, encPlain)
 	// A ring of 2003 elements wraps inside frames, groups and plans.
-	wr := runTree(kulisch.KULISCH, 2003, false)
+	wr := runTree(kulisch.KULISCH, 2003, encScaled)
 	// AUTO partials (prismd's default under KULISCH_FIXED) take the scaled
 	// plan where AUTO would need KULISCH groups.
-	au, aup := runTree(kulisch.AUTO, vlen, false), runTree(kulisch.AUTO, vlen, true)
+	au, aup := runTree(kulisch.AUTO, vlen, encScaled), runTree(kulisch.AUTO, vlen, encPlain)
+	// The default: KULISCH_F64 frames where binary64 holds every value
+	// (the specials and 2 x MaxFloat32 included), scaled plans elsewhere.
+	f6, f6w, f6a := runTree(kulisch.KULISCH, vlen, encF64), runTree(kulisch.KULISCH, 2003, encF64), runTree(kulisch.AUTO, vlen, encF64)
 	for i := 0; i < vlen; i++ {
 		want := exactFP32(vecs[0][i], vecs[1][i], vecs[2][i], vecs[3][i])
-		if sc.res[i] != want || pl.res[i] != want || wr.res[i] != want || au.res[i] != want || aup.res[i] != want {
-			t.Fatalf("element %d: exact %#08x; KULISCH partials: scaled %#08x plain %#08x small ring %#08x; AUTO partials: scaled %#08x plain %#08x",
-				i, want, sc.res[i], pl.res[i], wr.res[i], au.res[i], aup.res[i])
+		if sc.res[i] != want || pl.res[i] != want || wr.res[i] != want || au.res[i] != want || aup.res[i] != want ||
+			f6.res[i] != want || f6w.res[i] != want || f6a.res[i] != want {
+			t.Fatalf("element %d: exact %#08x; KULISCH partials: scaled %#08x plain %#08x small ring %#08x; AUTO partials: scaled %#08x plain %#08x; "+
+				"KULISCH_F64: %#08x, small ring %#08x, AUTO %#08x",
+				i, want, sc.res[i], pl.res[i], wr.res[i], au.res[i], aup.res[i], f6.res[i], f6w.res[i], f6a.res[i])
 		}
 	}
 	if wr.scaled == 0 || au.scaled == 0 || aup.scaled != 0 {
@@ -340,6 +365,16 @@ func TestTreeScaledPartials(t *testing.T) {
 	}
 	if sc.scaled == 0 || pl.scaled != 0 {
 		t.Fatalf("KULISCH_SCALED groups: %d with scaled partials, %d with plain ones", sc.scaled, pl.scaled)
+	}
+	if sc.f64+pl.f64+wr.f64+au.f64+aup.f64 != 0 {
+		t.Fatalf("KULISCH_F64 groups with kulisch_partials scaled or plain: %d", sc.f64+pl.f64+wr.f64+au.f64+aup.f64)
+	}
+	for _, tr := range []*tree{f6, f6w, f6a} {
+		// Every frame is binary64 but the few holding element 8 (2 x
+		// MaxFloat32 is a binary64 too) ... all of N(0,1) sums are.
+		if tr.f64 == 0 || tr.f64 < tr.upData[0]+tr.upData[1]-8 {
+			t.Fatalf("KULISCH_F64 groups: %d in %d partial frames", tr.f64, tr.upData[0]+tr.upData[1])
+		}
 	}
 	fp32 := 4 * vlen
 	for i := 0; i < 2; i++ {
@@ -356,6 +391,12 @@ func TestTreeScaledPartials(t *testing.T) {
 		t.Logf("leaf %d -> root, AUTO partials: with scaled groups %.3f x the FP32 vector, without %.3f x", i, ra, rap)
 		if ra >= 3 || ra > rs*1.05 {
 			t.Errorf("leaf %d -> root carries %.3f x the FP32 vector with AUTO partials (KULISCH partials: %.3f), want < 3", i, ra, rs)
+		}
+		// KULISCH_F64: 8 bytes a value plus the frames' headers.
+		rf := float64(f6.up[i]) / float64(fp32)
+		t.Logf("leaf %d -> root, KULISCH_F64 partials: %.3f x the FP32 vector (%.2f x the scaled bytes)", i, rf, rf/rs)
+		if rf < 2 || rf > 2.2 {
+			t.Errorf("leaf %d -> root carries %.3f x the FP32 vector with KULISCH_F64 partials, want 2 to 2.2 (8 bytes a value)", i, rf)
 		}
 	}
 }
@@ -420,7 +461,7 @@ func TestTreeMinimalWindow(t *testing.T) {
 			vecs[r][i] = byte(rng.IntN(256))
 		}
 	}
-	for _, plain := range []bool{false, true} {
+	for _, plain := range []enc{encF64, encScaled, encPlain} {
 		tr := newTreeIn(t, kulisch.INT8, kulisch.KULISCH, vlen, window, plain)
 		for r := range vecs {
 			tr.contributeRaw(t, r, parser.FormatINT8, vecs[r])
@@ -457,6 +498,7 @@ type endSink struct {
 	pid    [4]uint32
 	sent   [4]int
 	scaled [4]int // frames whose first group is KULISCH_SCALED
+	f64    [4]int // frames whose first group is KULISCH_F64
 }
 
 func (s *endSink) Send(port int, frame []byte) bool {
@@ -465,8 +507,13 @@ func (s *endSink) Send(port int, frame []byte) bool {
 		h := parser.DataHeader(frame[parser.HdrOff:parser.DataBodyOff])
 		s.end[port] = max(s.end[port], h.First()+uint32(h.Count()))
 		s.pid[port] = h.PacketID()
-		if h.Groups() > 0 && parser.GroupDescriptor(frame[parser.DataBodyOff:]).Format() == parser.FormatKulischScaled {
-			s.scaled[port]++
+		if h.Groups() > 0 {
+			switch parser.GroupDescriptor(frame[parser.DataBodyOff:]).Format() {
+			case parser.FormatKulischScaled:
+				s.scaled[port]++
+			case parser.FormatKulischF64:
+				s.f64[port]++
+			}
 		}
 	}
 	return true
@@ -505,16 +552,16 @@ type leafRig struct {
 	pid  uint32
 }
 
-func newLeafRig(tb testing.TB, partial kulisch.Format, plain bool) *leafRig {
+func newLeafRig(tb testing.TB, partial kulisch.Format, m enc) *leafRig {
 	rng := rand.New(rand.NewPCG(3, 4))
-	return newLeafRigData(tb, partial, plain, func(int, int) float32 { return float32(rng.NormFloat64()) })
+	return newLeafRigData(tb, partial, m, func(int, int) float32 { return float32(rng.NormFloat64()) })
 }
 
 // newLeafRigData is newLeafRig with rank r's value k of every frame from gen.
-func newLeafRigData(tb testing.TB, partial kulisch.Format, plain bool, gen func(r, k int) float32) *leafRig {
+func newLeafRigData(tb testing.TB, partial kulisch.Format, m enc, gen func(r, k int) float32) *leafRig {
 	key := parser.OpKey{Job: 3, Group: 1, Op: 1, OpGen: uint32(partial)}
 	parentMAC := [6]byte{2, 0x5e, 0, 9, 0, 1}
-	lr := &leafRig{e: New(Config{Logger: quiet(), PlainKulischPartials: plain}), tx: &endSink{mac: 1}, key: key, now: 1e9}
+	lr := &leafRig{e: New(m.config()), tx: &endSink{mac: 1}, key: key, now: 1e9}
 	s := Spec{Op: key, Role: parser.RoleLeaf, Collective: parser.CollReduce,
 		Tuple:        kulisch.Tuple{Input: kulisch.FP32, Acc: kulisch.KulischFixed, Partial: partial, Output: kulisch.FP32},
 		KulischWidth: 280, VectorLen: 1 << 31, MTU: 1500, WindowIntervals: 64, ReplayDepth: 64, WindowBytes: 64 * 1514,
@@ -562,8 +609,8 @@ func (lr *leafRig) step() {
 
 // benchLeaf: one step = two rank DATA frames of 363 FP32 absorbed and the
 // completed partials encoded for the parent (scaled or plain KULISCH-280).
-func benchLeaf(b *testing.B, plain bool) {
-	lr := newLeafRig(b, kulisch.KULISCH, plain)
+func benchLeaf(b *testing.B, m enc) {
+	lr := newLeafRig(b, kulisch.KULISCH, m)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -575,8 +622,12 @@ func benchLeaf(b *testing.B, plain bool) {
 
 // BenchmarkLeafScaledPartials vs BenchmarkLeafPlainPartials: the leaf's
 // CPU per element with KULISCH_SCALED and with plain KULISCH partials.
-func BenchmarkLeafScaledPartials(b *testing.B) { benchLeaf(b, false) }
-func BenchmarkLeafPlainPartials(b *testing.B)  { benchLeaf(b, true) }
+func BenchmarkLeafScaledPartials(b *testing.B) { benchLeaf(b, encScaled) }
+func BenchmarkLeafPlainPartials(b *testing.B)  { benchLeaf(b, encPlain) }
+
+// BenchmarkLeafF64Partials is the same leaf with prismd's default:
+// KULISCH_F64 frames, the sums of two N(0,1) values being binary64.
+func BenchmarkLeafF64Partials(b *testing.B) { benchLeaf(b, encF64) }
 
 // BenchmarkLeafAutoIntegral: AUTO partials of sums of 20-bit integers (what
 // prismctl bench --data integral sends), which AUTO carries in FP32 and
@@ -594,7 +645,7 @@ func BenchmarkLeafAutoSmallIntegers(b *testing.B) {
 }
 
 func benchLeafAuto(b *testing.B, gen func(r, k int) float32) {
-	lr := newLeafRigData(b, kulisch.AUTO, false, gen)
+	lr := newLeafRigData(b, kulisch.AUTO, encF64, gen)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -619,7 +670,7 @@ func TestScaledPathAllocs(t *testing.T) {
 	// scaled plan here).
 	now := int64(1e9)
 	for _, partial := range []kulisch.Format{kulisch.KULISCH, kulisch.AUTO} {
-		lr := newLeafRig(t, partial, false)
+		lr := newLeafRig(t, partial, encScaled)
 		for range 100 {
 			lr.step()
 		}
@@ -630,6 +681,21 @@ func TestScaledPathAllocs(t *testing.T) {
 		if lr.tx.sent[2] == before || lr.tx.scaled[2] < lr.tx.sent[2]/2 || lr.e.Metrics().Drops[DropNoCredit].Load() != 0 {
 			t.Fatalf("%v leaf: the loop did not emit scaled partials: %d frames (%d of %d scaled), no_credit %d",
 				partial, lr.tx.sent[2]-before, lr.tx.scaled[2], lr.tx.sent[2], lr.e.Metrics().Drops[DropNoCredit].Load())
+		}
+	}
+	// LEAF with the default encoding: KULISCH_F64 frames, no allocation.
+	for _, partial := range []kulisch.Format{kulisch.KULISCH, kulisch.AUTO} {
+		lr := newLeafRig(t, partial, encF64)
+		for range 100 {
+			lr.step()
+		}
+		before := lr.tx.sent[2]
+		if a := testing.AllocsPerRun(1000, lr.step); a != 0 {
+			t.Fatalf("%v leaf, KULISCH_F64: %v allocations per step", partial, a)
+		}
+		if lr.tx.sent[2] == before || lr.tx.f64[2] < lr.tx.sent[2]/2 {
+			t.Fatalf("%v leaf: the loop did not emit KULISCH_F64 partials: %d frames (%d of %d KULISCH_F64)",
+				partial, lr.tx.sent[2]-before, lr.tx.f64[2], lr.tx.sent[2])
 		}
 	}
 	ltx := &endSink{mac: 1}
@@ -801,7 +867,7 @@ func TestAutoPlansNotWasted(t *testing.T) {
 // against the exact sum (math/big).
 func runAutoTree(t *testing.T, name string, vlen, window uint32, vecs [][]float32) *tree {
 	t.Helper()
-	tr := newTree(t, kulisch.AUTO, vlen, window, false)
+	tr := newTree(t, kulisch.AUTO, vlen, window, encScaled)
 	for r := range vecs {
 		tr.contribute(t, r, vecs[r])
 	}

@@ -236,7 +236,7 @@ func (a *ArrivalVector) PutValues(dst []byte, first, count int, f Format) (int, 
 		return 0, ErrRange
 	}
 	w := f.Width(0)
-	if w == 0 || f == KULISCH {
+	if w == 0 || f == KULISCH || f == KULISCH_F64 {
 		return 0, ErrFormat
 	}
 	if len(dst) < count*w {

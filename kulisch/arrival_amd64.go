@@ -110,3 +110,40 @@ func laneExactBulk(lane []float64, flags, nlo, hi []uint8) int {
 	const special = uint32(fNaN|fPosInf|fNegInf|fHuge) * 0x01010101
 	return laneExactAVX2(unsafe.SliceData(lane), unsafe.SliceData(flags), unsafe.SliceData(nlo), unsafe.SliceData(hi), n, special)
 }
+
+//go:noescape
+func laneAdd64AVX2(lane *float64, vals *byte, flags *uint8, n int, lim float64) int
+
+// laneAdd64Bulk adds the leading binary64 values of vals (8*len(lane)
+// bytes) to the Vector lanes four at a time while a whole group is finite,
+// nonzero and stays in its lanes, setting fNonNegZero for each. It returns
+// how many it added, a multiple of 4: the group after them, if any, is the
+// caller's.
+func laneAdd64Bulk(lane []float64, vals []byte, flags []uint8, lim float64) int {
+	n := len(lane) &^ 3
+	if n == 0 {
+		return 0
+	}
+	_ = vals[8*n-1]
+	_ = flags[n-1]
+	return laneAdd64AVX2(unsafe.SliceData(lane), unsafe.SliceData(vals), unsafe.SliceData(flags), n, lim)
+}
+
+//go:noescape
+func laneCopyAVX2(dst *byte, lane *float64, flags, nlo, hi *uint8, n int, special uint32) int
+
+// laneCopyBulk writes the leading lane-only elements of a Vector range
+// (lane, flags and bounds slices of one length; dst 8 bytes each) as
+// binary64, four at a time, and returns how many it wrote, a multiple of
+// 4: the group after them, if any, is the caller's.
+func laneCopyBulk(dst []byte, lane []float64, flags, nlo, hi []uint8) int {
+	n := len(lane) &^ 3
+	if n == 0 {
+		return 0
+	}
+	_ = dst[8*n-1]
+	_, _, _ = flags[n-1], nlo[n-1], hi[n-1]
+	const special = uint32(fNaN|fPosInf|fNegInf|fHuge) * 0x01010101
+	return laneCopyAVX2(unsafe.SliceData(dst), unsafe.SliceData(lane), unsafe.SliceData(flags),
+		unsafe.SliceData(nlo), unsafe.SliceData(hi), n, special)
+}

@@ -276,3 +276,102 @@ xdone:
 	VZEROUPPER
 	MOVQ R9, ret+48(FP)
 	RET
+
+// func laneAdd64AVX2(lane *float64, vals *byte, flags *uint8, n int, lim float64) int
+// laneAddAVX2 for binary64 terms (checked KULISCH_F64 values), four at a
+// time: the group is added only if every term is finite and nonzero, every
+// TwoSum error zero and every |s| < lim; flags[i] |= 1 (fNonNegZero) for
+// each. Zeros, infinities and NaN stop it like a spill. Returns how many
+// it added, a multiple of 4; n is a multiple of 4.
+TEXT ·laneAdd64AVX2(SB), NOSPLIT, $0-48
+	MOVQ   lane+0(FP), DI
+	MOVQ   vals+8(FP), SI
+	MOVQ   flags+16(FP), BX
+	MOVQ   n+24(FP), CX
+	VBROADCASTSD lim+32(FP), Y9
+	MOVQ   $0x7FFFFFFFFFFFFFFF, AX
+	VMOVQ  AX, X10
+	VPBROADCASTQ X10, Y10
+	VXORPD Y7, Y7, Y7
+	XORQ   R9, R9
+
+dloop:
+	CMPQ      CX, $4
+	JB        ddone
+	VMOVUPD   (SI), Y1          // x
+	VANDPD    Y10, Y1, Y8       // |x|
+	VCMPPD    $0x0E, Y7, Y8, Y8 // |x| > 0 (ordered: NaN fails)
+	VMOVUPD   (DI), Y2          // a
+	VADDPD    Y1, Y2, Y3        // s = a + x
+	VSUBPD    Y2, Y3, Y4        // bb = s - a
+	VSUBPD    Y4, Y3, Y5        // s - bb
+	VSUBPD    Y5, Y2, Y5        // a - (s - bb)
+	VSUBPD    Y4, Y1, Y6        // x - bb
+	VADDPD    Y6, Y5, Y5        // err
+	VCMPPD    $0, Y7, Y5, Y5    // err == 0 (ordered)
+	VANDPD    Y10, Y3, Y6       // |s|
+	VCMPPD    $1, Y9, Y6, Y6    // |s| < lim (ordered: infinities fail)
+	VANDPD    Y6, Y5, Y5
+	VANDPD    Y8, Y5, Y5
+	VMOVMSKPD Y5, AX
+	CMPL      AX, $15
+	JNE       ddone
+	VMOVUPD   Y3, (DI)
+	ORL       $0x01010101, (BX)
+	ADDQ      $32, SI
+	ADDQ      $32, DI
+	ADDQ      $4, BX
+	ADDQ      $4, R9
+	SUBQ      $4, CX
+	JMP       dloop
+
+ddone:
+	VZEROUPPER
+	MOVQ R9, ret+40(FP)
+	RET
+
+// func laneCopyAVX2(dst *byte, lane *float64, flags *uint8, nlo *uint8, hi *uint8, n int, special uint32) int
+// laneOutAVX2 without the rounding: copies the lanes of elements that are
+// lane-only (all four lanes nonzero, no flag of special, bounds bytes
+// zero) to dst as binary64, four at a time. Stops at the first group that
+// is not such and returns how many it wrote (a multiple of 4); n is a
+// multiple of 4.
+TEXT ·laneCopyAVX2(SB), NOSPLIT, $0-64
+	MOVQ   dst+0(FP), DI
+	MOVQ   lane+8(FP), SI
+	MOVQ   flags+16(FP), BX
+	MOVQ   nlo+24(FP), R10
+	MOVQ   hi+32(FP), R11
+	MOVQ   n+40(FP), CX
+	MOVL   special+48(FP), DX
+	VXORPD Y7, Y7, Y7
+	XORQ   R9, R9
+
+cloop:
+	CMPQ      CX, $4
+	JB        cdone
+	VMOVUPD   (SI), Y0
+	VCMPPD    $4, Y7, Y0, Y1 // lane != 0
+	VMOVMSKPD Y1, AX
+	CMPL      AX, $15
+	JNE       cdone
+	MOVL      (BX), AX
+	TESTL     DX, AX
+	JNZ       cdone
+	MOVL      (R10), AX
+	ORL       (R11), AX
+	JNZ       cdone
+	VMOVUPD   Y0, (DI)
+	ADDQ      $32, DI
+	ADDQ      $32, SI
+	ADDQ      $4, BX
+	ADDQ      $4, R10
+	ADDQ      $4, R11
+	ADDQ      $4, R9
+	SUBQ      $4, CX
+	JMP       cloop
+
+cdone:
+	VZEROUPPER
+	MOVQ R9, ret+56(FP)
+	RET

@@ -11,6 +11,8 @@ func addFP32Bulk(s []float32, vals []byte) int { return 0 }
 func putFP32Bulk(dst []byte, s []float32) int  { return 0 }
 func fillBulk(s []float32, bits uint32) int    { return 0 }
 
-func laneAddBulk(lane []float64, vals []byte, flags []uint8, lim float64) int { return 0 }
-func laneOutBulk(dst []byte, lane []float64, flags, nlo, hi []uint8) int      { return 0 }
-func laneExactBulk(lane []float64, flags, nlo, hi []uint8) int                { return 0 }
+func laneAddBulk(lane []float64, vals []byte, flags []uint8, lim float64) int   { return 0 }
+func laneAdd64Bulk(lane []float64, vals []byte, flags []uint8, lim float64) int { return 0 }
+func laneCopyBulk(dst []byte, lane []float64, flags, nlo, hi []uint8) int       { return 0 }
+func laneOutBulk(dst []byte, lane []float64, flags, nlo, hi []uint8) int        { return 0 }
+func laneExactBulk(lane []float64, flags, nlo, hi []uint8) int                  { return 0 }

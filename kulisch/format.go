@@ -39,6 +39,10 @@ func (f Format) String() string {
 		return "KULISCH"
 	case AUTO:
 		return "AUTO"
+	case KULISCH_SCALED:
+		return "KULISCH_SCALED"
+	case KULISCH_F64:
+		return "KULISCH_F64"
 	}
 	return fmt.Sprintf("Format(%d)", uint8(f))
 }
@@ -58,6 +62,8 @@ func (f Format) Width(w int) int {
 		return 4
 	case KULISCH:
 		return WireSize(w)
+	case KULISCH_F64:
+		return F64Size
 	}
 	return 0
 }

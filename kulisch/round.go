@@ -327,6 +327,9 @@ func (v *Vector) PutValues(dst []byte, first, count int, f Format) (int, error) 
 		// here: most of a switch's work per frame.
 		return v.putFP32(dst, first, count)
 	}
+	if f == KULISCH_F64 { // exact or ErrNotLossless, never rounded
+		return count * F64Size, v.PutF64(dst, first, count)
+	}
 	for k := 0; k < count; k++ {
 		i := first + k
 		out := dst[k*w:]

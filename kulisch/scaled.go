@@ -305,17 +305,7 @@ func (v *Vector) mergeLane(i int, n int64, scale float64) bool {
 	if n >= 1<<53 || n <= -1<<53 || scale == 0 {
 		return false
 	}
-	x := float64(n) * scale
-	a := v.lane[i]
-	s := a + x
-	if math.Abs(s) >= v.laneLim {
-		return false
-	}
-	if bb := s - a; (a-(s-bb))+(x-bb) != 0 {
-		return false
-	}
-	v.lane[i] = s
-	return true
+	return v.laneAdd64(i, float64(n)*scale)
 }
 
 // addShiftedInt adds the nb-byte little-endian two's-complement integer b,

@@ -129,9 +129,15 @@ const (
 	// descriptor format only (never a policy) and legal only in DATA
 	// without EXT: a switch's partial to its parent.
 	FormatKulischScaled Format = 7
+	// FormatKulischF64 (KULISCH_F64) carries exact Kulisch values as IEEE
+	// binary64, 8 bytes little-endian each: a finite value must be a
+	// multiple of 2^-149 inside the operation's W-bit range. Like
+	// KULISCH_SCALED, a descriptor format only, legal only in DATA without
+	// EXT.
+	FormatKulischF64 Format = 8
 )
 
-var formatNames = [...]string{"", "INT8", "FP16", "BF16", "FP32", "KULISCH", "AUTO", "KULISCH_SCALED"}
+var formatNames = [...]string{"", "INT8", "FP16", "BF16", "FP32", "KULISCH", "AUTO", "KULISCH_SCALED", "KULISCH_F64"}
 
 func (f Format) String() string {
 	if f >= 1 && int(f) < len(formatNames) {
@@ -151,6 +157,8 @@ func (f Format) Width(kulischBytes int) int {
 		return 2
 	case FormatFP32:
 		return 4
+	case FormatKulischF64:
+		return 8
 	case FormatKulisch, FormatKulischScaled:
 		return 1 + kulischBytes
 	}

@@ -3,14 +3,17 @@
 
 package parser
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // Limits are the per-operation bounds a receiver knows from STAGE. A zero
 // field means "unknown, do not check"; the engine passes the operation's
 // values, so every rule of docs/protocol.md is applied on the hot path.
 type Limits struct {
 	VectorLen    uint32 // First+Count <= VectorLen; LAST iff First+Count == VectorLen
-	KulischBytes int    // every KULISCH group must use exactly this W/8; KULISCH_SCALED Shift + 8B <= 8 x this
+	KulischBytes int    // every KULISCH group must use exactly this W/8; KULISCH_SCALED Shift + 8B <= 8 x this; KULISCH_F64 values below 2^(8 x this - 150)
 	MTU          int    // bytes after the Ethernet header, padding included
 	ListCap      int    // maximum Count of a LIST endpoint set
 }
@@ -181,6 +184,13 @@ func (d *Data) decode1(p []byte, lim *Limits) error {
 				return e.set(c, "group.scaled_bytes", bodyBase+o+2, ErrFormat)
 			}
 			w, sl = 1+kb, ScaleWordLen
+		case FormatKulischF64:
+			// Same place as KULISCH_SCALED; its Format Word carries no
+			// byte count (binary64 has a fixed width).
+			if c != ClassData || flags&FlagExt != 0 || kb != 0 {
+				return e.set(c, "group.format", bodyBase+o+2, ErrFormat)
+			}
+			w = f.Width(0)
 		default:
 			return e.set(c, "group.format", bodyBase+o+2, ErrFormat)
 		}
@@ -212,7 +222,11 @@ func (d *Data) decode1(p []byte, lim *Limits) error {
 				return e.set(c, "group.scale_shift", bodyBase+sw, ErrRange)
 			}
 		}
-		if f >= FormatKulisch {
+		if f == FormatKulischF64 {
+			if i, ok := f64Valid(vals, maxF64Exp(lim)); !ok {
+				return e.set(c, "group.f64_value", bodyBase+vo+i, ErrRange)
+			}
+		} else if f == FormatKulisch || f == FormatKulischScaled {
 			i := 0
 			if kb <= 8 && f == FormatKulischScaled {
 				// Short integers (every gradient-like partial): one
@@ -265,6 +279,53 @@ func (d *Data) decode1(p []byte, lim *Limits) error {
 	d.BodyLen, d.Stream = uint16(bodyLen), h.Stream()
 	d.Body = body
 	return nil
+}
+
+// Binary64 fields of a KULISCH_F64 value (docs/protocol.md section 6).
+const (
+	f64FracBits = 52
+	f64ExpMask  = 0x7FF
+	f64NaN      = 0x7FF8000000000000 // the only NaN a KULISCH_F64 value may be
+	// f64MinExpTZ is the least E + t of a multiple of 2^-149: the value's
+	// lowest set bit, E - 1075 + t, must be at least -149.
+	f64MinExpTZ = 1075 - 149
+)
+
+// maxF64Exp is the largest biased exponent E a KULISCH_F64 value of the
+// operation may have: E - 1023 <= W - 151 keeps its magnitude below
+// 2^(W-150), i.e. inside the signed W-bit Kulisch range, so the receiver's
+// accumulator cannot wrap. Where W is unknown every finite binary64 fits
+// (the largest W is 4096), so only the exponent field's range applies.
+func maxF64Exp(lim *Limits) int {
+	if lim.KulischBytes == 0 {
+		return f64ExpMask - 1
+	}
+	return 8*lim.KulischBytes - 151 + 1023
+}
+
+// f64Valid checks the KULISCH_F64 values in vals (8 bytes each,
+// little-endian) and returns the offset of the first invalid one. Every root
+// switch runs it over every partial it receives, so it is one load and a few
+// integer operations per value, branching only on the exponent class.
+func f64Valid(vals []byte, maxExp int) (int, bool) {
+	for i := 0; i+8 <= len(vals); i += 8 {
+		x := binary.LittleEndian.Uint64(vals[i:])
+		ex := int(x>>f64FracBits) & f64ExpMask
+		if uint(ex-1) < f64ExpMask-1 { // normal, E in 1..2046
+			// The trailing zeros of 2^52 + F: bit 52 stands in for the
+			// implicit leading one, so the count never exceeds 52.
+			if ex+bits.TrailingZeros64(x|1<<f64FracBits) < f64MinExpTZ || ex > maxExp {
+				return i, false
+			}
+			continue
+		}
+		// E = 0 or 2047: zeros and infinities have F = 0; of the rest only
+		// the canonical NaN is an encoding (a subnormal is below 2^-149).
+		if x&(1<<f64FracBits-1) != 0 && x != f64NaN {
+			return i, false
+		}
+	}
+	return 0, true
 }
 
 // NextGroup returns the next NumberGroup of a decoded frame.
@@ -367,7 +428,7 @@ type DataBuilder struct {
 	off    int // end of the last group
 	count  int
 	groups int
-	scaled bool       // KULISCH_SCALED groups are legal (DATA without EXT)
+	scaled bool       // KULISCH_SCALED and KULISCH_F64 groups are legal (DATA without EXT)
 	err    FieldError // what Reset and AddGroup return; valid until the next call
 }
 
@@ -416,8 +477,8 @@ func (b *DataBuilder) Reset(buf []byte, h *DataFields, ext *Ext, mtu int) error 
 }
 
 // Room reports how many more values of format f (Kulisch integer bytes
-// kbytes: W/8 for KULISCH, B for KULISCH_SCALED) fit in one more group of
-// this frame.
+// kbytes: W/8 for KULISCH, B for KULISCH_SCALED, ignored otherwise) fit in
+// one more group of this frame.
 func (b *DataBuilder) Room(f Format, kbytes int) int {
 	w := f.Width(kbytes)
 	if w == 0 || b.groups >= MaxGroups || b.buf == nil {
@@ -443,7 +504,11 @@ func (b *DataBuilder) Room(f Format, kbytes int) int {
 
 // AddGroup appends a NumberGroup descriptor and its zero padding and returns
 // the slot for count values, which the caller fills (little-endian).
-// KULISCH_SCALED groups need their Shift: use AddScaledGroup.
+// KULISCH_SCALED groups need their Shift: use AddScaledGroup. KULISCH_F64
+// groups (kbytes is ignored) are legal only in DATA without EXT, like
+// KULISCH_SCALED. The builder does not look at the values: a KULISCH_F64
+// value that is not a multiple of 2^-149 inside W (package kulisch encodes
+// them) gets the frame dropped by the receiver.
 func (b *DataBuilder) AddGroup(f Format, kbytes int, count int) ([]byte, error) {
 	if f == FormatKulischScaled {
 		return nil, b.err.set(0, "group.format", b.off+2, ErrFormat)
@@ -463,7 +528,9 @@ func (b *DataBuilder) AddScaledGroup(bytes, shift, count int) ([]byte, error) {
 
 func (b *DataBuilder) addGroup(f Format, kbytes, shift, count int) ([]byte, error) {
 	switch {
-	case f < FormatINT8 || f > FormatKulischScaled || f == FormatAuto:
+	case f < FormatINT8 || f > FormatKulischF64 || f == FormatAuto:
+		return nil, b.err.set(0, "group.format", b.off+2, ErrFormat)
+	case f == FormatKulischF64 && !b.scaled:
 		return nil, b.err.set(0, "group.format", b.off+2, ErrFormat)
 	case f == FormatKulisch && (kbytes < MinKulischBytes || kbytes > MaxKulischBytes):
 		return nil, b.err.set(0, "group.kulisch_bytes", b.off+2, ErrFormat)
@@ -473,8 +540,8 @@ func (b *DataBuilder) addGroup(f Format, kbytes, shift, count int) ([]byte, erro
 		return nil, b.err.set(0, "group.scaled_bytes", b.off+2, ErrFormat)
 	case f == FormatKulischScaled && (shift < 0 || shift+8*kbytes > 8*MaxKulischBytes):
 		return nil, b.err.set(0, "group.scale_shift", b.off+GroupDescLen, ErrRange)
-	case f < FormatKulisch:
-		kbytes = 0
+	case f < FormatKulisch || f == FormatKulischF64:
+		kbytes = 0 // the Format Word's bits 11..0 are zero for these
 	}
 	if count < 1 {
 		return nil, b.err.set(0, "group.count", b.off, ErrCount)

@@ -34,6 +34,15 @@ func fp32s(vs ...float32) []byte {
 	return b
 }
 
+// f64s is the KULISCH_F64 encoding of vs: binary64, little-endian.
+func f64s(vs ...float64) []byte {
+	b := make([]byte, 0, 8*len(vs))
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
 func bf16s(vs ...float32) []byte {
 	b := make([]byte, 0, 2*len(vs))
 	for _, v := range vs {
@@ -230,5 +239,17 @@ func Examples() []Example {
 			"FLAT Set ID 0, one word; boundary set (0xFE) {65536} as FLAT Set ID 1024 (04 00), one word, bit 0 (80); BIFT mask "+
 			"of binding 1 {0,1,2,3}.",
 		mustControl(&c), Limits{})
+
+	// Last so that adding it renumbered no earlier subsection (section 6
+	// refers to 12.9 and 12.17 by number).
+	h = DataFields{Eth: exEth, Class: ClassData, Op: exOp, SrcEP: 0x0200, DstEP: 0x0020, PacketID: 12, First: 25, Stream: 3}
+	add("data-f64", "DATA with a KULISCH_F64 group",
+		"A switch partial for elements 25..29: exact 1.0, -1.5 x 2^-148, +0, 2^-149, -inf as IEEE binary64, 8 bytes each, "+
+			"little-endian: 0x3FF0000000000000 (E 1023), 0xB6B8000000000000 (-3 units of 2^-149: E 875, F 2^51, t = 51, so "+
+			"its lowest set bit E - 1075 + t = -149 is the finest allowed), 0 (+0), 0x36A0000000000000 (one unit: E 874, t = 52), "+
+			"0xFFF0000000000000 (-inf); the descriptor 00 05 80 00 is Count 5, format code 8 and bits 11..0 zero; no Scale "+
+			"Word, no state bytes, 40 value bytes and no padding. As plain KULISCH-280 the same values take 184 body bytes.",
+		mustData(&h, nil, Group{Format: FormatKulischF64, Count: 5,
+			Values: f64s(1, -1.5*math.Ldexp(1, -148), 0, math.Ldexp(1, -149), math.Inf(-1))}), exLim)
 	return ex
 }

@@ -238,6 +238,32 @@ func TestHandBuiltData(t *testing.T) {
 		t.Fatalf("Shift + 8B > W: %v", err)
 	}
 
+	// KULISCH_F64 x3 (format code 8, bits 11..0 zero, no Scale Word, binary64
+	// little-endian): 1.0, -0 and the one NaN pattern; 4 + 24 = 28 bytes.
+	f64Vals := cat([]byte{0, 0, 0, 0, 0, 0, 0xF0, 0x3F}, []byte{0, 0, 0, 0, 0, 0, 0, 0x80}, []byte{0, 0, 0, 0, 0, 0, 0xF8, 0x7F})
+	f64 := cat(hdr(2, 12, 600, 3, 1, 0, 28), []byte{0, 3, 0x80, 0}, f64Vals)
+	if err := d.Decode(f64, lim); err != nil {
+		t.Fatal(err)
+	}
+	it = GroupIter{}
+	if g, ok := d.NextGroup(&it); !ok || g.Format != FormatKulischF64 || g.KBytes != 0 || g.Shift != 0 || g.Count != 3 ||
+		g.First != 600 || !bytes.Equal(g.Values, f64Vals) {
+		t.Fatalf("KULISCH_F64 group %+v", g)
+	}
+	// Section 6's malformed example, 2^-150 = 0x3690000000000000, as the
+	// second value (frame offset 56 + 4 + 8): out_of_range there.
+	half := slices.Clone(f64)
+	copy(half[68:], []byte{0, 0, 0, 0, 0, 0, 0x90, 0x36})
+	if err := d.Decode(half, lim); !errors.Is(err, ErrRange) || err.(*FieldError).Field != "group.f64_value" || err.(*FieldError).Offset != 68 {
+		t.Fatalf("2^-150: %v", err)
+	}
+	// The same group in a RESULT: never legal, like KULISCH_SCALED.
+	res = slices.Clone(f64)
+	res[CWOff+1] = byte(ClassResult)
+	if err := d.Decode(res, lim); !errors.Is(err, ErrFormat) || err.(*FieldError).Field != "group.format" {
+		t.Fatalf("KULISCH_F64 group in RESULT: %v", err)
+	}
+
 	inexact := hdr(2, 9, 0, 0, 0, FlagLast|FlagInexact, 0)
 	if err := d.Decode(inexact, lim); err != nil || d.Flags != FlagLast|FlagInexact || d.Count != 0 {
 		t.Fatalf("inexact: %v %+v", err, d)

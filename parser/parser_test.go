@@ -2,7 +2,11 @@ package parser
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
+	"math/big"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 )
@@ -17,6 +21,7 @@ func TestRoomMatchesSpec(t *testing.T) {
 	}{
 		{1500, FormatINT8, 0, 1452}, {1500, FormatFP16, 0, 726}, {1500, FormatBF16, 0, 726}, {1500, FormatFP32, 0, 363},
 		{1500, FormatKulisch, 35, 40}, {1500, FormatKulisch, 512, 2}, {576, FormatINT8, 0, 528}, {9000, FormatINT8, 0, 8952},
+		{1500, FormatKulischF64, 0, 181},
 	}
 	buf := make([]byte, 10000)
 	for _, c := range cases {
@@ -347,6 +352,163 @@ func TestZeroAllocs(t *testing.T) {
 	if n != 0 {
 		t.Errorf("builder with scaled groups: %v allocs", n)
 	}
+	n = testing.AllocsPerRun(200, func() {
+		b.Reset(buf, &hd, nil, 1500)
+		slot, _ := b.AddGroup(FormatKulischF64, 0, b.Room(FormatKulischF64, 0))
+		slot[7] = 0x3F
+		b.Finish()
+	})
+	if n != 0 {
+		t.Errorf("builder with a KULISCH_F64 group: %v allocs", n)
+	}
+}
+
+// TestBuilderF64: AddGroup builds KULISCH_F64 groups exactly where
+// KULISCH_SCALED ones are legal (DATA without EXT), with a Format Word of
+// code 8 and bits 11..0 zero, 8 bytes per value and no Scale Word; the
+// decoder returns the values it was given, between groups of other formats.
+func TestBuilderF64(t *testing.T) {
+	buf := make([]byte, 2000)
+	for i := range buf {
+		buf[i] = 0xAA // stale bytes must not leak into the frame
+	}
+	vals := []float64{1, -1.5 * math.Ldexp(1, -148), 0, math.Ldexp(1, -149), math.Inf(-1), math.Ldexp(-12345, -60)}
+	want := make([]byte, 8*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint64(want[8*i:], math.Float64bits(v))
+	}
+	var b DataBuilder
+	h := DataFields{Eth: exEth, Class: ClassData, Op: exOp, First: 40}
+	if err := b.Reset(buf, &h, nil, 1500); err != nil {
+		t.Fatal(err)
+	}
+	fp, _ := b.AddGroup(FormatFP32, 0, 1)
+	copy(fp, []byte{0, 0, 0x80, 0x3F})
+	// kbytes has no meaning for KULISCH_F64: the builder writes bits 11..0 zero.
+	slot, err := b.AddGroup(FormatKulischF64, 3, len(vals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(slot) != 8*len(vals) {
+		t.Fatalf("slot of %d bytes for %d values", len(slot), len(vals))
+	}
+	copy(slot, want)
+	sc, _ := b.AddScaledGroup(1, 0, 1)
+	copy(sc, []byte{KulischFinite, 1})
+	f := b.Finish()
+	desc := DataBodyOff + 4 + 4
+	if !bytes.Equal(f[desc:desc+4], []byte{0, byte(len(vals)), 0x80, 0}) {
+		t.Fatalf("descriptor % x", f[desc:desc+4])
+	}
+	if !bytes.Equal(f[desc+4:desc+4+len(want)], want) {
+		t.Fatalf("values % x", f[desc+4:desc+4+len(want)])
+	}
+	if GroupLen(FormatKulischF64, 0, len(vals)) != 4+8*len(vals) || GroupLen(FormatKulischF64, 0, 5) != 44 {
+		t.Fatalf("GroupLen %d", GroupLen(FormatKulischF64, 0, len(vals)))
+	}
+	var d Data
+	if err := d.Decode(f, exLim); err != nil {
+		t.Fatal(err)
+	}
+	// FP32 x1: 4 + 4; KULISCH_F64: 4 + 8 per value; B = 1: 4 + Scale Word 4 + 2 + 2 padding.
+	if int(d.BodyLen) != 8+4+8*len(vals)+12 || d.Count != uint16(1+len(vals)+1) {
+		t.Fatalf("body %d count %d", d.BodyLen, d.Count)
+	}
+	var it GroupIter
+	d.NextGroup(&it)
+	g, ok := d.NextGroup(&it)
+	if !ok || !reflect.DeepEqual(g, Group{Format: FormatKulischF64, Count: uint16(len(vals)), First: 41, Values: want}) {
+		t.Fatalf("group %+v", g)
+	}
+	if g, ok := d.NextGroup(&it); !ok || g.Format != FormatKulischScaled || g.First != 41+uint32(len(vals)) {
+		t.Fatalf("group after the KULISCH_F64 one: %+v", g)
+	}
+
+	// Where KULISCH_SCALED is illegal so is KULISCH_F64, and the error names
+	// the format; a code past 8 is unknown.
+	hr := DataFields{Eth: exEth, Class: ClassResult, Op: exOp}
+	b.Reset(buf, &hr, nil, 1500)
+	if _, err := b.AddGroup(FormatKulischF64, 0, 1); !errors.Is(err, ErrFormat) || err.(*FieldError).Field != "group.format" {
+		t.Fatalf("KULISCH_F64 group in RESULT: %v", err)
+	}
+	b.Reset(buf, &h, &Ext{Encoding: EncList, Set: AppendListSet(nil, 1)}, 1500)
+	if _, err := b.AddGroup(FormatKulischF64, 0, 1); !errors.Is(err, ErrFormat) || err.(*FieldError).Field != "group.format" {
+		t.Fatalf("KULISCH_F64 group with EXT: %v", err)
+	}
+	b.Reset(buf, &h, nil, 1500)
+	if _, err := b.AddGroup(FormatKulischF64+1, 0, 1); !errors.Is(err, ErrFormat) {
+		t.Fatalf("format 9: %v", err)
+	}
+	if _, err := b.AddGroup(FormatKulischF64, 0, 182); !errors.Is(err, ErrMTU) {
+		t.Fatalf("182 KULISCH_F64 values at MTU 1500: %v", err)
+	}
+}
+
+// TestF64Oracle checks the KULISCH_F64 value rules against math/big: a
+// value is legal when it is ±0, ±inf or the one NaN pattern, or when it is
+// finite, times 2^149 an integer, and (W known) of magnitude below
+// 2^(W-150). Inputs are random bit patterns, biased to the exponents where
+// the rules change (2^-149 and 2^(W-150)) and to fractions with many
+// trailing zeros.
+func TestF64Oracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 149))
+	oracle := func(x uint64, kbytes int) bool {
+		v := math.Float64frombits(x)
+		switch {
+		case math.IsNaN(v):
+			return x == 0x7FF8000000000000
+		case math.IsInf(v, 0) || v == 0:
+			return true
+		}
+		bf := new(big.Float).SetPrec(0).SetFloat64(v) // exact, subnormals included
+		units := new(big.Float).SetMantExp(bf, 149)
+		if !units.IsInt() {
+			return false
+		}
+		if kbytes == 0 {
+			return true
+		}
+		lim := new(big.Float).SetMantExp(big.NewFloat(1), 8*kbytes-150)
+		return new(big.Float).Abs(bf).Cmp(lim) < 0
+	}
+	buf := make([]byte, 200)
+	var b DataBuilder
+	h := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
+	var d Data
+	counts := map[bool]int{}
+	for i := 0; i < 200000; i++ {
+		var x uint64
+		switch i % 4 {
+		case 0: // anything
+			x = rng.Uint64()
+		case 1: // near 2^-149: exponents 850..900, fraction with k trailing zeros
+			x = uint64(850+rng.IntN(51))<<52 | rng.Uint64()>>12&^(1<<rng.IntN(53)-1)
+		case 2: // near the top of W: exponents 900..2046
+			x = uint64(900+rng.IntN(1147))<<52 | rng.Uint64()>>12&^(1<<rng.IntN(53)-1)
+		case 3: // E = 0 or 2047, a few fraction patterns
+			x = uint64(rng.IntN(2)*0x7FF)<<52 | []uint64{0, 1, 1 << 51, rng.Uint64() >> 12}[rng.IntN(4)]
+		}
+		x |= uint64(rng.IntN(2)) << 63
+		for _, kb := range []int{0, 8, 35, 100, MaxKulischBytes} {
+			b.Reset(buf, &h, nil, 0)
+			slot, _ := b.AddGroup(FormatKulischF64, 0, 1)
+			binary.LittleEndian.PutUint64(slot, x)
+			err := d.Decode(b.Finish(), Limits{KulischBytes: kb})
+			want := oracle(x, kb)
+			counts[want]++
+			if want != (err == nil) {
+				t.Fatalf("%#016x (%v) under W %d: decoder says %v, oracle %v", x, math.Float64frombits(x), 8*kb, err, want)
+			}
+			if err != nil {
+				if fe := err.(*FieldError); fe.Field != "group.f64_value" || fe.Offset != DataBodyOff+4 || !errors.Is(err, ErrRange) {
+					t.Fatalf("%#016x: %+v", x, fe)
+				}
+			}
+		}
+	}
+	if counts[true] < 100000 || counts[false] < 100000 {
+		t.Fatalf("unbalanced inputs: %v", counts)
+	}
 }
 
 // TestBuilderScaled: Room and AddScaledGroup account for the Scale Word and
@@ -486,6 +648,28 @@ func BenchmarkValidate(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if d.Decode(kf, klim) != nil {
+				b.Fatal("decode")
+			}
+		}
+	})
+	b.Run("Decode1500F64", func(b *testing.B) {
+		// 181 KULISCH_F64 values, each a sum-like value with a full
+		// fraction: every value runs the whole per-value check.
+		buf := make([]byte, EthLen+1500)
+		var db DataBuilder
+		h := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
+		db.Reset(buf, &h, nil, 1500)
+		slot, _ := db.AddGroup(FormatKulischF64, 0, db.Room(FormatKulischF64, 0))
+		for i := 0; i < len(slot); i += 8 {
+			binary.LittleEndian.PutUint64(slot[i:], math.Float64bits(math.Ldexp(float64(1<<52|i*7919), -70)))
+		}
+		ff := db.Finish()
+		var d Data
+		flim := Limits{VectorLen: 1 << 20, MTU: 1500, KulischBytes: 35}
+		b.SetBytes(int64(len(ff)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if d.Decode(ff, flim) != nil {
 				b.Fatal("decode")
 			}
 		}

@@ -91,6 +91,12 @@ func groupValues(g Group) string {
 			vs = append(vs, fmt.Sprint(math.Float32frombits(uint32(binary.LittleEndian.Uint16(v))<<16)))
 		case FormatINT8:
 			vs = append(vs, fmt.Sprint(int8(v[0])))
+		case FormatKulischF64:
+			// The number and its bit pattern: the pattern is what an
+			// implementer compares with the hex (the sign of a zero, the
+			// one NaN encoding).
+			x := binary.LittleEndian.Uint64(v)
+			vs = append(vs, fmt.Sprintf("%v (0x%016X)", math.Float64frombits(x), x))
 		default:
 			vs = append(vs, "0x"+fmt.Sprintf("%x", v))
 		}

@@ -44,7 +44,21 @@ var rejectGolden = map[string]rejectWant{
 	"group count zero":                    {2, "group.count", 56, "bad_count"},
 	"group format 0":                      {2, "group.format", 58, "bad_format"},
 	"group format AUTO":                   {2, "group.format", 58, "bad_format"},
-	"group format 8":                      {2, "group.format", 58, "bad_format"},
+	"group format 9":                      {2, "group.format", 58, "bad_format"},
+	"group format 15":                     {2, "group.format", 58, "bad_format"},
+	"f64 in RESULT":                       {3, "group.format", 58, "bad_format"},
+	"f64 with EXT":                        {2, "group.format", 86, "bad_format"},
+	"f64 bits 11..0 nonzero":              {2, "group.format", 58, "bad_format"},
+	"f64 bits 11..0 = 0x800":              {2, "group.format", 58, "bad_format"},
+	"f64 group past body":                 {2, "body_length", 56, "bad_length"},
+	"f64 subnormal":                       {2, "group.f64_value", 84, "out_of_range"},
+	"f64 negative subnormal":              {2, "group.f64_value", 76, "out_of_range"},
+	"f64 NaN with payload":                {2, "group.f64_value", 76, "out_of_range"},
+	"f64 negative NaN":                    {2, "group.f64_value", 92, "out_of_range"},
+	"f64 2^-150":                          {2, "group.f64_value", 68, "out_of_range"},
+	"f64 1.5 x 2^-149":                    {2, "group.f64_value", 60, "out_of_range"},
+	"f64 2^130 beyond W 280":              {2, "group.f64_value", 92, "out_of_range"},
+	"f64 -2^130 beyond W 280":             {2, "group.f64_value", 60, "out_of_range"},
 	"scaled in RESULT":                    {3, "group.format", 58, "bad_format"},
 	"scaled B 0":                          {2, "group.scaled_bytes", 58, "bad_format"},
 	"scaled B 513":                        {2, "group.scaled_bytes", 58, "bad_format"},
@@ -218,6 +232,9 @@ func TestRejectOffsetsByHand(t *testing.T) {
 		"scaled shift + 8B > W":   DataBodyOff + 4,       // Scale Word Shift
 		"scaled state 6":          DataBodyOff + 4 + 4,   // state byte of the first scaled value
 		"scaled +0 nonzero":       DataBodyOff + 8 + 2*5, // the third value (1 + B = 5 bytes each)
+		"f64 subnormal":           DataBodyOff + 4 + 3*8, // the fourth binary64 value
+		"f64 2^-150":              DataBodyOff + 4 + 8,   // the second binary64 value
+		"f64 with EXT":            DataBodyOff + 28 + 2,  // Format Word after the 28-byte extension
 		"list not ascending":      sOff + 8,              // the second LIST entry
 		"hier empty lower":        sOff + 12,             // first lower bitmap, after one upper word
 		"ack reserved":            cBody + 11,            // ACK body byte 11

@@ -4,7 +4,9 @@
 package parser
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -77,6 +79,51 @@ func set16(off int, v uint16) func([]byte) []byte {
 func set32(off int, v uint32) func([]byte) []byte {
 	return func(b []byte) []byte { put32(b, off, v); return b }
 }
+
+// setF64 writes binary64 bits little-endian, the way KULISCH_F64 carries them.
+func setF64(off int, bits uint64) func([]byte) []byte {
+	return func(b []byte) []byte { binary.LittleEndian.PutUint64(b[off:], bits); return b }
+}
+
+// f64Val is the offset of value i of the data-f64 example's group.
+func f64Val(i int) int { return DataBodyOff + GroupDescLen + 8*i }
+
+// KULISCH_F64 bit patterns for the rules, from package math rather than
+// from the decoder's constants.
+var (
+	f64One        = math.Float64bits(1)
+	f64Unit       = math.Float64bits(math.Ldexp(1, -149))                // 2^-149, the Kulisch unit
+	f64Half       = math.Float64bits(math.Ldexp(1, -150))                // 2^-150 = 0x3690000000000000
+	f64ThreeHalf  = math.Float64bits(math.Ldexp(3, -150))                // 1.5 x 2^-149: t = 51, one bit too fine
+	f64FineOne    = math.Float64bits(math.Nextafter(1, 2))               // 1 + 2^-52: t = 0, still a multiple
+	f64Subnormal  = math.Float64bits(math.SmallestNonzeroFloat64)        // E = 0, F = 1
+	f64NegSubnorm = math.Float64bits(-math.Ldexp(1, -1030))              // E = 0, F = 2^44, negative
+	f64GoNaN      = math.Float64bits(math.NaN())                         // Go's NaN has payload 1: not canonical
+	f64NegNaN     = math.Float64bits(math.Copysign(math.NaN(), -1)) &^ 1 // the canonical pattern with the sign set
+	f64Pow130     = math.Float64bits(math.Ldexp(1, 130))                 // 2^130 = 2^279 units: outside W = 280
+	f64NegPow130  = math.Float64bits(-math.Ldexp(1, 130))                // -2^130: outside too (the range is symmetric here)
+	f64Below130   = math.Float64bits(math.Nextafter(math.Ldexp(1, 130), 0))
+	f64Max        = math.Float64bits(math.MaxFloat64)
+	f64NegZero    = math.Float64bits(math.Copysign(0, -1))
+	f64PosInf     = math.Float64bits(math.Inf(1))
+)
+
+// f64CanonicalNaN is the one NaN encoding docs/protocol.md section 6 admits,
+// copied from the document.
+const f64CanonicalNaN = 0x7FF8000000000000
+
+// f64WithExt turns data-flat-ext's group of two FP32 values (8 bytes,
+// descriptor at 84) into one KULISCH_F64 value 1.0: the same bytes count,
+// so only the format makes the frame illegal.
+func f64WithExt(b []byte) []byte {
+	d := DataBodyOff + 28
+	put16(b, d, 1)
+	put16(b, d+2, uint16(FormatKulischF64)<<12)
+	put16(b, dOff+dataCount, 1)
+	binary.LittleEndian.PutUint64(b[d+GroupDescLen:], f64One)
+	return b
+}
+
 func cut(n int) func([]byte) []byte { return func(b []byte) []byte { return b[:n] } }
 func lim(l Limits) *Limits          { return &l }
 
@@ -111,7 +158,8 @@ var rules = []rule{
 	{"group count zero", "data-fp32", set16(DataBodyOff, 0), nil, ErrCount, "group.count"},
 	{"group format 0", "data-fp32", set16(DataBodyOff+2, 0x0000), nil, ErrFormat, "group.format"},
 	{"group format AUTO", "data-fp32", set16(DataBodyOff+2, 0x6000), nil, ErrFormat, "group.format"},
-	{"group format 8", "data-fp32", set16(DataBodyOff+2, 0x8000), nil, ErrFormat, "group.format"},
+	{"group format 9", "data-fp32", set16(DataBodyOff+2, 0x9000), nil, ErrFormat, "group.format"},
+	{"group format 15", "data-fp32", set16(DataBodyOff+2, 0xF000), nil, ErrFormat, "group.format"},
 	{"group fp32 with kulisch bytes", "data-fp32", set16(DataBodyOff+2, 0x4001), nil, ErrFormat, "group.format"},
 	{"kulisch bytes vs operation", "data-mixed", nil, lim(Limits{VectorLen: 1024, KulischBytes: 36}), ErrFormat, "group.kulisch_bytes"},
 	{"kulisch bytes below 8", "data-mixed", set16(DataBodyOff+12+2, 0x5007), lim(Limits{}), ErrFormat, "group.kulisch_bytes"},
@@ -135,6 +183,33 @@ var rules = []rule{
 	{"scaled finite zero", "data-scaled", set32(DataBodyOff+9, 0), nil, ErrRange, "group.kulisch_value"},
 	{"scaled +0 nonzero", "data-scaled", setB(DataBodyOff+8+10+1, 1), nil, ErrRange, "group.kulisch_value"},
 	{"scaled padding nonzero", "data-scaled", setB(DataBodyOff+35, 1), nil, ErrReserved, "group.padding"},
+
+	// KULISCH_F64 (data-f64: descriptor 56, values 60, 68, 76, 84, 92 =
+	// 1.0, -1.5 x 2^-148, +0, 2^-149, -inf; W = 280).
+	{"f64 accepted without limits", "data-f64", nil, lim(Limits{}), nil, ""},
+	{"f64 in RESULT", "data-f64", setB(CWOff+1, byte(ClassResult)), nil, ErrFormat, "group.format"},
+	{"f64 with EXT", "data-flat-ext", f64WithExt, nil, ErrFormat, "group.format"},
+	{"f64 bits 11..0 nonzero", "data-f64", set16(DataBodyOff+2, 0x8001), nil, ErrFormat, "group.format"},
+	{"f64 bits 11..0 = 0x800", "data-f64", set16(DataBodyOff+2, 0x8800), lim(Limits{}), ErrFormat, "group.format"},
+	{"f64 group past body", "data-f64", set16(DataBodyOff, 6), nil, ErrLength, "body_length"},
+	{"f64 -0 +inf accepted", "data-f64", func(b []byte) []byte {
+		return setF64(f64Val(1), f64PosInf)(setF64(f64Val(2), f64NegZero)(b))
+	}, nil, nil, ""},
+	{"f64 canonical NaN accepted", "data-f64", setF64(f64Val(2), f64CanonicalNaN), nil, nil, ""},
+	{"f64 2^-149 accepted", "data-f64", setF64(f64Val(0), f64Unit), nil, nil, ""},
+	{"f64 1 + 2^-52 accepted", "data-f64", setF64(f64Val(0), f64FineOne), nil, nil, ""},
+	{"f64 subnormal", "data-f64", setF64(f64Val(3), f64Subnormal), nil, ErrRange, "group.f64_value"},
+	{"f64 negative subnormal", "data-f64", setF64(f64Val(2), f64NegSubnorm), lim(Limits{}), ErrRange, "group.f64_value"},
+	{"f64 NaN with payload", "data-f64", setF64(f64Val(2), f64GoNaN), nil, ErrRange, "group.f64_value"},
+	{"f64 negative NaN", "data-f64", setF64(f64Val(4), f64NegNaN), lim(Limits{}), ErrRange, "group.f64_value"},
+	{"f64 2^-150", "data-f64", setF64(f64Val(1), f64Half), nil, ErrRange, "group.f64_value"},
+	{"f64 1.5 x 2^-149", "data-f64", setF64(f64Val(0), f64ThreeHalf), lim(Limits{}), ErrRange, "group.f64_value"},
+	{"f64 below 2^130 within W 280", "data-f64", setF64(f64Val(0), f64Below130), nil, nil, ""},
+	{"f64 2^130 beyond W 280", "data-f64", setF64(f64Val(4), f64Pow130), nil, ErrRange, "group.f64_value"},
+	{"f64 -2^130 beyond W 280", "data-f64", setF64(f64Val(0), f64NegPow130), nil, ErrRange, "group.f64_value"},
+	{"f64 2^130 without W", "data-f64", setF64(f64Val(4), f64Pow130), lim(Limits{}), nil, ""},
+	{"f64 max within W 4096", "data-f64", setF64(f64Val(4), f64Max), lim(Limits{KulischBytes: MaxKulischBytes}), nil, ""},
+
 	{"beyond vector", "data-fp32", set32(dOff+dataFirst, 1021), nil, ErrRange, "first_element"},
 	{"beyond 2^32", "data-fp32", set32(dOff+dataFirst, 0xFFFFFFFE), lim(Limits{}), ErrRange, "first_element"},
 	{"end of vector without LAST", "result-last", setB(dOff+dataFlags, 0), nil, ErrRange, "flags.last"},

@@ -14,7 +14,9 @@
 #   5. OpenMPI MPI_Allreduce, 4 namespaced hosts on a Linux bridge (MTU 1500)
 #      vs prismd on spine-leaf-jumbo (MTU 9000), 2, 1M and 16M FP32 (2: a small collective's latency),
 #      ordinary and persistent prismd collectives; both sum
-#      small integers (MPI: (i + rank) % 1000; prismd: --data integral).
+#      small integers (MPI: (i + rank) % 1000; prismd: --data integral), and
+#      prismd KULISCH also on gradient-like data (kulisch-gradient: what exact
+#      sums of training gradients cost; MPI's time does not depend on data).
 # A part that fails says why and the script goes on; exit 1 only if no part
 # measured anything. Everything created (labs "b?XXXX", namespaces pl-b?XXXX-*,
 # processes) is removed by name/PID on exit.
@@ -51,8 +53,9 @@
 #   BENCH_RANK_TIMEOUT=300   seconds before a rank process is killed
 #   BENCH_LAB_PREFIX=b  first letter(s) of part 5's lab names (<prefix>b/j<hex>),
 #                       so concurrent runs can keep their namespaces apart
-#   BENCH_MPI_ACCS="fp32 fp32-persistent kulisch kulisch-persistent"   prismd runs part 5 compares
-#                       with MPI: accumulator, and -persistent for a persistent collective (set up once)
+#   BENCH_MPI_ACCS="fp32 fp32-persistent kulisch kulisch-persistent kulisch-gradient"   prismd runs part 5
+#                       compares with MPI: accumulator, -persistent for a persistent collective (set up
+#                       once), -gradient for --data gradient instead of integral
 #   (part 2 also honours DURATION, SIZES, ROUNDS: see scripts/bench-forward.sh)
 set -uo pipefail
 [[ $EUID -eq 0 ]] || { echo "bench: needs root (namespaces, AF_PACKET)"; exit 1; }
@@ -421,13 +424,14 @@ part5() {
   }
   f=
   if lab_up spine-leaf-jumbo "$lab" && f=$LAB_FILE && am_start "$lab"; then
-    local run pers
-    for run in ${BENCH_MPI_ACCS:-fp32 fp32-persistent kulisch kulisch-persistent}; do
-      acc=${run%-persistent} pers=()
+    local run pers data
+    for run in ${BENCH_MPI_ACCS:-fp32 fp32-persistent kulisch kulisch-persistent kulisch-gradient}; do
+      acc=${run%-persistent} acc=${acc%-gradient} pers=() data=integral
       [[ $run == *-persistent ]] && pers=(--persistent)
+      [[ $run == *-gradient ]] && data=gradient
       for c in $MPI_COUNTS; do
         local j0 j1; j0=$(p5_jiffies)
-        if ranks "$lab" 4 $((job++)) "$TMP/p5.$run.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w 1 --mtu 9000 --acc $acc --data integral "${pers[@]}"; then
+        if ranks "$lab" 4 $((job++)) "$TMP/p5.$run.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w 1 --mtu 9000 --acc $acc --data $data "${pers[@]}"; then
           j1=$(p5_jiffies)
           # The median of rank 0's timed runs (like MPI's), else bench's mean.
           local us; us=$(grep -m1 '^# times(us):' "$TMP/p5.$run.$c.0" | cut -d: -f2 | tr ' ' '\n' | grep . | sort -n |
@@ -447,7 +451,7 @@ part5() {
   fi
   [[ -n ${f:-} ]] && lab_down "$f"
   echo
-  local runs=${BENCH_MPI_ACCS:-fp32 fp32-persistent kulisch kulisch-persistent}
+  local runs=${BENCH_MPI_ACCS:-fp32 fp32-persistent kulisch kulisch-persistent kulisch-gradient}
   printf '%-10s %10s' FP32_elems mpi_ms
   for run in $runs; do printf ' %24s %7s' "prismd_${run}_ms" "mpi/it"; done
   echo

@@ -46,7 +46,7 @@ import (
 //	metrics_listen: "127.0.0.1:9100"   # empty or absent disables
 //	control_listen: "/run/prismd/prismd.sock"  # HTTP over a unix socket; empty or absent disables
 //	am_sources: ["02:00:00:00:00:aa"]  # MACs allowed to send CONTROL
-//	kulisch_partials: scaled        # scaled (default: KULISCH_SCALED where smaller) or plain (KULISCH only)
+//	kulisch_partials: f64           # f64 (default: KULISCH_F64 where binary64 holds a frame), scaled (fewest bytes) or plain (KULISCH only)
 type Config struct {
 	NodeMAC       string       `yaml:"node_mac"`
 	Ports         []PortConfig `yaml:"ports"`
@@ -55,11 +55,14 @@ type Config struct {
 	MetricsListen string       `yaml:"metrics_listen"`
 	ControlListen string       `yaml:"control_listen"`
 	AMSources     []string     `yaml:"am_sources"`
-	// KulischPartials chooses how exact partials travel to a parent:
-	// "scaled" (default) sends KULISCH_SCALED groups where they are smaller
-	// than plain KULISCH values; "plain" never does, for a parent built
-	// before format code 7 (protocol section 6). Read at start; a reload
-	// that changes it warns that it needs a restart.
+	// KulischPartials chooses how exact partials travel to a parent
+	// (protocol section 6): "f64" (default) sends a frame whose values
+	// binary64 holds as one KULISCH_F64 group and plans KULISCH_SCALED
+	// groups for the others, the least CPU; "scaled" plans every frame as
+	// KULISCH_SCALED groups, the fewest bytes, for trees whose links are
+	// slower than their switches; "plain" sends plain KULISCH values only,
+	// for a parent built before format codes 7 and 8. Read at start; a
+	// reload that changes it warns that it needs a restart.
 	KulischPartials string `yaml:"kulisch_partials"`
 	// WorkerHandoff turns off inline runs (dataplane.Options.NoInline): by
 	// default a port's receive loop runs an idle worker's engine itself,
@@ -246,9 +249,9 @@ func (c *Config) Validate(file string) error {
 		return bad("ports", "no ports; list at least one interface, e.g.\n  ports:\n    - name: eth1")
 	}
 	switch c.KulischPartials {
-	case "", "scaled", "plain":
+	case "", "f64", "scaled", "plain":
 	default:
-		return bad("kulisch_partials", "%q: use scaled (the default: KULISCH_SCALED where it is smaller) or plain (KULISCH values only, for parents without format code 7)", c.KulischPartials)
+		return bad("kulisch_partials", "%q: use f64 (the default: KULISCH_F64 where binary64 holds the values, the least CPU), scaled (KULISCH_SCALED only, the fewest bytes) or plain (KULISCH values only, for parents without format codes 7 and 8)", c.KulischPartials)
 	}
 	seen := map[string]int{}
 	for i, p := range c.Ports {
@@ -353,3 +356,7 @@ func (c *Config) AMSourceMACs() [][6]byte { return c.amSources }
 // PlainKulischPartials reports whether exact partials must be sent as plain
 // KULISCH values (kulisch_partials: plain).
 func (c *Config) PlainKulischPartials() bool { return c.KulischPartials == "plain" }
+
+// CompactKulischPartials reports whether exact partials must never be sent
+// as KULISCH_F64 (kulisch_partials: scaled).
+func (c *Config) CompactKulischPartials() bool { return c.KulischPartials == "scaled" }

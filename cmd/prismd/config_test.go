@@ -53,6 +53,12 @@ func TestParseFullConfig(t *testing.T) {
 	if c, err = ParseConfig("t.yaml", []byte("ports: [{name: eth1}]\nkulisch_partials: plain\n")); err != nil || !c.PlainKulischPartials() {
 		t.Fatalf("kulisch_partials: plain: %v %+v", err, c)
 	}
+	if c, err = ParseConfig("t.yaml", []byte("ports: [{name: eth1}]\nkulisch_partials: scaled\n")); err != nil || !c.CompactKulischPartials() || c.PlainKulischPartials() {
+		t.Fatalf("kulisch_partials: scaled: %v %+v", err, c)
+	}
+	if c, err = ParseConfig("t.yaml", []byte("ports: [{name: eth1}]\nkulisch_partials: f64\n")); err != nil || c.CompactKulischPartials() || c.PlainKulischPartials() {
+		t.Fatalf("kulisch_partials: f64: %v %+v", err, c)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -63,7 +69,7 @@ func TestConfigErrors(t *testing.T) {
 		{"wrong type", "ports: [{name: a}]\nworkers: many\n", "line 2"},
 		{"empty", "", "file is empty"},
 		{"no ports", "workers: 1\n", "ports: no ports"},
-		{"kulisch partials", "ports: [{name: a}]\nkulisch_partials: tiny\n", `kulisch_partials: "tiny": use scaled`},
+		{"kulisch partials", "ports: [{name: a}]\nkulisch_partials: tiny\n", `kulisch_partials: "tiny": use f64`},
 		{"dup port", "ports: [{name: a}, {name: a}]\n", "ports[1].name: interface \"a\" is already ports[0]"},
 		{"long name", "ports: [{name: abcdefghijklmnop}]\n", "ports[0].name"},
 		{"mtu", "ports: [{name: a, mtu: 20000}]\n", "ports[0].mtu: 20000 is out of range"},

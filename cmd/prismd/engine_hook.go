@@ -20,7 +20,8 @@ func init() {
 	handlerFactory = func(c *Config) dataplane.HandlerFactory {
 		node = control.NewNode(control.NodeConfig{AMMACs: c.AMSourceMACs(),
 			// The dataplane calls Flush after every batch (dataplane.Flusher).
-			Engine: engine.Config{CoalesceProgress: true, PlainKulischPartials: c.PlainKulischPartials()}})
+			Engine: engine.Config{CoalesceProgress: true, PlainKulischPartials: c.PlainKulischPartials(),
+				CompactKulischPartials: c.CompactKulischPartials()}})
 		return node.Factory()
 	}
 	registerMetrics = func(s *metrics.Server) error {

@@ -328,7 +328,7 @@ func (d *daemon) reload() {
 	if cfg.MetricsListen != d.cfg.MetricsListen || cfg.ControlListen != d.cfg.ControlListen {
 		d.log.Warn("metrics_listen/control_listen changed; takes effect only after a restart")
 	}
-	if cfg.PlainKulischPartials() != d.cfg.PlainKulischPartials() {
+	if cfg.PlainKulischPartials() != d.cfg.PlainKulischPartials() || cfg.CompactKulischPartials() != d.cfg.CompactKulischPartials() {
 		d.log.Warn("kulisch_partials changed; takes effect only after a restart", "configured", cfg.KulischPartials)
 	}
 	if err := d.applyPorts(cfg); err != nil {

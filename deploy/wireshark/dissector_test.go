@@ -6,6 +6,7 @@ package wireshark
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -106,6 +107,55 @@ func eqF32(t *testing.T, p *packet, name string, want ...float32) {
 		v, err := strconv.ParseFloat(s, 64)
 		if err != nil || float32(v) != w || math.Signbit(v) != math.Signbit(float64(w)) {
 			t.Errorf("%s[%d] = %q, want %v (bits %#08x)", name, i, s, w, math.Float32bits(w))
+		}
+	}
+}
+
+// eqF64 compares the KULISCH_F64 values of p with the binary64 bit
+// patterns want, twice: the number tshark shows, which Wireshark 4.0 prints
+// with 15 significant digits (DBL_DIG: not enough to round-trip a binary64,
+// and the largest one rounds up past the double range), so it is compared
+// with want rounded to 15 digits (NaN matches NaN, the sign of zero must
+// match); and the bit pattern the dissector appends to the label, which
+// pins every bit, NaN payloads included.
+func eqF64(t *testing.T, p *packet, want ...uint64) {
+	t.Helper()
+	const name = "prismd.ng.value_f64"
+	// parse reads a number as tshark or Go spells it; a value past the
+	// double range reads as the infinity it rounds to.
+	parse := func(s string) (float64, error) {
+		v, err := strconv.ParseFloat(s, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			err = nil
+		}
+		return v, err
+	}
+	var fs []field
+	for _, f := range p.Fields {
+		if f.Name == name {
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) != len(want) {
+		t.Errorf("%s: got %d values, want %d", name, len(fs), len(want))
+		return
+	}
+	for i, f := range fs {
+		w := math.Float64frombits(want[i])
+		w15, _ := parse(strconv.FormatFloat(w, 'g', 15, 64))
+		v, err := parse(f.Show)
+		switch {
+		case err != nil:
+			t.Errorf("%s[%d] = %q: %v", name, i, f.Show, err)
+		case math.IsNaN(w):
+			if !math.IsNaN(v) {
+				t.Errorf("%s[%d] = %q, want NaN", name, i, f.Show)
+			}
+		case v != w15 || math.Signbit(v) != math.Signbit(w):
+			t.Errorf("%s[%d] = %q, want %v (bits %#016x)", name, i, f.Show, w, want[i])
+		}
+		if bits := fmt.Sprintf("(0x%016X)", want[i]); !strings.Contains(f.ShowName, bits) {
+			t.Errorf("%s[%d] label %q lacks the bit pattern %s", name, i, f.ShowName, bits)
 		}
 	}
 }
@@ -498,6 +548,55 @@ func validCases(t *testing.T) []tcase {
 			eqS(t, p, "prismd.ng.kulisch_int", fmt.Sprintf("%#x", new(big.Int).Lsh(big.NewInt(3), 150)))
 		}})
 
+	// DATA with a KULISCH_F64 partial between two FP32 groups: the specials
+	// (signed zeros and infinities, the one NaN pattern from section 6), the
+	// Kulisch unit 2^-149, the finest odd multiple (53 significant bits whose
+	// lowest is 2^-149), and the largest binary64, legal where W is unknown.
+	f64Bits := []uint64{math.Float64bits(1), math.Float64bits(-1.5 * math.Ldexp(1, -148)), 0, math.Float64bits(math.Copysign(0, -1)),
+		math.Float64bits(math.Ldexp(1, -149)), math.Float64bits(math.Inf(-1)), math.Float64bits(math.Inf(1)), 0x7FF8000000000000,
+		math.Float64bits(math.Ldexp(1<<53-1, -149)), math.Float64bits(math.MaxFloat64), math.Float64bits(-math.Ldexp(3, 200))}
+	f64Vals := make([]byte, 8*len(f64Bits))
+	for i, b := range f64Bits {
+		le.PutUint64(f64Vals[8*i:], b)
+	}
+	cs = append(cs, tcase{name: "DATA-f64", valid: true,
+		frame: encData(t, parser.DataFields{Class: parser.ClassData, SrcEP: 3, DstEP: 4, PacketID: 18, First: 600, Stream: 6}, nil,
+			parser.Group{Format: parser.FormatFP32, Count: 1, Values: fp32Values(0.5)},
+			parser.Group{Format: parser.FormatKulischF64, Count: uint16(len(f64Bits)), Values: f64Vals},
+			parser.Group{Format: parser.FormatFP32, Count: 1, Values: fp32Values(-4)}),
+		check: func(t *testing.T, p *packet) {
+			eqOpIdentity(t, p)
+			eqU(t, p, "prismd.data.count", uint64(len(f64Bits)+2))
+			// descriptor + 8 bytes per value, no Scale Word, no padding
+			eqU(t, p, "prismd.data.body_len", uint64(8+4+8*len(f64Bits)+8))
+			eqL(t, p, "prismd.ng.format", "FP32", "KULISCH_F64", "FP32")
+			eqU(t, p, "prismd.ng.kulisch_bytes", 0, 0, 0)
+			eqU(t, p, "prismd.ng.position", 600, 601, 601+uint64(len(f64Bits)))
+			eqU(t, p, "prismd.ng.scale_shift")
+			eqU(t, p, "prismd.ng.kulisch_state")
+			eqF32(t, p, "prismd.ng.value_fp32", 0.5, -4)
+			eqF64(t, p, f64Bits...)
+		}})
+
+	// The worked example of docs/protocol.md section 12.17, as package parser
+	// generates it, against the values its prose states.
+	for _, e := range parser.Examples() {
+		if e.Marker != "data-f64" {
+			continue
+		}
+		cs = append(cs, tcase{name: "example-data-f64", valid: true, frame: e.Frame,
+			check: func(t *testing.T, p *packet) {
+				eqL(t, p, "prismd.class", "DATA")
+				eqU(t, p, "prismd.data.packet_id", 12)
+				eqU(t, p, "prismd.data.first", 25)
+				eqU(t, p, "prismd.data.count", 5)
+				eqU(t, p, "prismd.data.body_len", 44)
+				eqU(t, p, "prismd.ng.format_word", 0x8000)
+				eqL(t, p, "prismd.ng.format", "KULISCH_F64")
+				eqF64(t, p, 0x3FF0000000000000, 0xB6B8000000000000, 0, 0x36A0000000000000, 0xFFF0000000000000)
+			}})
+	}
+
 	// RESULT with a FLAT endpoint-set extension (INSTALL, AUTH, signed tag).
 	extFlat := &parser.Ext{Encoding: parser.EncFlat, XFlags: parser.XFlagInstall | parser.XFlagAuth, Tenant: 99, Token: 0x1122334455667788,
 		Set: parser.AppendFlatSet(nil, 3, 2, 3*128, 3*128+64, 3*128+127)}
@@ -732,6 +831,46 @@ func malformedCases(t *testing.T, valid []tcase) []tcase {
 	add("SCALED-B-zero", append(handDataHdr(2, 0, 1, 1, 0, 12, 1), group(1, 7, 0, []byte{0, 0, 0, 0, 1})...), "prismd.expert.malformed")
 	add("SCALED-finite-zero", append(handDataHdr(2, 0, 1, 1, 0, 12, 1), group(1, 7, 1, []byte{0, 0, 0, 0, 0, 0})...), "prismd.expert.rule")
 	add("SCALED-scale-word-cut", append(handDataHdr(2, 0, 1, 1, 0, 6, 1), group(1, 7, 1, nil)[:4:4]...), "prismd.expert.length")
+	// KULISCH_F64 (DATA-f64: FP32 group of 1, then the F64 descriptor at
+	// body offset 8 and its values from 12).
+	f64Desc := parser.DataBodyOff + 8
+	f64Val := func(i int) int { return f64Desc + 4 + 8*i }
+	addMsg("F64-in-RESULT", "KULISCH_F64 groups are legal only in DATA without EXT", mut("DATA-f64", func(b []byte) []byte {
+		b[parser.CWOff+1] = uint8(parser.ClassResult)
+		return b
+	}), "prismd.expert.rule")
+	addMsg("F64-bits-11..0", "bits 11..0", mut("DATA-f64", func(b []byte) []byte { b[f64Desc+3] = 1; return b }), "prismd.expert.malformed")
+	addMsg("F64-subnormal", "subnormal", mut("DATA-f64", func(b []byte) []byte {
+		le.PutUint64(b[f64Val(2):], math.Float64bits(math.SmallestNonzeroFloat64))
+		return b
+	}), "prismd.expert.rule")
+	addMsg("F64-NaN-payload", "not the one NaN encoding", mut("DATA-f64", func(b []byte) []byte {
+		le.PutUint64(b[f64Val(7):], math.Float64bits(math.NaN())) // Go's NaN is 0x7FF8000000000001
+		return b
+	}), "prismd.expert.rule")
+	addMsg("F64-negative-NaN", "not the one NaN encoding", mut("DATA-f64", func(b []byte) []byte {
+		b[f64Val(7)+7] |= 0x80
+		return b
+	}), "prismd.expert.rule")
+	addMsg("F64-2^-150", "lowest set bit is 2^-150", mut("DATA-f64", func(b []byte) []byte {
+		le.PutUint64(b[f64Val(4):], math.Float64bits(math.Ldexp(1, -150)))
+		return b
+	}), "prismd.expert.rule")
+	addMsg("F64-53-bits-too-fine", "lowest set bit is 2^-150", mut("DATA-f64", func(b []byte) []byte {
+		le.PutUint64(b[f64Val(8):], math.Float64bits(math.Ldexp(1<<53-1, -150)))
+		return b
+	}), "prismd.expert.rule")
+	// A DATA frame with an endpoint-set extension and one value 1.0 in a
+	// KULISCH_F64 group (the encoder refuses to build it).
+	extF64 := encData(t, parser.DataFields{Class: parser.ClassData, PacketID: 5, Stream: 1},
+		&parser.Ext{Encoding: parser.EncFlat, Tenant: 1, Token: 2, Set: parser.AppendFlatSet(nil, 0, 1, 5)},
+		parser.Group{Format: parser.FormatFP32, Count: 2, Values: fp32Values(1, 2)})
+	extDesc := len(extF64) - 12
+	be.PutUint16(extF64[extDesc:], 1)
+	be.PutUint16(extF64[extDesc+2:], uint16(parser.FormatKulischF64)<<12)
+	be.PutUint16(extF64[dataHdr+30:], 1) // Element Count
+	le.PutUint64(extF64[extDesc+4:], math.Float64bits(1))
+	addMsg("F64-with-EXT", "KULISCH_F64 groups are legal only in DATA without EXT", extF64, "prismd.expert.rule")
 	add("padding-nonzero", mut("RESULT-ext-LIST", func(b []byte) []byte { b[len(b)-1] = 1; return b }), "prismd.expert.reserved")
 	add("bad-version", mut("COMMIT", func(b []byte) []byte { b[parser.CWOff] = 0x21; return b }), "prismd.expert.version")
 	add("unknown-class", mut("COMMIT", func(b []byte) []byte { b[parser.CWOff+1] = 9; return b }), "prismd.expert.unknown")

@@ -16,8 +16,9 @@
 --     item prismd.expert.internal instead of aborting the packet, and the part of the
 --     tree built so far is kept.
 --   * Header integers are big-endian (tree:add); NumberGroup values are little-endian
---     (TvbRange:le_float for FP32, decoded by hand for FP16/BF16/Kulisch) and are shown
---     as double fields, so no value is rounded for display.
+--     (TvbRange:le_float for FP32 and KULISCH_F64, decoded by hand for FP16/BF16/Kulisch) and
+--     are shown as double fields, so no FP16/BF16/FP32 value is rounded for display; a
+--     KULISCH_F64 value, which Wireshark prints with 15 digits, also shows its bit pattern.
 --   * Expert info mirrors package parser: a frame gets prismd.expert.* items exactly when
 --     a prismd node would reject it on its bytes alone (deploy/wireshark/robust_test.go
 --     checks this on random corruptions). Rules that need the operation's STAGE state
@@ -54,14 +55,17 @@ local vs_collective = { [1] = "REDUCE", [2] = "ALLREDUCE", [3] = "BITMAP" }
 
 local FMT_INT8, FMT_FP16, FMT_BF16, FMT_FP32, FMT_KULISCH, FMT_AUTO = 1, 2, 3, 4, 5, 6
 local FMT_KULISCH_SCALED = 7
+local FMT_KULISCH_F64 = 8
 -- Formats and policies (STAGE, capability records): 1..6.
 local vs_format = {
     [1] = "INT8", [2] = "FP16", [3] = "BF16", [4] = "FP32", [5] = "KULISCH", [6] = "AUTO",
 }
 -- Format codes of a NumberGroup descriptor: AUTO never appears there, and 7
--- (KULISCH_SCALED) only there, in a switch's partials (DATA without EXT).
+-- (KULISCH_SCALED) and 8 (KULISCH_F64) only there, in a switch's partials
+-- (DATA without EXT).
 local vs_group_format = {
     [1] = "INT8", [2] = "FP16", [3] = "BF16", [4] = "FP32", [5] = "KULISCH", [6] = "AUTO", [7] = "KULISCH_SCALED",
+    [8] = "KULISCH_F64",
 }
 local SCALE_WORD_LEN = 4
 local MAX_SCALED_BITS = 4096 -- Shift + 8B <= W <= 4096
@@ -289,6 +293,7 @@ f.ng_value_int8    = ProtoField.int8("prismd.ng.value_int8", "INT8 value", base.
 f.ng_value_fp16    = ProtoField.double("prismd.ng.value_fp16", "FP16 value")
 f.ng_value_bf16    = ProtoField.double("prismd.ng.value_bf16", "BF16 value")
 f.ng_value_fp32    = ProtoField.double("prismd.ng.value_fp32", "FP32 value")
+f.ng_value_f64     = ProtoField.double("prismd.ng.value_f64", "KULISCH_F64 value")
 f.ng_kulisch       = ProtoField.none("prismd.ng.kulisch", "Kulisch value")
 f.ng_kulisch_state = uint8("prismd.ng.kulisch_state", "State", vs_kulisch_state)
 f.ng_kulisch_int   = ProtoField.string("prismd.ng.kulisch_int", "Integer (units of 2^-149)")
@@ -968,6 +973,37 @@ local function format_width(fmt, kbytes)
     if fmt == FMT_FP16 or fmt == FMT_BF16 then return 2 end
     if fmt == FMT_FP32 then return 4 end
     if fmt == FMT_KULISCH or fmt == FMT_KULISCH_SCALED then return 1 + kbytes end
+    if fmt == FMT_KULISCH_F64 then return 8 end
+    return nil
+end
+
+-- The KULISCH_F64 rules a receiver that does not know W checks (section 6):
+-- no subnormal, no NaN but 0x7FF8000000000000, and a finite nonzero value a
+-- multiple of 2^-149. hi and lo are the upper and lower 32 bits of the
+-- binary64; returns an error text or nil. Arithmetic only (no bit ops).
+local function f64_fault(hi, lo)
+    local exp = math.floor(hi / 0x100000) % 0x800
+    local fhi = hi % 0x100000 -- fraction bits 51..32; lo holds bits 31..0
+    if exp == 0 then
+        if fhi ~= 0 or lo ~= 0 then return "binary64 subnormal: not a multiple of 2^-149" end
+        return nil
+    end
+    if exp == 0x7FF then
+        if fhi == 0 and lo == 0 then return nil end -- +inf, -inf
+        if hi == 0x7FF80000 and lo == 0 then return nil end
+        return string.format("NaN 0x%08X%08X is not the one NaN encoding 0x7FF8000000000000", hi, lo)
+    end
+    -- t = trailing zeros of 2^52 + F; the value's lowest set bit is 2^(E - 1075 + t).
+    local t, v, n = 0, lo, 32
+    if lo == 0 then t, v, n = 32, fhi + 0x100000, 21 end
+    while t < 52 and v % 2 == 0 and n > 0 do
+        v = v / 2
+        t = t + 1
+        n = n - 1
+    end
+    if exp - 1075 + t < -149 then
+        return string.format("not a multiple of 2^-149 (its lowest set bit is 2^%d)", exp - 1075 + t)
+    end
     return nil
 end
 
@@ -983,6 +1019,14 @@ local function add_values(c, gt, fmt, width, pos, count, position, shift)
             it = gt:add(f.ng_value_bf16, c.tvb(vo, 2), bf16_to_number(c.tvb(vo, 2):le_uint()))
         elseif fmt == FMT_FP32 then
             it = gt:add(f.ng_value_fp32, c.tvb(vo, 4), c.tvb(vo, 4):le_float())
+        elseif fmt == FMT_KULISCH_F64 then
+            -- The number, and its bit pattern: a display of 15 digits does not
+            -- tell 2^-149 from its neighbours, nor one NaN from another.
+            local hi, lo = c.tvb(vo + 4, 4):le_uint(), c.tvb(vo, 4):le_uint()
+            it = gt:add(f.ng_value_f64, c.tvb(vo, 8), c.tvb(vo, 8):le_float())
+            it:append_text(string.format(" (0x%08X%08X)", hi, lo))
+            local fault = f64_fault(hi, lo)
+            if fault ~= nil then malformed(c, it, e.rule, fault) end
         else -- KULISCH, KULISCH_SCALED
             local state = u8(c, vo)
             local hex, zero = le_signed_hex(c, vo + 1, width - 1)
@@ -1007,7 +1051,7 @@ local function add_values(c, gt, fmt, width, pos, count, position, shift)
     end
 end
 
--- class and ext say whether KULISCH_SCALED groups are legal (DATA without EXT).
+-- class and ext say whether KULISCH_SCALED and KULISCH_F64 groups are legal (DATA without EXT).
 local function dissect_numbergroups(c, tree, off, blen, ngroups, nelems, first, class, ext)
     local stop = off + blen
     local pos = off
@@ -1052,8 +1096,13 @@ local function dissect_numbergroups(c, tree, off, blen, ngroups, nelems, first, 
                 malformed(c, ki, e.malformed, string.format("KULISCH_SCALED integer byte count B = %d is outside 1..512", kbytes))
                 if kbytes == 0 then break end
             end
-        elseif kbytes ~= 0 then
-            malformed(c, ki, e.malformed, "bits 11..0 of the Format Word must be 0 for non-KULISCH formats")
+        else
+            if fmt == FMT_KULISCH_F64 and (class ~= CLASS_DATA or ext) then
+                malformed(c, fwi, e.rule, "KULISCH_F64 groups are legal only in DATA without EXT (a switch's partials)")
+            end
+            if kbytes ~= 0 then
+                malformed(c, ki, e.malformed, "bits 11..0 of the Format Word must be 0 for non-KULISCH formats")
+            end
         end
         pos = pos + 4
         local shift = 0

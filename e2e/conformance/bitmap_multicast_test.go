@@ -309,6 +309,13 @@ func (b *bmEnv) testFrameRules(t *testing.T) {
 			d.Flags &^= dfLast
 			return enc(d)
 		}, bmDecode("bad_format")},
+		{"f64_group_in_ext", 0, func() []byte {
+			// KULISCH_F64 is legal only in DATA without EXT (6, D11).
+			d := good()
+			d.Groups = []group{f64Group([]uint64{0x3FF0000000000000})}
+			d.Flags &^= dfLast
+			return enc(d)
+		}, bmDecode("bad_format")},
 		{"last_missing", 0, func() []byte { d := good(); d.Flags &^= dfLast; return enc(d) }, bmDecode("out_of_range")},
 		{"range_past_vector", 0, func() []byte { d := good(); d.First = 4; return enc(d) }, bmDecode("out_of_range")},
 		{"header_reserved", 0, func() []byte { d := good(); d.Reserved = 1; return enc(d) }, bmDecode("reserved_nonzero")},

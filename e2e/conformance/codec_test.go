@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 )
 
 var be = binary.BigEndian
@@ -94,6 +95,7 @@ const (
 	fmtKulisch = 5
 	fmtAuto    = 6
 	fmtScaled  = 7
+	fmtF64     = 8 // KULISCH_F64: exact Kulisch values as IEEE binary64
 )
 
 // Binding kinds and flags (section 5.1).
@@ -643,7 +645,7 @@ func decodeCapsPage(b []byte) (capsPage, error) {
 type group struct {
 	Format uint8
 	Count  uint16
-	Bytes  uint16 // Format Word bits 11..0: W/8 (KULISCH) or B (KULISCH_SCALED)
+	Bytes  uint16 // Format Word bits 11..0: W/8 (KULISCH) or B (KULISCH_SCALED); 0 otherwise
 	Shift  uint16 // KULISCH_SCALED only
 	Values []byte // Count values of the group's width, no padding
 }
@@ -661,6 +663,8 @@ func valueWidth(format uint8, bytes uint16) int {
 		return 4
 	case fmtKulisch, fmtScaled:
 		return 1 + int(bytes)
+	case fmtF64:
+		return 8
 	}
 	return 0
 }
@@ -757,6 +761,67 @@ func scaledGroup(b, shift int, vals []kulischVal) group {
 	return g
 }
 
+// f64Group builds a KULISCH_F64 group of raw binary64 bit patterns.
+func f64Group(bs []uint64) group {
+	g := group{Format: fmtF64, Count: uint16(len(bs)), Values: make([]byte, 8*len(bs))}
+	for i, x := range bs {
+		binary.LittleEndian.PutUint64(g.Values[8*i:], x)
+	}
+	return g
+}
+
+// f64NaN is the only NaN encoding KULISCH_F64 admits (6).
+const f64NaN = 0x7FF8000000000000
+
+// f64Kulisch maps one KULISCH_F64 value (its binary64 bit pattern) to the
+// Kulisch value it stands for, by the table of section 6: +0, -0, +inf,
+// -inf, the one NaN pattern, or FINITE (-1)^s x (2^52 + F) x 2^(E - 1075)
+// as an integer in units of 2^-149. A subnormal, any other NaN pattern, a
+// finite value that is not a multiple of 2^-149 (E - 1075 + t < -149, t
+// the trailing zero bits of 2^52 + F) and, where W is known (w > 0), a
+// magnitude outside the signed W-bit range (E - 1023 > W - 151) are
+// malformed (D11: `out_of_range`).
+func f64Kulisch(x uint64, w int) (kulischVal, error) {
+	neg := x>>63 != 0
+	e := int(x>>52) & 0x7FF
+	f := x & (1<<52 - 1)
+	zero := new(big.Int)
+	switch {
+	case x == 0:
+		return kulischVal{State: 1, Int: zero}, nil
+	case x == 1<<63:
+		return kulischVal{State: 2, Int: zero}, nil
+	case e == 0x7FF && f == 0 && !neg:
+		return kulischVal{State: 3, Int: zero}, nil
+	case e == 0x7FF && f == 0:
+		return kulischVal{State: 4, Int: zero}, nil
+	case x == f64NaN:
+		return kulischVal{State: 5, Int: zero}, nil
+	case e == 0x7FF:
+		return kulischVal{}, fmt.Errorf("NaN pattern %#016x (only %#016x is a KULISCH_F64 NaN)", x, uint64(f64NaN))
+	case e == 0:
+		return kulischVal{}, fmt.Errorf("binary64 subnormal %#016x", x)
+	}
+	m := uint64(1)<<52 | f
+	t := bits.TrailingZeros64(m)
+	if e-1075+t < -149 {
+		return kulischVal{}, fmt.Errorf("%#016x is not a multiple of 2^-149 (lowest set bit 2^%d)", x, e-1075+t)
+	}
+	if w > 0 && e-1023 > w-151 {
+		return kulischVal{}, fmt.Errorf("%#016x outside the signed %d-bit Kulisch range (E - 1023 = %d > W - 151 = %d)", x, w, e-1023, w-151)
+	}
+	u := new(big.Int).SetUint64(m)
+	if sh := e - 1075 + 149; sh >= 0 {
+		u.Lsh(u, uint(sh))
+	} else {
+		u.Rsh(u, uint(-sh))
+	}
+	if neg {
+		u.Neg(u)
+	}
+	return kulischVal{State: 0, Int: u}, nil
+}
+
 func (g group) fp32s() []float32 {
 	r := make([]float32, g.Count)
 	for i := range r {
@@ -765,9 +830,22 @@ func (g group) fp32s() []float32 {
 	return r
 }
 
+// kulischVals are the Kulisch values of a KULISCH group (units of 2^-149),
+// a KULISCH_SCALED group (units of 2^Shift x 2^-149) or a KULISCH_F64
+// group (units of 2^-149; a malformed binary64 gets state 0xFF).
 func (g group) kulischVals() []kulischVal {
 	w := valueWidth(g.Format, g.Bytes)
 	r := make([]kulischVal, g.Count)
+	if g.Format == fmtF64 {
+		for i := range r {
+			kv, err := f64Kulisch(binary.LittleEndian.Uint64(g.Values[8*i:]), 0)
+			if err != nil {
+				kv = kulischVal{State: 0xFF, Int: new(big.Int)}
+			}
+			r[i] = kv
+		}
+		return r
+	}
 	for i := range r {
 		v := g.Values[i*w : (i+1)*w]
 		r[i] = kulischVal{State: v[0], Int: getTwos(v[1:])}
@@ -1141,6 +1219,15 @@ func decodeData(b []byte, op opCtx) (dataFrame, error) {
 			if g.Bytes < 1 || g.Bytes > 512 {
 				return d, fail("bad_format", "group %d B %d", i, g.Bytes)
 			}
+		case fmtF64:
+			// D11: bits 11..0 zero (the Format Word row: 0 for every
+			// format but KULISCH and KULISCH_SCALED), DATA without EXT.
+			if g.Bytes != 0 {
+				return d, fail("bad_format", "group %d format word %#x", i, fw)
+			}
+			if d.Class != classData || d.Ext != nil {
+				return d, fail("bad_format", "KULISCH_F64 outside DATA without EXT")
+			}
 		default:
 			return d, fail("bad_format", "group %d format %d", i, g.Format)
 		}
@@ -1178,6 +1265,13 @@ func decodeData(b []byte, op opCtx) (dataFrame, error) {
 			for j, kv := range g.kulischVals() {
 				if kv.State > 5 || (kv.State == 0) != (kv.Int.Sign() != 0) {
 					return d, fail("out_of_range", "group %d value %d state %d", i, j, kv.State)
+				}
+			}
+		}
+		if g.Format == fmtF64 {
+			for j := 0; j < int(g.Count); j++ {
+				if _, err := f64Kulisch(binary.LittleEndian.Uint64(g.Values[8*j:]), op.W); err != nil {
+					return d, fail("out_of_range", "group %d value %d: %v", i, j, err)
 				}
 			}
 		}

@@ -27,6 +27,10 @@ func (e *env) testStageInvalid(t *testing.T, id ident) {
 		{"accumulator_0x02", base, func(s *stage) { s.Ctx.Acc = 0x02 }, stInvalid, 3, 0},
 		{"partial_policy", base, func(s *stage) { s.Ctx.Partial = 7 }, stInvalid, 4, 0},
 		{"output_format", base, func(s *stage) { s.Ctx.Out = 0 }, stInvalid, 5, 0},
+		// KULISCH_F64 (8) is a descriptor format only, never a policy (6).
+		{"input_format_kulisch_f64", base, func(s *stage) { s.Ctx.In = fmtF64 }, stInvalid, 2, 0},
+		{"partial_policy_kulisch_f64", base, func(s *stage) { s.Ctx.Partial = fmtF64 }, stInvalid, 4, 0},
+		{"output_format_kulisch_f64", base, func(s *stage) { s.Ctx.Out = fmtF64 }, stInvalid, 5, 0},
 		{"kulisch_width_below_278+log2N", base, func(s *stage) { s.Ctx.W = 272 }, stInvalid, 6, 0},
 		{"kulisch_width_not_byte", base, func(s *stage) { s.Ctx.W = 284 }, stInvalid, 6, 0},
 		{"kulisch_width_without_kulisch", arrival, func(s *stage) { s.Ctx.W = 280 }, stInvalid, 6, 0},

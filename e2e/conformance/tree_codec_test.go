@@ -2,7 +2,7 @@ package conformance
 
 // Exact values for the multi-switch tests (tree_*_test.go), written only
 // from docs/protocol.md section 6: every NumberGroup value (INT8, FP16,
-// BF16, FP32, KULISCH, KULISCH_SCALED) is decoded into a Kulisch state and
+// BF16, FP32, KULISCH, KULISCH_SCALED, KULISCH_F64) is decoded into a Kulisch state and
 // an exact integer in units of 2^-149, so partials can be compared with
 // math/big sums bit for bit.
 
@@ -181,7 +181,7 @@ func trFP16Group(bits []uint16) group {
 func trGroupVals(g group) []trVal {
 	r := make([]trVal, g.Count)
 	var kv []kulischVal
-	if g.Format == fmtKulisch || g.Format == fmtScaled {
+	if g.Format == fmtKulisch || g.Format == fmtScaled || g.Format == fmtF64 {
 		kv = g.kulischVals()
 	}
 	for i := range r {
@@ -194,7 +194,10 @@ func trGroupVals(g group) []trVal {
 			r[i] = trFloat(float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(g.Values[2*i:])) << 16)))
 		case fmtFP32:
 			r[i] = trFloat(float64(math.Float32frombits(binary.LittleEndian.Uint32(g.Values[4*i:]))))
-		case fmtKulisch:
+		case fmtKulisch, fmtF64:
+			// KULISCH_F64: the binary64 table of 6 (f64Kulisch), already
+			// in units of 2^-149, so the value equals the KULISCH or
+			// KULISCH_SCALED encoding of the same number.
 			r[i] = trVal{State: kv[i].State, U: kv[i].Int}
 		case fmtScaled:
 			u := new(big.Int).Lsh(kv[i].Int, uint(g.Shift))
@@ -229,6 +232,56 @@ func trKulischGroup(w int, xs []trVal) group { return kulischGroup(w/8, trKulisc
 // trScaledGroup is a KULISCH_SCALED group with the given B and Shift.
 func trScaledGroup(b, shift int, xs []trVal) group {
 	return scaledGroup(b, shift, trKulischVals(xs, shift))
+}
+
+// trF64Bits is the KULISCH_F64 encoding of x (6): the binary64 bit
+// pattern of the same number (ok false when binary64 does not hold x
+// exactly, i.e. its integer needs more than 53 significant bits).
+func trF64Bits(x trVal) (uint64, bool) {
+	switch x.State {
+	case trPosZero:
+		return 0, true
+	case trNegZero:
+		return 1 << 63, true
+	case trPosInf:
+		return 0x7FF0000000000000, true
+	case trNegInf:
+		return 0xFFF0000000000000, true
+	case trNaN:
+		return f64NaN, true
+	}
+	f := new(big.Float).SetPrec(0).SetInt(x.U) // exact
+	f.SetMantExp(f, -149)
+	v, acc := f.Float64()
+	if acc != big.Exact || math.IsInf(v, 0) || v == 0 {
+		return 0, false
+	}
+	return math.Float64bits(v), true
+}
+
+// trF64Exact reports whether binary64 holds x exactly.
+func trF64Exact(x trVal) bool { _, ok := trF64Bits(x); return ok }
+
+// trFP32Exact reports whether binary32 holds x exactly.
+func trFP32Exact(x trVal) bool {
+	if x.State != trFinite {
+		return true
+	}
+	return trF32(x.round32()).equal(x)
+}
+
+// trF64Group is a KULISCH_F64 group of xs; every value must be one binary64
+// holds exactly.
+func trF64Group(xs []trVal) group {
+	bs := make([]uint64, len(xs))
+	for i, x := range xs {
+		b, ok := trF64Bits(x)
+		if !ok {
+			panic(fmt.Sprintf("trF64Group: binary64 does not hold %v", x))
+		}
+		bs[i] = b
+	}
+	return f64Group(bs)
 }
 
 // trMinBytes is the fewest bytes of a two's-complement integer holding v.
@@ -291,6 +344,60 @@ func trCheckScaled(g group, w int) string {
 	}
 	if plain := 4 + pad4(int(g.Count)*(1+w/8)); g.length() >= plain {
 		return fmt.Sprintf("%d values in %d bytes scaled; plain KULISCH holds them in %d (a group plain KULISCH holds in no more bytes is sent as KULISCH)", g.Count, g.length(), plain)
+	}
+	return ""
+}
+
+// Values one group carries at MTU 1500 (6, Packetisation): 181 KULISCH_F64
+// and 363 FP32 values.
+const (
+	trF64PerFrame  = 181
+	trFP32PerFrame = 363
+)
+
+// trCheckChoice checks one partial frame of a KULISCH_FIXED operation
+// (first transmission) against section 6's [choice] paragraph on how prismd
+// encodes exact partials by default (`kulisch_partials: f64`, the lab's
+// configuration): a frame goes as ONE KULISCH_F64 group when binary64
+// holds every value the frame would carry at 8 bytes each (up to what the
+// MTU budget holds: 181 values); under an AUTO Partial Policy a frame whose
+// values FP32 holds exactly goes as FP32 first; any other frame is planned
+// as KULISCH_SCALED (and KULISCH) groups. want is the exact partial of the
+// whole vector. "" when the frame agrees.
+//
+// A receiver does not know how many values were ready when the frame was
+// built, so the checks are the ones that hold whatever that number was:
+// a frame with KULISCH or KULISCH_SCALED groups is wrong only when binary64
+// holds every value of [First, First + 181) (then the 1..181 values the
+// KULISCH_F64 frame would have carried were all exact), and an AUTO frame
+// sent as KULISCH_F64 is wrong only when FP32 holds every value of
+// [First, First + 363).
+func trCheckChoice(d dataFrame, want []trVal, partial uint8) string {
+	all := func(k int, ok func(trVal) bool) bool {
+		for i := int(d.First); i < len(want) && i < int(d.First)+k; i++ {
+			if !ok(want[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	f64, exact := 0, 0
+	for _, g := range d.Groups {
+		switch g.Format {
+		case fmtF64:
+			f64++
+		case fmtKulisch, fmtScaled:
+			exact++
+		}
+	}
+	end := d.First + uint32(d.ElemCount)
+	switch {
+	case f64 > 0 && len(d.Groups) != 1:
+		return fmt.Sprintf("[%d,%d) has %d groups, %d of them KULISCH_F64; 6 [choice]: prismd sends such a frame as one KULISCH_F64 group", d.First, end, len(d.Groups), f64)
+	case f64 > 0 && partial == fmtAuto && all(trFP32PerFrame, trFP32Exact):
+		return fmt.Sprintf("[%d,%d) sent as KULISCH_F64 under AUTO, but FP32 holds every value of [%d,%d); 6 [choice]: a frame whose values FP32 holds exactly goes as FP32 first", d.First, end, d.First, min(int(d.First)+trFP32PerFrame, len(want)))
+	case exact > 0 && all(trF64PerFrame, trF64Exact):
+		return fmt.Sprintf("[%d,%d) sent as %d KULISCH/KULISCH_SCALED group(s) of %d, but binary64 holds every value of [%d,%d); 6 [choice]: prismd by default sends a frame as one KULISCH_F64 group when binary64 holds every value it would carry", d.First, end, exact, len(d.Groups), d.First, min(int(d.First)+trF64PerFrame, len(want)))
 	}
 	return ""
 }

@@ -7,23 +7,35 @@ package conformance
 
 import (
 	"math"
+	"math/big"
 	"testing"
 	"time"
 )
 
 func (te *treeEnv) testInternal(t *testing.T) {
-	for _, partial := range []uint8{fmtKulisch, fmtAuto} {
-		name := map[uint8]string{fmtKulisch: "kulisch", fmtAuto: "auto"}[partial]
-		t.Run(name, func(t *testing.T) {
-			if !te.covers(accKulischFixed, partial, 10) {
-				t.Skipf("no capability record covers FP32 / KULISCH_FIXED / %d / FP32", partial)
+	for _, c := range []struct {
+		name    string
+		partial uint8
+		plan    [][]trGroupPlan
+		f64     bool
+	}{
+		{"kulisch", fmtKulisch, trPlanKulisch, false},
+		{"auto", fmtAuto, trPlanMixed, false},
+		// The children send KULISCH_F64 groups too (6), with values at the
+		// edge of the W-bit range that cancel between the two children.
+		{"kulisch_f64_children", fmtKulisch, trPlanKulischF64, true},
+		{"auto_f64_children", fmtAuto, trPlanMixedF64, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !te.covers(accKulischFixed, c.partial, 10) {
+				t.Skipf("no capability record covers FP32 / KULISCH_FIXED / %d / FP32", c.partial)
 			}
-			te.runInternal(t, partial)
+			te.runInternal(t, c.partial, c.plan, c.f64)
 		})
 	}
 }
 
-func (te *treeEnv) runInternal(t *testing.T, partial uint8) {
+func (te *treeEnv) runInternal(t *testing.T, partial uint8, plan0 [][]trGroupPlan, f64 bool) {
 	const n = 600
 	id := te.nextID()
 	o := trNewOp(id, n, accKulischFixed, 10)
@@ -36,14 +48,20 @@ func (te *treeEnv) runInternal(t *testing.T, partial uint8) {
 	fp32 := func(f uint8) bool { return f == fmtFP32 }
 	r0 := newTrRx("sw1's RESULT to child 0", c0, classResult, o, fp32)
 	r1 := newTrRx("sw1's RESULT to child 1", c1, classResult, o, fp32)
-	var plan [][]trGroupPlan
-	if partial == fmtAuto {
-		plan = trRepeat(trPlanMixed, n/100)
-	} else {
-		plan = trRepeat(trPlanKulisch, n/100)
-	}
+	plan := trRepeat(plan0, n/100)
 	v0, f0 := trChildPartial(uint64(id.Op)*3, o.W, plan)
 	v1, f1 := trChildPartial(uint64(id.Op)*3+1, o.W, plan)
+	if f64 {
+		// Elements 4 and 5: the largest binary64 magnitude inside W
+		// (E - 1023 = W - 151: (2^53 - 1) x 2^(W - 203)) from child 0,
+		// nearly cancelled by child 1; the exact sums are +-2^(W - 203).
+		top := new(big.Int).Lsh(new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 53), big.NewInt(1)), uint(o.W-203+149))
+		near := new(big.Int).Sub(top, new(big.Int).Lsh(big.NewInt(1), uint(o.W-203+149)))
+		trSetF64(v0, f0, 4, trUnits(top))
+		trSetF64(v1, f1, 4, trUnits(new(big.Int).Neg(near)))
+		trSetF64(v0, f0, 5, trUnits(new(big.Int).Neg(top)))
+		trSetF64(v1, f1, 5, trUnits(near))
+	}
 	if !te.activate(t, id, st) {
 		return
 	}
@@ -71,6 +89,10 @@ func (te *treeEnv) runInternal(t *testing.T, partial uint8) {
 	if bad > 0 {
 		t.Errorf("%d of %d partial elements differ from the exact sum of the children's", bad, n)
 	}
+	want := make([]trVal, n)
+	for i := range want {
+		want[i] = trAdd(v0[i], v1[i])
+	}
 	for _, f := range prx.snapshot() {
 		for gi, g := range f.D.Groups {
 			if g.Format == fmtScaled && f.First {
@@ -80,6 +102,17 @@ func (te *treeEnv) runInternal(t *testing.T, partial uint8) {
 			}
 		}
 	}
+	// 6 [choice]: prismd's default encoding of exact partials (one
+	// KULISCH_F64 group when binary64 holds the frame's values).
+	t.Run("partial_encoding_choice", func(t *testing.T) {
+		for _, f := range prx.snapshot() {
+			if f.First && f.D.ElemCount > 0 {
+				if msg := trCheckChoice(f.D, want, partial); msg != "" {
+					t.Errorf("packet %d: %s", f.D.PacketID, msg)
+				}
+			}
+		}
+	})
 	// Both children acknowledged completely (7).
 	for _, tx := range []*trTx{tx0, tx1} {
 		if _, ok := tx.lk.nic.waitFor(new(int), time.Second, func(f rxFrame) bool {

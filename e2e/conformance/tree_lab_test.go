@@ -9,6 +9,7 @@ package conformance
 // accepts was built from it.
 
 import (
+	"encoding/binary"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -205,6 +206,28 @@ func trWideInputs(seed uint64, n int) [2][]float32 {
 	return v
 }
 
+// trNarrowInputs are two ranks' vectors like gradients: per element both
+// terms have exponents within 4 binades of each other (over -60..60), so
+// every exact sum has at most 24 + 5 significant bits: binary64 holds each
+// one exactly and FP32 few of them. Section 6's [choice]: prismd sends such
+// partials as KULISCH_F64 frames.
+func trNarrowInputs(seed uint64, n int) [2][]float32 {
+	rng := rand.New(rand.NewPCG(seed, 0xf64))
+	var v [2][]float32
+	v[0], v[1] = make([]float32, n), make([]float32, n)
+	for i := 0; i < n; i++ {
+		e := rng.IntN(121) - 60
+		for {
+			a, b := trRandF32(rng, e, e+1), trRandF32(rng, e-3, e-1)
+			if s := trAdd(trF32(a), trF32(b)); s.State == trFinite && trF64Exact(s) {
+				v[0][i], v[1][i] = a, b
+				break
+			}
+		}
+	}
+	return v
+}
+
 // trRankSum is the exact partial of the two ranks' inputs under the
 // accumulator: KULISCH_FIXED the exact sum, FP32_ARRIVAL the sum rounded
 // once into FP32 state (from +0: a exactly, then a + b rounded).
@@ -320,12 +343,62 @@ func trChildPartial(seed uint64, w int, plan [][]trGroupPlan) ([]trVal, [][]grou
 					}
 				}
 				gs = append(gs, trScaledGroup(b, s, xs))
+			case fmtF64:
+				// Values binary64 holds (6, KULISCH_F64): exact sums of two
+				// FP32 about 20 binades apart, with exponents set by the
+				// element's position so that two children's values at one
+				// element (same plan) also sum to a value binary64 holds;
+				// in every group the Kulisch unit 2^-149 and -3 units
+				// (-1.5 x 2^-148), and +0 and -0 in every other frame.
+				for i := range xs {
+					pos := len(vals) + i
+					e := (pos*37)%200 - 100
+					switch {
+					case fi%2 == 0 && i == 0:
+						xs[i] = trVal{State: trPosZero, U: new(big.Int)}
+					case fi%2 == 0 && i == 1:
+						xs[i] = trVal{State: trNegZero, U: new(big.Int)}
+					case i == 2:
+						xs[i] = trUnits(big.NewInt(1))
+					case i == 3:
+						xs[i] = trUnits(big.NewInt(-3))
+					default:
+						xs[i] = trAdd(trF32(trRandF32(rng, e, e+2)), trF32(trRandF32(rng, e-20, e-18)))
+					}
+				}
+				gs = append(gs, trF64Group(xs))
 			}
 			vals = append(vals, xs...)
 		}
 		frames = append(frames, gs)
 	}
 	return vals, frames
+}
+
+// trSetF64 replaces element pos of a child partial built by trChildPartial
+// (frame j covering [100j, 100j + 100)) with x; the element must lie in a
+// KULISCH_F64 group.
+func trSetF64(vals []trVal, frames [][]group, pos int, x trVal) {
+	off := pos % 100
+	for gi, g := range frames[pos/100] {
+		if off >= int(g.Count) {
+			off -= int(g.Count)
+			continue
+		}
+		if g.Format != fmtF64 {
+			panic("trSetF64: element not in a KULISCH_F64 group")
+		}
+		b, ok := trF64Bits(x)
+		if !ok {
+			panic("trSetF64: binary64 does not hold the value")
+		}
+		v := append([]byte(nil), g.Values...)
+		binary.LittleEndian.PutUint64(v[8*off:], b)
+		frames[pos/100][gi].Values = v
+		vals[pos] = x
+		return
+	}
+	panic("trSetF64: no such element")
 }
 
 // trGroupsLen is the element count of a frame's groups.

@@ -15,53 +15,68 @@ func (te *treeEnv) testLeaf(t *testing.T) {
 		name     string
 		acc      uint8
 		partial  uint8
-		wide     bool
+		in       int
 		scripted bool
 	}
 	for _, c := range []tc{
-		{"kulisch_scripted", accKulischFixed, fmtKulisch, true, true},
-		{"kulisch", accKulischFixed, fmtKulisch, false, false},
-		{"auto", accKulischFixed, fmtAuto, false, false},
-		{"auto_wide", accKulischFixed, fmtAuto, true, false},
-		{"fp32_arrival_fp32", accFP32Arrival, fmtFP32, false, false},
-		{"fp32_arrival_auto", accFP32Arrival, fmtAuto, false, false},
+		{"kulisch_scripted", accKulischFixed, fmtKulisch, trInWide, true},
+		{"kulisch", accKulischFixed, fmtKulisch, trInMixed, false},
+		{"kulisch_f64", accKulischFixed, fmtKulisch, trInNarrow, false},
+		{"auto", accKulischFixed, fmtAuto, trInMixed, false},
+		{"auto_wide", accKulischFixed, fmtAuto, trInWide, false},
+		{"auto_f64", accKulischFixed, fmtAuto, trInNarrow, false},
+		{"fp32_arrival_fp32", accFP32Arrival, fmtFP32, trInMixed, false},
+		{"fp32_arrival_auto", accFP32Arrival, fmtAuto, trInMixed, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if !te.covers(c.acc, c.partial, 10) {
 				t.Skipf("no capability record of sw1 covers FP32 / %#x / partial %d / FP32 (nothing to test)", c.acc, c.partial)
 			}
-			te.runLeaf(t, c.acc, c.partial, c.wide, c.scripted)
+			te.runLeaf(t, c.acc, c.partial, c.in, c.scripted)
 		})
 	}
 	t.Run("push", te.runLeafPush)
 }
 
 // trPartialFormats is what a parent may receive from a child switch under a
-// Partial Policy (5.1, 6): the policy's format, KULISCH_SCALED where KULISCH
-// is (KULISCH or AUTO under KULISCH_FIXED), any lossless format under AUTO.
+// Partial Policy (5.1, 6): the policy's format, KULISCH_SCALED and
+// KULISCH_F64 where KULISCH is (KULISCH or AUTO under KULISCH_FIXED: "every
+// receiver that accepts KULISCH groups from a child switch accepts
+// KULISCH_SCALED and KULISCH_F64 groups in the same place"), any lossless
+// format under AUTO.
 func trPartialFormats(acc, partial uint8) func(uint8) bool {
 	return func(f uint8) bool {
 		switch partial {
 		case fmtAuto:
-			if f == fmtScaled || f == fmtKulisch {
+			if f == fmtScaled || f == fmtF64 || f == fmtKulisch {
 				return acc == accKulischFixed
 			}
 			return f >= fmtINT8 && f <= fmtFP32
 		case fmtKulisch:
-			return f == fmtKulisch || f == fmtScaled && acc == accKulischFixed
+			return f == fmtKulisch || (f == fmtScaled || f == fmtF64) && acc == accKulischFixed
 		}
 		return f == partial
 	}
 }
 
-func (te *treeEnv) runLeaf(t *testing.T, acc, partial uint8, wide, scripted bool) {
+// The rank inputs of a LEAF test.
+const (
+	trInMixed  = iota // inputs(): 2^-20..2^20, some near-cancelling
+	trInWide          // trWideInputs: sums spanning many binades
+	trInNarrow        // trNarrowInputs: every exact sum fits binary64
+)
+
+func (te *treeEnv) runLeaf(t *testing.T, acc, partial uint8, inKind int, scripted bool) {
 	const n = 3000 // 9 rank frames each: within a window of 10 intervals
 	id := te.nextID()
 	o := trNewOp(id, n, acc, 10)
 	var in [2][]float32
-	if wide {
+	switch inKind {
+	case trInWide:
 		in = trWideInputs(uint64(id.Op), n)
-	} else {
+	case trInNarrow:
+		in = trNarrowInputs(uint64(id.Op), n)
+	default:
 		in = inputs(uint64(id.Op)*31, n)
 	}
 	up := te.upLink("parent on hx", te.hx, te.px, te.pxIdx)
@@ -134,6 +149,39 @@ func (te *treeEnv) runLeaf(t *testing.T, acc, partial uint8, wide, scripted bool
 				}
 			}
 			t.Logf("%d KULISCH_SCALED groups", nScaled)
+		})
+		// Section 6 [choice], prismd's default (`kulisch_partials: f64`):
+		// a frame whose values binary64 holds goes as one KULISCH_F64 group
+		// (under AUTO after FP32 when FP32 holds them); others are planned
+		// as KULISCH_SCALED groups (checked above). Every KULISCH_F64 value
+		// passed D11 with the operation's W in the receiver (rx.report) and
+		// equals the exact sum (partial_values).
+		t.Run("partial_encoding_choice", func(t *testing.T) {
+			want := make([]trVal, n)
+			for i := range want {
+				want[i] = trRankSum(acc, in[0][i], in[1][i])
+			}
+			nF64, bad := 0, 0
+			for _, f := range rx.snapshot() {
+				if !f.First || f.D.ElemCount == 0 {
+					continue
+				}
+				for _, g := range f.D.Groups {
+					if g.Format == fmtF64 {
+						nF64 += int(g.Count)
+					}
+				}
+				if msg := trCheckChoice(f.D, want, partial); msg != "" {
+					if bad < 5 {
+						t.Errorf("packet %d: %s", f.D.PacketID, msg)
+					}
+					bad++
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%d partial frames disagree with section 6's [choice] on prismd's default encoding of exact partials", bad)
+			}
+			t.Logf("%d of %d partial values as KULISCH_F64", nF64, n)
 		})
 	}
 

@@ -7,6 +7,7 @@ package conformance
 // lossless formats AUTO may pick.
 
 import (
+	"encoding/binary"
 	"math"
 	"testing"
 	"time"
@@ -22,6 +23,22 @@ var (
 	trPlanKulisch = [][]trGroupPlan{
 		{{fmtKulisch, 10, 0, false}, {fmtScaled, 60, 0, false}, {fmtKulisch, 10, 0, false}, {fmtScaled, 20, 5, false}},
 		{{fmtKulisch, 10, 0, false}, {fmtScaled, 80, 0, false}, {fmtScaled, 10, 0, true}},
+	}
+)
+
+// Child partials with KULISCH_F64 groups (6: accepted wherever KULISCH
+// partials are), mixed with the other exact formats (KULISCH policy) or
+// with every lossless format (AUTO).
+var (
+	trPlanKulischF64 = [][]trGroupPlan{
+		{{fmtF64, 100, 0, false}},
+		{{fmtKulisch, 10, 0, false}, {fmtF64, 50, 0, false}, {fmtScaled, 20, 0, false}, {fmtF64, 20, 0, false}},
+		{{fmtScaled, 30, 0, false}, {fmtF64, 70, 0, false}},
+	}
+	trPlanMixedF64 = [][]trGroupPlan{
+		{{fmtF64, 100, 0, false}},
+		{{fmtINT8, 20, 0, false}, {fmtF64, 30, 0, false}, {fmtFP32, 20, 0, false}, {fmtKulisch, 10, 0, false}, {fmtScaled, 20, 0, false}},
+		{{fmtFP32, 50, 0, false}, {fmtF64, 50, 0, false}},
 	}
 )
 
@@ -53,6 +70,22 @@ func (te *treeEnv) testRoot(t *testing.T) {
 		}
 		te.runRootForeignFormat(t)
 	})
+	// KULISCH_F64 groups from a child switch (6): accepted where KULISCH
+	// partials are and applied exactly.
+	t.Run("kulisch_f64", func(t *testing.T) {
+		if !te.covers(accKulischFixed, fmtKulisch, 4) {
+			t.Skip("no capability record covers FP32 / KULISCH_FIXED / KULISCH / FP32")
+		}
+		te.runRoot(t, fmtKulisch, trRepeat(trPlanKulischF64, 6), false)
+	})
+	t.Run("auto_f64", func(t *testing.T) {
+		if !te.covers(accKulischFixed, fmtAuto, 4) {
+			t.Skip("no capability record covers FP32 / KULISCH_FIXED / AUTO / FP32")
+		}
+		te.runRoot(t, fmtAuto, trRepeat(trPlanMixedF64, 6), false)
+	})
+	t.Run("f64_malformed", te.runRootF64Malformed)
+	t.Run("f64_under_fp32_arrival", te.runRootF64Arrival)
 	t.Run("inexact", te.runInexact)
 }
 
@@ -442,5 +475,182 @@ func (te *treeEnv) runInexact(t *testing.T) {
 	}
 	if fs := te.h1.since(m0, failed); len(fs) > 0 {
 		t.Errorf("%d PROGRESS FAILED to the rank after an ACCUMULATION_INEXACT (6: the context does not fail)", len(fs))
+	}
+}
+
+// runRootF64Malformed: under Partial Policy KULISCH (W = 280) the child
+// sends KULISCH_F64 groups that break D11, each one value changed (6: a
+// subnormal, a NaN other than 0x7FF8000000000000, a value that is not a
+// multiple of 2^-149, a magnitude outside W: `out_of_range`) or the
+// Format Word's bits 11..0 set (`bad_format`). Each is dropped without a
+// reply and counted under its reason; all carry the Packet ID of the valid
+// frame sent after them, which is then accepted (a dropped frame changes
+// no state). A rank's DATA with a KULISCH_F64 group is dropped
+// `bad_format` and answered PROGRESS INVALID (6: like any group of a
+// format other than the Input Format). The RESULT is the exactly rounded
+// sum of the valid partial and the rank's input.
+func (te *treeEnv) runRootF64Malformed(t *testing.T) {
+	partial := te.kulischPartial(4)
+	const n = 100
+	o, child, st := te.rootSetup(t, partial, n, 4)
+	vals, frames := trChildPartial(uint64(o.ID.Op), o.W, [][]trGroupPlan{{{fmtF64, n, 0, false}}})
+	rankIn := inputs(uint64(o.ID.Op)*17, n)[0]
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = trAdd(vals[i], trF32(rankIn[i])).round32()
+	}
+	rs := o.rankSpec()
+	sink := te.newSink(0, rs)
+	crx := newTrRx("sw1's RESULT to its child", child, classResult, o, func(f uint8) bool { return f == fmtFP32 })
+	if !te.activate(t, o.ID, st) {
+		return
+	}
+	defer te.abort(t, o.ID)
+	tx := newTrTx(child, classData, o)
+	good := tx.frame(0, frames[0], 0)
+	gb := good.encode()
+	const at = 7 // the value changed
+	vo := 2 + dataHdr + 4 + 8*at
+	w := o.W
+	setBits := func(x uint64) func([]byte) { return func(b []byte) { binary.LittleEndian.PutUint64(b[vo:], x) } }
+	for _, c := range []struct {
+		name, reason string
+		mut          func([]byte)
+	}{
+		{"subnormal_min", "out_of_range", setBits(0x0000000000000001)},
+		{"subnormal_negative_max", "out_of_range", setBits(0x800FFFFFFFFFFFFF)},
+		{"nan_payload", "out_of_range", setBits(0x7FF8000000000001)},
+		{"nan_signalling", "out_of_range", setBits(0x7FF0000000000001)},
+		{"nan_negative", "out_of_range", setBits(0xFFF8000000000000)},
+		{"half_unit_2^-150", "out_of_range", setBits(0x3690000000000000)},
+		{"not_multiple_of_unit", "out_of_range", setBits(925<<52 | 1)}, // (1 + 2^-52) x 2^-98: lowest bit 2^-150
+		{"magnitude_2^(W-150)", "out_of_range", setBits(uint64(1023+w-150) << 52)},
+		{"magnitude_-2^(W-150)", "out_of_range", setBits(1<<63 | uint64(1023+w-150)<<52)},
+		{"max_finite_binary64", "out_of_range", setBits(0x7FEFFFFFFFFFFFFF)},
+		{"format_word_bits", "bad_format", func(b []byte) { be.PutUint16(b[2+dataHdr+2:], fmtF64<<12|1) }},
+		{"format_word_w", "bad_format", func(b []byte) { be.PutUint16(b[2+dataHdr+2:], fmtF64<<12|uint16(w/8)) }},
+	} {
+		bad := append([]byte(nil), gb...)
+		c.mut(bad)
+		if _, err := decodeData(bad, opCtx{MTU: 1500, VecLen: n, W: w}); err == nil || err.(*ruleError).Reason != c.reason {
+			t.Fatalf("%s: this package's decoder says %v, want %s (test bug)", c.name, err, c.reason)
+		}
+		mb := te.metrics()
+		from := child.nic.mark()
+		tx.sendRaw(t, bad)
+		// A timer-driven PROGRESS (Packet ID 0) to the idle stream is no
+		// reply to the dropped frame (7).
+		noReply(t, child.nic, from, 100*time.Millisecond, "KULISCH_F64 "+c.name, func(f rxFrame) bool {
+			return tx.isProgress(f) && be.Uint32(f.Payload[2+24:]) == good.PacketID
+		})
+		ma := te.metrics()
+		if got := drops(ma, c.reason) - drops(mb, c.reason); got != 1 {
+			t.Errorf("child's KULISCH_F64 group with %s: `%s` drops +%g, want +1 (6, D11); drop counters changed: %s", c.name, c.reason, got, dropDiff(mb, ma))
+		}
+	}
+	from := child.nic.mark()
+	tx.sendRaw(t, gb)
+	if p, ok := tx.waitProgress(t, &from, int64(good.PacketID), time.Second); !ok || p.Status != psOK || p.Committed != n {
+		t.Errorf("the valid KULISCH_F64 frame after the malformed ones (same Packet ID): PROGRESS %+v (answered %v), want OK committed %d (a dropped frame changes no state)", p, ok, n)
+	}
+	// A rank sends a KULISCH_F64 group (the Input Format is FP32).
+	rtx := te.rankTx(0, o)
+	fx := make([]trVal, n)
+	for i := range fx {
+		fx[i] = trF32(rankIn[i])
+	}
+	rbad := rtx.frame(0, []group{trF64Group(fx)}, 0)
+	mb := te.metrics()
+	from = te.h1.mark()
+	rtx.send(t, rbad)
+	p, ok := rtx.waitProgress(t, &from, int64(rbad.PacketID), 500*time.Millisecond)
+	ma := te.metrics()
+	if !ok || p.Status != psInvalid || p.Committed != 0 {
+		t.Errorf("rank DATA with a KULISCH_F64 group: PROGRESS %+v (answered %v), want INVALID, committed 0 (6: dropped `bad_format` like any group of a format other than the Input Format)", p, ok)
+	}
+	if got := drops(ma, "bad_format") - drops(mb, "bad_format"); got != 1 {
+		t.Errorf("rank DATA with a KULISCH_F64 group: `bad_format` drops +%g, want +1; drop counters changed: %s", got, dropDiff(mb, ma))
+	}
+	// The rank's real input, Packet ID 1 again: accepted.
+	s := te.newSender(0, rs)
+	from = te.h1.mark()
+	d := s.frame(rankIn, 0, []int{n}, 0)
+	s.send(t, d)
+	if p, ok := rtx.waitProgress(t, &from, int64(d.PacketID), time.Second); !ok || p.Status != psOK || p.Committed != n {
+		t.Errorf("the rank's FP32 frame after its refused KULISCH_F64 frame (same Packet ID): PROGRESS %+v (answered %v), want OK committed %d", p, ok, n)
+	}
+	got := sink.wait(t, 3*time.Second)
+	bad := 0
+	for i := range want {
+		if i < len(got) && math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			if bad < 3 {
+				t.Errorf("rank RESULT element %d: %g, want %g = round(%v + %g)", i, got[i], want[i], vals[i], rankIn[i])
+			}
+			bad++
+		}
+	}
+	if !crx.waitComplete(3 * time.Second) {
+		t.Errorf("child's RESULT incomplete: committed %d of %d", crx.committed(), n)
+	}
+	crx.report(t)
+	for i := range want {
+		if c := crx.vals[i]; c.U == nil || !c.equal(trF32(want[i])) {
+			if bad < 3 {
+				t.Errorf("child RESULT element %d: %v, want %g", i, c, want[i])
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d RESULT elements differ from the exactly rounded sum of the KULISCH_F64 partial and the rank's input", bad)
+	}
+	c := te.am.complete(t, o.ID, 2*time.Second, func(r reply) bool { return r.Ack.State == osComplete })
+	if c.Ack.State != osComplete || c.Ack.Completed != n {
+		t.Errorf("COMPLETE: %+v, want COMPLETE, Completed %d", c.Ack, n)
+	}
+	te.am.expectAck(t, "RELEASE", te.am.cmd(o.ID, cmdRelease), stOK, osReleased)
+}
+
+// runRootF64Arrival: under FP32_ARRIVAL (no Kulisch width) a child
+// switch's KULISCH_F64 group is refused: 5.1/6 accept KULISCH_SCALED and
+// KULISCH_F64 only when the Accumulator Policy is KULISCH_FIXED and the
+// Partial Policy KULISCH or AUTO (`bad_format`, answered PROGRESS INVALID).
+func (te *treeEnv) runRootF64Arrival(t *testing.T) {
+	partial := uint8(fmtFP32)
+	if !te.covers(accFP32Arrival, partial, 4) {
+		partial = fmtAuto
+		if !te.covers(accFP32Arrival, partial, 4) {
+			t.Skip("no capability record covers FP32 / FP32_ARRIVAL / FP32 or AUTO / FP32")
+		}
+	}
+	const n = 100
+	id := te.nextID()
+	o := trNewOp(id, n, accFP32Arrival, 4)
+	child := te.downLink("child on hx", 0, te.hx, te.px, te.pxIdx)
+	st := stage{Ctx: trCtx(roleRoot, accFP32Arrival, partial, o, 3, 5000)}
+	st.Bindings = append(te.rankBindings([]int{0}, true), child.downBindings()...)
+	if !te.activate(t, id, st) {
+		return
+	}
+	defer te.abort(t, id)
+	xs := make([]trVal, n)
+	for i := range xs {
+		xs[i] = trF32(float32(i) + 0.5)
+	}
+	tx := newTrTx(child, classData, o)
+	d := tx.frame(0, []group{trF64Group(xs)}, 0)
+	mb := te.metrics()
+	from := child.nic.mark()
+	tx.send(t, d)
+	p, ok := tx.waitProgress(t, &from, int64(d.PacketID), 500*time.Millisecond)
+	ma := te.metrics()
+	if !ok || p.Status != psInvalid || p.Committed != 0 {
+		t.Errorf("KULISCH_F64 from a child switch under FP32_ARRIVAL / partial %d: PROGRESS %+v (answered %v), want INVALID committed 0 (5.1, 6)", partial, p, ok)
+	}
+	if got := drops(ma, "bad_format") - drops(mb, "bad_format"); got != 1 {
+		t.Errorf("KULISCH_F64 under FP32_ARRIVAL: `bad_format` drops +%g, want +1; drop counters changed: %s", got, dropDiff(mb, ma))
+	}
+	if c := te.am.must(t, te.am.cmd(id, cmdComplete)); c.Ack.State != osActive || c.Ack.MissingFrom != 0 {
+		t.Errorf("after the refused frame: %+v, want ACTIVE and nothing covered", c.Ack)
 	}
 }
