@@ -253,10 +253,13 @@ func TestMoEMatchesReference(t *testing.T) {
 }
 
 // TestMoEWindow: a Dispatch keeps at most Window tokens in flight, and
-// without a bound sends them all at once; the result is the reference
-// either way.
+// without a bound sends them without waiting for returns; the result is
+// the reference either way. Unbounded, the peak is at most 24 and above
+// the bounded case's 3, not exactly 24: a token may return before the
+// last is sent (the fabric delivers concurrently), which made the exact
+// count fail now and then under load.
 func TestMoEWindow(t *testing.T) {
-	for _, tc := range []struct{ window, want int }{{3, 3}, {-1, 24}} {
+	for _, tc := range []struct{ window, min, max int }{{3, 3, 3}, {-1, 4, 24}} {
 		t.Run(fmt.Sprint("window=", tc.window), func(t *testing.T) {
 			topo := loadTopo(t, "spine-leaf")
 			p := moePlan(t, topo, 1, 40, 2)
@@ -286,8 +289,8 @@ func TestMoEWindow(t *testing.T) {
 			}
 			checkMoE(t, hosts, batches, outs, res, opts)
 			for _, h := range hosts {
-				if got := res.stats[h].MaxInFlight; got != tc.want {
-					t.Errorf("%s: at most %d tokens in flight, want %d", h, got, tc.want)
+				if got := res.stats[h].MaxInFlight; got < tc.min || got > tc.max {
+					t.Errorf("%s: at most %d tokens in flight, want %d..%d", h, got, tc.min, tc.max)
 				}
 			}
 		})
