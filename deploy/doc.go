@@ -9,7 +9,7 @@
 //	  nodes:
 //	    h1: {kind: host, ipv4: 10.0.0.1/24}   # ipv4 (on the first interface): hosts only
 //	    h2: {kind: host, ipv4: 10.0.0.2/24}
-//	    sw1: {kind: prismd, backend: afxdp, xdp_mode: generic}
+//	    sw1: {kind: prismd, backend: afxdp, xdp_mode: generic, kulisch_partials: scaled}
 //	  links:
 //	    - endpoints: ["h1:eth0", "sw1:p1"]    # NODE:IFACE; a switch's port index is
 //	    - endpoints: ["h2:eth0", "sw1:p2"]    # the order of its first appearance here
@@ -18,8 +18,10 @@
 // kind is host, prismd or bridge. backend (afpacket, the default, or afxdp)
 // and xdp_mode (generic, the default, or native; afxdp only) are for prismd
 // nodes only and apply to every port of the node: the generated prismd
-// configuration carries them on each ports entry. Unknown keys and values
-// are errors naming the file, the line and the valid choices. From a
+// configuration carries them on each ports entry. kulisch_partials (f64, the
+// default, scaled or plain; prismd nodes only) is how the switch sends exact
+// partials to its parent, prismd's top-level key of that name. Unknown keys
+// and values are errors naming the file, the line and the valid choices. From a
 // parsed Topology this package derives everything other tools must agree on
 // without talking to each other: the MAC of every interface (MAC), the port
 // index of every switch interface (PortIndex, Ports), and paths between nodes

@@ -38,25 +38,29 @@ type PrismdConfig struct {
 	MetricsListen string       `yaml:"metrics_listen"`
 	ControlListen string       `yaml:"control_listen"`
 	AMSources     []string     `yaml:"am_sources"`
+	// KulischPartials is the node's (Node.KulischPartials); omitted when
+	// the topology leaves prismd's default (f64).
+	KulischPartials string `yaml:"kulisch_partials,omitempty"`
 }
 
 // NewPrismdConfig returns the configuration of prismd node node when the
 // lab's state directory is labDir: node MAC MAC(lab, node, "node"), ports in
 // PortIndex order, each with the node's backend and xdp_mode, the control
-// socket in labDir, and every host interface MAC as an allowed Aggregation
-// Manager source (any host may run the AM).
+// socket in labDir, every host interface MAC as an allowed Aggregation
+// Manager source (any host may run the AM), and the node's kulisch_partials.
 func NewPrismdConfig(t *Topology, node, labDir string) (*PrismdConfig, error) {
 	n, ok := t.Nodes[node]
 	if !ok || n.Kind != KindPrismd {
 		return nil, fmt.Errorf("deploy: %q is not a prismd node of lab %s", node, t.Name)
 	}
 	c := &PrismdConfig{
-		NodeMAC:       HardwareAddr(t.MAC(node, NodeMACIface)).String(),
-		Workers:       1,
-		MACAging:      "300s",
-		MetricsListen: MetricsAddr,
-		ControlListen: filepath.Join(labDir, node+".sock"),
-		AMSources:     []string{},
+		NodeMAC:         HardwareAddr(t.MAC(node, NodeMACIface)).String(),
+		Workers:         1,
+		MACAging:        "300s",
+		MetricsListen:   MetricsAddr,
+		ControlListen:   filepath.Join(labDir, node+".sock"),
+		AMSources:       []string{},
+		KulischPartials: n.KulischPartials,
 	}
 	for _, a := range t.Neighbors(node) {
 		c.Ports = append(c.Ports, PrismdPort{Name: a.Iface, MTU: a.MTU, Backend: n.Backend, XDPMode: n.XDPMode})

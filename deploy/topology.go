@@ -95,6 +95,11 @@ type Node struct {
 	// or XDPNative; empty leaves prismd's default (generic). Only with
 	// Backend BackendAFXDP.
 	XDPMode string
+	// KulischPartials is how a prismd node sends exact partials to its
+	// parent: KulischF64, KulischScaled or KulischPlain, prismd's
+	// kulisch_partials; empty leaves prismd's default (f64). Only prismd
+	// nodes have one.
+	KulischPartials string
 	// Line is where the node is defined in the file (0 if built in code).
 	Line int
 }
@@ -107,6 +112,21 @@ const (
 	BackendAFXDP    = "afxdp"
 	XDPGeneric      = "generic"
 	XDPNative       = "native"
+)
+
+// Encodings of a prismd node's exact partials (Node.KulischPartials), the
+// values of prismd's top-level kulisch_partials, passed on unchanged.
+const (
+	// KulischF64 (prismd's default) sends a frame whose values binary64
+	// holds as KULISCH_F64, the least CPU: about 2.09 x the vector of
+	// gradient-like FP32 data on a leaf's uplink (scripts/bench.sh part 4).
+	KulischF64 = "f64"
+	// KulischScaled sends KULISCH_SCALED groups only, the fewest bytes:
+	// about 1.6 x the vector of the same data.
+	KulischScaled = "scaled"
+	// KulischPlain sends plain KULISCH values only, for a parent built
+	// before format codes 7 and 8.
+	KulischPlain = "plain"
 )
 
 // Endpoint is one end of a link: an interface of a node.
@@ -192,10 +212,13 @@ type fileNode struct {
 	IPv4    string `yaml:"ipv4"`
 	Backend string `yaml:"backend"`
 	XDPMode string `yaml:"xdp_mode"`
-	line    int
-	// Lines of the backend and xdp_mode values, so an error points at the
-	// key rather than at the node (a block mapping spans several lines).
-	backendLine, xdpModeLine int
+	// KulischPartials is prismd's kulisch_partials for the node.
+	KulischPartials string `yaml:"kulisch_partials"`
+	line            int
+	// Lines of the backend, xdp_mode and kulisch_partials values, so an
+	// error points at the key rather than at the node (a block mapping
+	// spans several lines).
+	backendLine, xdpModeLine, kulischLine int
 }
 
 type fileLink struct {
@@ -254,7 +277,7 @@ func (f *fileTopology) UnmarshalYAML(n *yaml.Node) error {
 }
 
 func (f *fileNode) UnmarshalYAML(n *yaml.Node) error {
-	if err := checkKeys(n, "a node", "kind", "ipv4", "backend", "xdp_mode"); err != nil {
+	if err := checkKeys(n, "a node", "kind", "ipv4", "backend", "xdp_mode", "kulisch_partials"); err != nil {
 		return err
 	}
 	type plain fileNode
@@ -265,6 +288,8 @@ func (f *fileNode) UnmarshalYAML(n *yaml.Node) error {
 			f.backendLine = n.Content[i+1].Line
 		case "xdp_mode":
 			f.xdpModeLine = n.Content[i+1].Line
+		case "kulisch_partials":
+			f.kulischLine = n.Content[i+1].Line
 		}
 	}
 	return n.Decode((*plain)(f))
@@ -352,6 +377,10 @@ func Parse(src []byte) (*Topology, error) {
 		if err := checkBackend(n, fn.backendLine, fn.xdpModeLine); err != nil {
 			return nil, err
 		}
+		n.KulischPartials = fn.KulischPartials
+		if err := checkKulischPartials(n, fn.kulischLine); err != nil {
+			return nil, err
+		}
 		nodes = append(nodes, n)
 	}
 	links := make([]Link, 0, len(f.Topology.Links))
@@ -427,6 +456,23 @@ func checkBackend(n *Node, backendLine, modeLine int) error {
 	return nil
 }
 
+// checkKulischPartials validates a node's kulisch_partials; line is where
+// the value is written (the node's line when built in code).
+func checkKulischPartials(n *Node, line int) error {
+	if n.KulischPartials == "" {
+		return nil
+	}
+	if n.Kind != KindPrismd {
+		return errAt(line, "node %s: kulisch_partials is only for kind prismd (it picks how prismd sends exact partials to its parent switch), not %v; remove it", n.Name, n.Kind)
+	}
+	switch n.KulischPartials {
+	case KulischF64, KulischScaled, KulischPlain:
+		return nil
+	}
+	return errAt(line, "node %s: unknown kulisch_partials %q; use %s (default: KULISCH_F64 where binary64 holds the values, the least CPU), %s (KULISCH_SCALED only, the fewest bytes) or %s (plain KULISCH, for parents without format codes 7 and 8)",
+		n.Name, n.KulischPartials, KulischF64, KulischScaled, KulischPlain)
+}
+
 func build(name string, mtu int, nodes []*Node, links []Link) (*Topology, error) {
 	if !labNameRE.MatchString(name) || len(name) > MaxLabName {
 		return nil, errAt(0, "lab name %q: use only a-z, 0-9 and -, at most %d characters (it prefixes namespace names)", name, MaxLabName)
@@ -467,6 +513,9 @@ func build(name string, mtu int, nodes []*Node, links []Link) (*Topology, error)
 			addrs[a] = n.Name
 		}
 		if err := checkBackend(n, n.Line, n.Line); err != nil {
+			return nil, err
+		}
+		if err := checkKulischPartials(n, n.Line); err != nil {
 			return nil, err
 		}
 		t.Nodes[n.Name] = n
@@ -738,6 +787,9 @@ func (t *Topology) Marshal() []byte {
 		}
 		if n.XDPMode != "" {
 			fmt.Fprintf(&b, ", xdp_mode: %s", n.XDPMode)
+		}
+		if n.KulischPartials != "" {
+			fmt.Fprintf(&b, ", kulisch_partials: %s", n.KulischPartials)
 		}
 		b.WriteString("}\n")
 	}

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // minimal is a valid file the error cases below each break in one place.
@@ -33,7 +35,7 @@ func TestParseErrors(t *testing.T) {
 		{"not yaml", "name: [", 1, "invalid YAML"},
 		{"unknown top key", "name: a\nmtus: 9000\n", 2, `unknown key "mtus" in the top level; valid keys are: name, mtu, topology`},
 		{"unknown topology key", "name: a\ntopology:\n  node: {}\n", 3, `unknown key "node" in topology; valid keys are: nodes, links`},
-		{"unknown node key", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, image: x}", 1), 6, `unknown key "image" in a node; valid keys are: kind, ipv4, backend, xdp_mode`},
+		{"unknown node key", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, image: x}", 1), 6, `unknown key "image" in a node; valid keys are: kind, ipv4, backend, xdp_mode, kulisch_partials`},
 		{"unknown link key", strings.Replace(minimal, `    - endpoints: ["h2:eth0", "sw1:p2"]`, "    - endpoints: [\"h2:eth0\", \"sw1:p2\"]\n      mt: 9000", 1), 10, `unknown key "mt" in a link`},
 		{"node not mapping", strings.Replace(minimal, "{kind: prismd}", "prismd", 1), 6, "a node must be a mapping"},
 		{"mtu type", "name: a\nmtu: big\n", 2, "cannot unmarshal"},
@@ -75,6 +77,15 @@ func TestParseErrors(t *testing.T) {
 		// In a block mapping the error names the line of the bad value, not the node's.
 		{"block backend line", strings.Replace(minimal, "    sw1: {kind: prismd}", "    sw1:\n      kind: prismd\n      backend: afxpd", 1), 8, `unknown backend "afxpd"`},
 		{"block xdp_mode line", strings.Replace(minimal, "    sw1: {kind: prismd}", "    sw1:\n      kind: prismd\n      backend: afxdp\n      xdp_mode: fast", 1), 9, `unknown xdp_mode "fast"`},
+		{"unknown kulisch_partials", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, kulisch_partials: compact}", 1), 6,
+			`node sw1: unknown kulisch_partials "compact"; use f64 (default: KULISCH_F64 where binary64 holds the values, the least CPU), scaled (KULISCH_SCALED only, the fewest bytes) or plain (plain KULISCH, for parents without format codes 7 and 8)`},
+		{"kulisch_partials case", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, kulisch_partials: F64}", 1), 6, `unknown kulisch_partials "F64"; use f64`},
+		{"kulisch_partials empty string", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, kulisch_partials: \" \"}", 1), 6, `unknown kulisch_partials " "`},
+		{"kulisch_partials type", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, kulisch_partials: [scaled]}", 1), 6, "cannot unmarshal"},
+		{"kulisch_partials on host", strings.Replace(minimal, "10.0.0.1/24}", "10.0.0.1/24, kulisch_partials: scaled}", 1), 4,
+			"node h1: kulisch_partials is only for kind prismd (it picks how prismd sends exact partials to its parent switch), not host; remove it"},
+		{"kulisch_partials on bridge", strings.Replace(minimal, "{kind: prismd}", "{kind: bridge, kulisch_partials: f64}", 1), 6, "node sw1: kulisch_partials is only for kind prismd"},
+		{"block kulisch_partials line", strings.Replace(minimal, "    sw1: {kind: prismd}", "    sw1:\n      kind: prismd\n      backend: afpacket\n      kulisch_partials: scaledd", 1), 9, `unknown kulisch_partials "scaledd"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.src))
@@ -159,6 +170,75 @@ func TestParseBackend(t *testing.T) {
 	writeFile(t, p, strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, backend: dpdk}", 1))
 	if _, err := ParseFile(p); err == nil || !strings.HasPrefix(err.Error(), p+":6: node sw1: unknown backend \"dpdk\"") {
 		t.Errorf("ParseFile error %v does not start with %s:6: and name the backend", err, p)
+	}
+}
+
+// TestParseKulischPartials: the accepted kulisch_partials values on a prismd
+// node, alone and next to backend keys, what Node holds, that Marshal
+// renders the key and survives a round trip, and that Build and ParseFile
+// apply the same rules.
+func TestParseKulischPartials(t *testing.T) {
+	for _, tc := range []struct {
+		keys     string // inserted after "kind: prismd"
+		want     string // Node.KulischPartials
+		rendered string // in Marshal's line for sw1; "" = no kulisch_partials key
+	}{
+		{"", "", ""},
+		{", kulisch_partials: f64", KulischF64, "sw1: {kind: prismd, kulisch_partials: f64}"},
+		{", kulisch_partials: scaled", KulischScaled, "sw1: {kind: prismd, kulisch_partials: scaled}"},
+		{", kulisch_partials: plain", KulischPlain, "sw1: {kind: prismd, kulisch_partials: plain}"},
+		{`, kulisch_partials: "scaled"`, KulischScaled, "sw1: {kind: prismd, kulisch_partials: scaled}"},
+		{", kulisch_partials: scaled, backend: afxdp, xdp_mode: native", KulischScaled,
+			"sw1: {kind: prismd, backend: afxdp, xdp_mode: native, kulisch_partials: scaled}"},
+	} {
+		t.Run(tc.keys, func(t *testing.T) {
+			tp, err := Parse([]byte(strings.Replace(minimal, "{kind: prismd}", "{kind: prismd"+tc.keys+"}", 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tp.Nodes["sw1"].KulischPartials; got != tc.want {
+				t.Errorf("sw1 kulisch_partials %q, want %q", got, tc.want)
+			}
+			for _, h := range []string{"h1", "h2"} {
+				if n := tp.Nodes[h]; n.KulischPartials != "" {
+					t.Errorf("host %s got kulisch_partials %q", h, n.KulischPartials)
+				}
+			}
+			m := string(tp.Marshal())
+			if tc.rendered == "" && strings.Contains(m, "kulisch_partials") {
+				t.Errorf("Marshal renders kulisch_partials the file does not set:\n%s", m)
+			}
+			if tc.rendered != "" && !strings.Contains(m, "\n    "+tc.rendered+"\n") {
+				t.Errorf("Marshal:\n%s\nwant the line %q", m, tc.rendered)
+			}
+			back, err := Parse(tp.Marshal())
+			if err != nil {
+				t.Fatalf("reparse of Marshal: %v\n%s", err, m)
+			}
+			if !reflect.DeepEqual(stripLines(back), stripLines(tp)) {
+				t.Errorf("Marshal round trip differs:\n%s", m)
+			}
+		})
+	}
+	// Build (topologies made in code) applies the same rules.
+	nodes := []Node{{Name: "h", Kind: KindHost}, {Name: "s", Kind: KindPrismd, KulischPartials: KulischScaled}}
+	links := []Link{{A: Endpoint{"h", "e"}, B: Endpoint{"s", "p"}}}
+	if tp, err := Build("b", 0, nodes, links); err != nil || tp.Nodes["s"].KulischPartials != KulischScaled {
+		t.Errorf("Build with kulisch_partials scaled: %v", err)
+	}
+	nodes[1].KulischPartials = "compact"
+	if _, err := Build("b", 0, nodes, links); err == nil || !strings.Contains(err.Error(), `node s: unknown kulisch_partials "compact"; use f64`) {
+		t.Errorf("Build with an unknown kulisch_partials: %v", err)
+	}
+	nodes[1].KulischPartials, nodes[0].KulischPartials = "", KulischPlain
+	if _, err := Build("b", 0, nodes, links); err == nil || !strings.Contains(err.Error(), "node h: kulisch_partials is only for kind prismd") {
+		t.Errorf("Build with kulisch_partials on a host: %v", err)
+	}
+	// A file's error says file:line, the line of the value in a block mapping.
+	p := t.TempDir() + "/k.yaml"
+	writeFile(t, p, strings.Replace(minimal, "    sw1: {kind: prismd}", "    sw1:\n      kind: prismd\n      kulisch_partials: f32", 1))
+	if _, err := ParseFile(p); err == nil || !strings.HasPrefix(err.Error(), p+":8: node sw1: unknown kulisch_partials \"f32\"") {
+		t.Errorf("ParseFile error %v does not start with %s:8: and name the value", err, p)
 	}
 }
 
@@ -252,6 +332,14 @@ func TestShippedTopologies(t *testing.T) {
 		for _, n := range mustParse(t, name).Nodes {
 			if n.Backend != "" || n.XDPMode != "" {
 				t.Errorf("%s: node %s sets backend %q xdp_mode %q", name, n.Name, n.Backend, n.XDPMode)
+			}
+		}
+	}
+	// No shipped lab overrides prismd's kulisch_partials default.
+	for _, name := range want {
+		for _, n := range mustParse(t, name).Nodes {
+			if n.KulischPartials != "" {
+				t.Errorf("%s: node %s sets kulisch_partials %q", name, n.Name, n.KulischPartials)
 			}
 		}
 	}
@@ -454,6 +542,46 @@ workers: 1
 `
 	if !strings.Contains(string(xb), wantPorts) {
 		t.Errorf("single-afxdp config:\n%s\nwant it to contain:\n%s", xb, wantPorts)
+	}
+	// kulisch_partials is a top-level key of the daemon's schema, after
+	// am_sources, and absent unless the node sets it (prismd's default).
+	for _, v := range []string{KulischF64, KulischScaled, KulischPlain} {
+		src, err := Embedded("spine-leaf")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kt, err := Parse([]byte(strings.Replace(string(src), "l1: {kind: prismd}", "l1: {kind: prismd, kulisch_partials: "+v+"}", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, node := range []string{"l1", "l2"} {
+			kc, err := NewPrismdConfig(kt, node, "/run/prismd-lab/spine-leaf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			kb, err := kc.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var top map[string]any
+			if err := yaml.Unmarshal(kb, &top); err != nil {
+				t.Fatalf("%s: generated config is not YAML: %v\n%s", node, err, kb)
+			}
+			got, has := top["kulisch_partials"]
+			switch node {
+			case "l1":
+				if got != v || !strings.HasSuffix(string(kb), "\nkulisch_partials: "+v+"\n") {
+					t.Errorf("l1 with kulisch_partials %s: config:\n%s\nwant it to end with the top-level line kulisch_partials: %s", v, kb, v)
+				}
+			case "l2":
+				if has {
+					t.Errorf("l2 without kulisch_partials: config carries kulisch_partials %v, want no key (prismd's default):\n%s", got, kb)
+				}
+			}
+		}
+	}
+	if strings.Contains(string(b), "kulisch_partials") {
+		t.Errorf("single's config carries kulisch_partials:\n%s", b)
 	}
 	if _, err := NewPrismdConfig(tp, "h1", "/x"); err == nil {
 		t.Error("config for a host accepted")

@@ -10,7 +10,11 @@
 #      send/recv). Issue #5 bar: >= 0.8x (FP32_ARRIVAL), >= 0.5x (KULISCH).
 #   4. Spine-leaf, 4 ranks: bytes per link per direction during one ALLREDUCE
 #      / vector bytes, vs ring allreduce's 2(N-1)/N; FP32_ARRIVAL and KULISCH
-#      on gradient-like data, KULISCH on the mixed exactness-stress data.
+#      on gradient-like data, KULISCH on the mixed exactness-stress data, all
+#      with prismd's default kulisch_partials: f64 (KULISCH_F64 partials, the
+#      least CPU); and KULISCH on gradient-like data again in a second
+#      spine-leaf lab whose switches set kulisch_partials: scaled
+#      (KULISCH_SCALED partials, the fewest bytes; acc "kulisch-scaled").
 #   5. OpenMPI MPI_Allreduce, 4 namespaced hosts on a Linux bridge (MTU 1500)
 #      vs prismd on spine-leaf-jumbo (MTU 9000), 2, 1M and 16M FP32 (2: a small collective's latency),
 #      ordinary and persistent prismd collectives; both sum
@@ -46,7 +50,9 @@
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
 #   BENCH_TRAFFIC_COUNTS="65536 1048576 4194304"  vector sizes (elements), part 4
-#   BENCH_TRAFFIC_CFGS="fp32:gradient kulisch:gradient kulisch:mixed"  accumulator:data runs, part 4
+#   BENCH_TRAFFIC_CFGS="fp32:gradient kulisch:gradient kulisch:mixed kulisch-scaled:gradient"
+#                       accumulator:data runs, part 4; an accumulator ending in -scaled
+#                       runs in the second lab (switches on kulisch_partials: scaled)
 #   BENCH_MPI_COUNTS="2 1048576 16777216"         part 5 sizes (FP32 elements; 2 shows a
 #                       small collective's latency, which prismd's per-operation setup sets)
 #   BENCH_MPI_REPS=5    timed repetitions (median) in part 5
@@ -341,21 +347,52 @@ port_bytes() { # LAB SWITCH -> lines "SWITCH PORT rx tx"
 }
 part4() {
   hdr "4. Traffic per link per direction, 4 ranks, spine-leaf (MTU 1500), one ALLREDUCE per accumulator and data"
-  local lab=bl$HEX f
-  lab_up spine-leaf "$lab" || return 1; f=$LAB_FILE
-  am_start "$lab" || { lab_down "$f"; return 1; }
-  local job=40 c sw vb cfg acc data busiest=()
-  # link names: switch:port -> what is on the other side
-  awk '/endpoints/ { gsub(/[\[\]",]/, " "); print $3, $4 }' "$f" >"$TMP/p4.links"
+  local cfgs=${BENCH_TRAFFIC_CFGS:-fp32:gradient kulisch:gradient kulisch:mixed kulisch-scaled:gradient}
+  local job=40 cfg rc=0 dflt=() scaled=() busiest=()
+  for cfg in $cfgs; do
+    if [[ ${cfg%%:*} == *-scaled ]]; then scaled+=("$cfg"); else dflt+=("$cfg"); fi
+  done
   # FP32_ARRIVAL partials are FP32 (4 B a value); exact KULISCH partials are
   # as wide as the sums need: narrow for gradient-like data, wide for the
-  # "mixed" stress data (subnormals to 1e30 in one vector).
-  for cfg in ${BENCH_TRAFFIC_CFGS:-fp32:gradient kulisch:gradient kulisch:mixed}; do
+  # "mixed" stress data (subnormals to 1e30 in one vector). How a switch
+  # encodes them for its parent is its kulisch_partials: f64 (prismd's
+  # default, KULISCH_F64 where binary64 holds a frame's values) in the first
+  # lab, scaled (KULISCH_SCALED only) in the second.
+  if (( ${#dflt[@]} )); then p4_lab spine-leaf "bl$HEX" "${dflt[@]}" || rc=1; fi
+  if (( ${#scaled[@]} )); then
+    local tpl=$TMP/spine-leaf-scaled.yaml n
+    sed 's/{kind: prismd}/{kind: prismd, kulisch_partials: scaled}/' deploy/lab/spine-leaf.yaml >"$tpl"
+    n=$(grep -c 'kind: prismd, kulisch_partials: scaled}' "$tpl")
+    if (( n != 3 )); then
+      echo "spine-leaf-scaled: set kulisch_partials on $n of 3 switches (deploy/lab/spine-leaf.yaml changed?); skipping ${scaled[*]}"; rc=1
+    else p4_lab "$tpl" "bk$HEX" "${scaled[@]}" || rc=1; fi
+  fi
+  echo "(into_switch = prismd_port_receive_bytes_total delta on that switch port, out_of_switch = transmit delta; Ethernet headers included; AM control traffic included)"
+  echo
+  echo "busiest link, one direction, as a multiple of the vector (bar: 1.0 = the vector once per direction; a ring allreduce: 1.500)"
+  echo "(kulisch: switches on kulisch_partials f64, prismd's default; kulisch-scaled: on scaled, the same ALLREDUCE in a second lab)"
+  printf '%-14s %-9s %9s %9s\n' acc data elements busiest
+  (( ${#busiest[@]} )) && printf '%s\n' "${busiest[@]}"
+  return $rc
+}
+# p4_lab TEMPLATE LAB ACC:DATA... -> brings up LAB from TEMPLATE, runs one ALLREDUCE per ACC:DATA and
+# size (ACC's -scaled suffix only labels the lab's kulisch_partials), appends to part4's busiest, takes it down.
+p4_lab() {
+  local tpl=$1 lab=$2 f c sw vb cfg acc data kp
+  shift 2
+  lab_up "$tpl" "$lab" || return 1; f=$LAB_FILE
+  kp=$(sed -n 's/^kulisch_partials: //p' "$STATE/$lab/l1.yaml" 2>/dev/null)
+  [[ -n $kp ]] || kp="f64 (not set: the default)"
+  echo "lab $lab: switches on kulisch_partials: $kp"
+  am_start "$lab" || { lab_down "$f"; return 1; }
+  # link names: switch:port -> what is on the other side
+  awk '/endpoints/ { gsub(/[\[\]",]/, " "); print $3, $4 }' "$f" >"$TMP/p4.links"
+  for cfg in "$@"; do
     acc=${cfg%%:*} data=${cfg##*:}
     for c in $TRAFFIC_COUNTS; do
       vb=$((c * 4))
       for sw in s1 l1 l2; do port_bytes "$lab" $sw; done >"$TMP/p4.before"
-      if ! ranks "$lab" 4 $((job++)) "$TMP/p4.$c" allreduce --count "$c" --acc "$acc" --data "$data"; then
+      if ! ranks "$lab" 4 $((job++)) "$TMP/p4.$c" allreduce --count "$c" --acc "${acc%-scaled}" --data "$data"; then
         echo "count $c ($acc, $data): allreduce failed"; continue
       fi
       for sw in s1 l1 l2; do port_bytes "$lab" $sw; done >"$TMP/p4.after"
@@ -369,15 +406,10 @@ part4() {
           awk -v k="$key" -v p="$peer" -v r=$((r1 - r0)) -v t=$((t1 - t0)) -v v=$vb \
             'BEGIN{printf "%-22s %14d %14d %9.3f %9.3f\n", k"<->"p, r, t, r/v, t/v}'
         done | tee "$TMP/p4.table"
-      busiest+=("$(printf '%-8s %-9s %9s %9.3f' "$acc" "$data" "$c" "$(awk 'BEGIN{m=0} {if ($4>m) m=$4; if ($5>m) m=$5} END{print m}' "$TMP/p4.table")")")
+      busiest+=("$(printf '%-14s %-9s %9s %9.3f' "$acc" "$data" "$c" "$(awk 'BEGIN{m=0} {if ($4>m) m=$4; if ($5>m) m=$5} END{print m}' "$TMP/p4.table")")")
       MEASURED=1
     done
   done
-  echo "(into_switch = prismd_port_receive_bytes_total delta on that switch port, out_of_switch = transmit delta; Ethernet headers included; AM control traffic included)"
-  echo
-  echo "busiest link, one direction, as a multiple of the vector (bar: 1.0 = the vector once per direction; a ring allreduce: 1.500)"
-  printf '%-8s %-9s %9s %9s\n' acc data elements busiest
-  printf '%s\n' "${busiest[@]}"
   am_stop; lab_down "$f"
 }
 

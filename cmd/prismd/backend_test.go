@@ -41,6 +41,44 @@ func TestPortBackend(t *testing.T) {
 // TestLabConfigBackend: the configuration a lab generates for a prismd node
 // (package deploy, which cannot import this one) is accepted by this parser,
 // and every port gets the node's backend and attach mode.
+// TestLabConfigKulischPartials: a lab node's kulisch_partials reaches
+// prismd's parsed config unchanged, and prismd's default when absent.
+func TestLabConfigKulischPartials(t *testing.T) {
+	for _, tc := range []struct {
+		keys           string
+		plain, compact bool
+	}{
+		{"", false, false},
+		{", kulisch_partials: f64", false, false},
+		{", kulisch_partials: scaled", false, true},
+		{", kulisch_partials: plain", true, false},
+	} {
+		src, err := deploy.Embedded("single")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp, err := deploy.Parse([]byte(strings.Replace(string(src), "{kind: prismd}", "{kind: prismd"+tc.keys+"}", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc, err := deploy.NewPrismdConfig(tp, "sw1", "/run/prismd-lab/single")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := lc.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ParseConfig("sw1.yaml", b)
+		if err != nil {
+			t.Fatalf("%q: prismd refuses the lab's config: %v\n%s", tc.keys, err, b)
+		}
+		if c.PlainKulischPartials() != tc.plain || c.CompactKulischPartials() != tc.compact {
+			t.Errorf("%q: plain %v compact %v, want %v %v\n%s", tc.keys, c.PlainKulischPartials(), c.CompactKulischPartials(), tc.plain, tc.compact, b)
+		}
+	}
+}
+
 func TestLabConfigBackend(t *testing.T) {
 	for _, tc := range []struct {
 		name, keys string
