@@ -85,6 +85,11 @@ type Engine struct {
 	log       *slog.Logger
 	ops       map[parser.OpKey]*op
 	ringBytes int
+	// last is the context the previous DATA or PROGRESS frame went to
+	// (nil: none): consecutive frames almost always belong to one
+	// operation, and hashing the 24-byte key for the map was 8% of
+	// BenchmarkAbsorbFP32ArrivalByRef. Remove clears it.
+	last *op
 
 	// Scratch reused by every frame: decoding and encoding never allocate.
 	d     parser.Data
@@ -335,6 +340,9 @@ func (e *Engine) Remove(key parser.OpKey) bool {
 	o.logFailure() // a failure Tick had no time to log yet
 	e.ringBytes -= o.ringBytes
 	delete(e.ops, key)
+	if e.last == o {
+		e.last = nil
+	}
 	// A PROGRESS owed since earlier in this batch is not sent for a
 	// context that is gone (its windows are about to serve another).
 	for i := 0; i < e.nOwed; i++ {
@@ -446,14 +454,26 @@ func (e *Engine) Ops() []parser.OpKey {
 	return ks
 }
 
+// lookup returns the context of key, or nil: the last one found when the
+// key is its, else the map's.
+func (e *Engine) lookup(key parser.OpKey) *op {
+	if o := e.last; o != nil && o.spec.Op == key {
+		return o
+	}
+	o := e.ops[key]
+	if o != nil {
+		e.last = o
+	}
+	return o
+}
+
 // HandleData admits one DATA or RESULT frame that arrived on port in.
 func (e *Engine) HandleData(now int64, in int, frame []byte, tx dataplane.Sender) {
 	if len(frame) < parser.DataBodyOff {
 		e.m.decodeDrop(errShortData)
 		return
 	}
-	key := parser.OpIdentity(frame[parser.HdrOff:]).Key()
-	o := e.ops[key]
+	o := e.lookup(parser.OpIdentity(frame[parser.HdrOff:]).Key())
 	if o == nil {
 		e.m.drop(DropUnknownOperation)
 		e.answerUnknown(now, in, frame, tx)
@@ -481,8 +501,7 @@ func (e *Engine) HandleProgress(now int64, in int, frame []byte, tx dataplane.Se
 		e.m.decodeDrop(errShortProgress)
 		return
 	}
-	key := parser.OpIdentity(frame[parser.HdrOff:]).Key()
-	o := e.ops[key]
+	o := e.lookup(parser.OpIdentity(frame[parser.HdrOff:]).Key())
 	if o == nil {
 		e.m.drop(DropUnknownOperation)
 		return

