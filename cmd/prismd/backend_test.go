@@ -38,47 +38,37 @@ func TestPortBackend(t *testing.T) {
 	}
 }
 
-// TestLabConfigBackend: the configuration a lab generates for a prismd node
-// (package deploy, which cannot import this one) is accepted by this parser,
-// and every port gets the node's backend and attach mode.
-// TestLabConfigKulischPartials: a lab node's kulisch_partials reaches
-// prismd's parsed config unchanged, and prismd's default when absent.
-func TestLabConfigKulischPartials(t *testing.T) {
-	for _, tc := range []struct {
-		keys           string
-		plain, compact bool
-	}{
-		{"", false, false},
-		{", kulisch_partials: f64", false, false},
-		{", kulisch_partials: scaled", false, true},
-		{", kulisch_partials: plain", true, false},
-	} {
-		src, err := deploy.Embedded("single")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tp, err := deploy.Parse([]byte(strings.Replace(string(src), "{kind: prismd}", "{kind: prismd"+tc.keys+"}", 1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lc, err := deploy.NewPrismdConfig(tp, "sw1", "/run/prismd-lab/single")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := lc.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := ParseConfig("sw1.yaml", b)
-		if err != nil {
-			t.Fatalf("%q: prismd refuses the lab's config: %v\n%s", tc.keys, err, b)
-		}
-		if c.PlainKulischPartials() != tc.plain || c.CompactKulischPartials() != tc.compact {
-			t.Errorf("%q: plain %v compact %v, want %v %v\n%s", tc.keys, c.PlainKulischPartials(), c.CompactKulischPartials(), tc.plain, tc.compact, b)
-		}
+// labNodeConfig is the configuration a lab generates for the prismd node
+// of the single lab with keys added to its node entry (package deploy,
+// which cannot import this one), parsed by this package, and its bytes.
+func labNodeConfig(t *testing.T, keys string) (*Config, []byte) {
+	t.Helper()
+	src, err := deploy.Embedded("single")
+	if err != nil {
+		t.Fatal(err)
 	}
+	tp, err := deploy.Parse([]byte(strings.Replace(string(src), "{kind: prismd}", "{kind: prismd"+keys+"}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := deploy.NewPrismdConfig(tp, "sw1", "/run/prismd-lab/single")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lc.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig("sw1.yaml", b)
+	if err != nil {
+		t.Fatalf("%q: prismd refuses the lab's config: %v\n%s", keys, err, b)
+	}
+	return c, b
 }
 
+// TestLabConfigBackend: the configuration a lab generates for a prismd node
+// is accepted by this parser, and every port gets the node's backend and
+// attach mode.
 func TestLabConfigBackend(t *testing.T) {
 	for _, tc := range []struct {
 		name, keys string
@@ -92,26 +82,7 @@ func TestLabConfigBackend(t *testing.T) {
 		{"afxdp native", ", backend: afxdp, xdp_mode: native", BackendAFXDP, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src, err := deploy.Embedded("single")
-			if err != nil {
-				t.Fatal(err)
-			}
-			tp, err := deploy.Parse([]byte(strings.Replace(string(src), "{kind: prismd}", "{kind: prismd"+tc.keys+"}", 1)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			lc, err := deploy.NewPrismdConfig(tp, "sw1", "/run/prismd-lab/single")
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := lc.Marshal()
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := ParseConfig("sw1.yaml", b)
-			if err != nil {
-				t.Fatalf("prismd refuses the lab's config: %v\n%s", err, b)
-			}
+			c, b := labNodeConfig(t, tc.keys)
 			if len(c.Ports) != 2 {
 				t.Fatalf("%d ports, want 2:\n%s", len(c.Ports), b)
 			}
@@ -121,5 +92,24 @@ func TestLabConfigBackend(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLabConfigKulischPartials: a lab node's kulisch_partials reaches
+// prismd's parsed config unchanged, and prismd's default when absent.
+func TestLabConfigKulischPartials(t *testing.T) {
+	for _, tc := range []struct {
+		keys           string
+		plain, compact bool
+	}{
+		{"", false, false},
+		{", kulisch_partials: f64", false, false},
+		{", kulisch_partials: scaled", false, true},
+		{", kulisch_partials: plain", true, false},
+	} {
+		c, b := labNodeConfig(t, tc.keys)
+		if c.PlainKulischPartials() != tc.plain || c.CompactKulischPartials() != tc.compact {
+			t.Errorf("%q: plain %v compact %v, want %v %v\n%s", tc.keys, c.PlainKulischPartials(), c.CompactKulischPartials(), tc.plain, tc.compact, b)
+		}
 	}
 }

@@ -127,7 +127,8 @@ func fitWindow(w Window, pages []capsPage, c contextRecord) Window {
 
 // nodeElements is the most elements one frame can carry on any stream node
 // c receives: the input format from ranks, the partial format from child
-// switches (KULISCH possibly as KULISCH_SCALED), the output format on
+// switches (KULISCH possibly as KULISCH_SCALED, which packs more per frame
+// than KULISCH_F64), the output format on
 // RESULT_IN, as the engine bounds each stream (engine frameElements). A
 // window of Intervals such frames is what the node's streams can use, and
 // it is the size of the node's ring of accumulators: sizing every node for
