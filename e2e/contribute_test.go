@@ -20,17 +20,27 @@ func prismdBlast(t *testing.T) string { return tool(t, "prismd-blast") }
 // the switch received, retransmissions included.
 func dataFrames(t *testing.T, lab *deploy.Lab, sw string) uint64 {
 	t.Helper()
+	return uint64(switchCounter(t, lab, sw, `prismd_frames_total{class="data"}`))
+}
+
+// f64Frames is the series of KULISCH_F64 frames a switch encoded.
+const f64Frames = `prism_engine_frames_encoded_by_format_total{format="KULISCH_F64"}`
+
+// switchCounter is the value of one series (name{labels}) of switch sw's
+// /metrics.
+func switchCounter(t *testing.T, lab *deploy.Lab, sw, series string) float64 {
+	t.Helper()
 	m := scrape(t, lab, sw)
 	for _, line := range strings.Split(m, "\n") {
-		if v, ok := strings.CutPrefix(line, `prismd_frames_total{class="data"} `); ok {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatalf("%s: %q: %v", sw, line, err)
 			}
-			return uint64(f)
+			return f
 		}
 	}
-	t.Fatalf(`%s serves no prismd_frames_total{class="data"}`, sw)
+	t.Fatalf("%s serves no %s", sw, series)
 	return 0
 }
 

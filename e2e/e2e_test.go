@@ -182,12 +182,29 @@ type result struct {
 // collective runs one collective on comms concurrently.
 func collective(comms []*host.Comm, coll string, root, n int, seed uint64, opts *host.Options) *result {
 	integral := opts != nil && opts.Acc == "fp32"
+	return collectiveOf(comms, coll, root, n, seed, opts, func(seed uint64, r, n int) []float32 { return vecFor(seed, r, n, integral) })
+}
+
+// gradientVec is rank r's vector of gradient-like values: N(0,1) scaled by
+// 2^-12..2^-4 per element, so the four ranks' sums at a leaf are binary64
+// values and the leaves send KULISCH_F64 partials.
+func gradientVec(seed uint64, r, n int) []float32 {
+	rng := rand.New(rand.NewPCG(seed, uint64(r)))
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * math.Ldexp(1, -12+rng.IntN(9)))
+	}
+	return v
+}
+
+// collectiveOf is collective with rank r's input vec(seed, r, n).
+func collectiveOf(comms []*host.Comm, coll string, root, n int, seed uint64, opts *host.Options, vec func(seed uint64, r, n int) []float32) *result {
 	r := &result{sends: make([][]float32, len(comms)), recvs: make([][]float32, len(comms)),
 		errs: make([]error, len(comms)), stats: make([]host.Stats, len(comms))}
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, c := range comms {
-		r.sends[i] = vecFor(seed, i, n, integral)
+		r.sends[i] = vec(seed, i, n)
 		r.recvs[i] = make([]float32, n)
 		wg.Add(1)
 		go func() {
@@ -514,6 +531,19 @@ func TestLossAndDuplication(t *testing.T) {
 	}
 	r := collective(cs, "reduce", 2, n(20000, 2000000), 200, nil)
 	r.check(t, "reduce", 2)
+	// Gradient-like data: the leaves send KULISCH_F64 partials, which are
+	// lost, duplicated and retransmitted like any other frame.
+	f64 := func() float64 {
+		return switchCounter(t, e.lab, "l1", f64Frames) + switchCounter(t, e.lab, "l2", f64Frames)
+	}
+	before := f64()
+	r = collectiveOf(cs, "allreduce", 0, n(20000, 2000000), 300, nil, gradientVec)
+	r.check(t, "allreduce", 0)
+	if sent := f64() - before; sent == 0 {
+		t.Errorf("the leaves sent no KULISCH_F64 frame for gradient-like data (%s)", f64Frames)
+	} else {
+		t.Logf("the leaves sent %.0f KULISCH_F64 frames", sent)
+	}
 	// A persistent collective's PUSH frames and rests survive loss and
 	// duplication too (a lost PUSH frame is retransmitted with its flag).
 	persistentRuns(t, cs, "allreduce", 0, 50, 30, 300, nil)

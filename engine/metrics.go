@@ -62,6 +62,24 @@ type Metrics struct {
 	OpsInexact      atomic.Uint64
 	OpsExpired      atomic.Uint64 // removed by Expire: the AM never ended them
 	ElementsDone    atomic.Uint64 // elements completed and handed on
+	// FormatFrames counts the DATA/RESULT frames this node encoded by the
+	// formats of their NumberGroups (index: format code): a frame counts
+	// once for each format it carries, and once however many outputs it
+	// is copied to. It shows which partial encoding a switch uses
+	// (kulisch_partials: KULISCH_F64 or KULISCH_SCALED, AUTO's choices).
+	FormatFrames [formatCodes]atomic.Uint64
+}
+
+// formatCodes bounds the NumberGroup format codes (1..8).
+const formatCodes = 9
+
+// countFormats adds one frame to every format whose bit is set.
+func (m *Metrics) countFormats(bits uint16) {
+	for f := 1; f < formatCodes; f++ {
+		if bits&(1<<f) != 0 {
+			m.FormatFrames[f].Add(1)
+		}
+	}
 }
 
 // NewMetrics returns zeroed counters.
@@ -91,12 +109,13 @@ var (
 	descTxFull   = prometheus.NewDesc("prism_engine_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
 	descOps      = prometheus.NewDesc("prism_engine_operations_total", "Operations by outcome.", []string{"outcome"}, nil)
 	descElems    = prometheus.NewDesc("prism_engine_elements_completed_total", "Vector elements completed and handed on.", nil, nil)
+	descFormats  = prometheus.NewDesc("prism_engine_frames_encoded_by_format_total", "DATA/RESULT frames this node encoded, by the format of their NumberGroups (a frame counts once for each format it carries).", []string{"format"}, nil)
 	descUnknown  = prometheus.NewDesc("prism_engine_unknown_operation_answers_total", "DATA/RESULT frames for an operation the switch does not know, answered with PROGRESS UNKNOWN_OPERATION (rate-limited).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFrames, descDups, descDrops, descDecode, descProgress, descSent, descRetx, descTxFull, descOps, descElems, descUnknown} {
+	for _, d := range []*prometheus.Desc{descFrames, descDups, descDrops, descDecode, descProgress, descSent, descRetx, descTxFull, descOps, descElems, descUnknown, descFormats} {
 		ch <- d
 	}
 }
@@ -128,4 +147,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	c(descOps, m.OpsExpired.Load(), "expired")
 	c(descElems, m.ElementsDone.Load())
 	c(descUnknown, m.UnknownAnswered.Load())
+	for f := 1; f < formatCodes; f++ {
+		if parser.Format(f) != parser.FormatAuto { // a policy, never on the wire
+			c(descFormats, m.FormatFrames[f].Load(), parser.Format(f).String())
+		}
+	}
 }

@@ -1015,6 +1015,7 @@ func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulis
 	if err := b.Reset(buf, &h, nil, o.spec.MTU); err != nil {
 		return nil, err
 	}
+	var formats uint16 // bit f: the frame carries a group of format f
 	if scaled {
 		at := first
 		for _, g := range o.sgroups {
@@ -1022,11 +1023,17 @@ func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulis
 				return nil, err
 			}
 			at += uint32(g.Count)
+			if g.Bytes == 0 {
+				formats |= 1 << kulisch.KULISCH
+			} else {
+				formats |= 1 << kulisch.KULISCH_SCALED
+			}
 		}
 	} else if groups == nil {
 		if err := o.addGroup(b, o.emitFmt, first, count); err != nil {
 			return nil, err
 		}
+		formats = 1 << o.emitFmt
 	} else {
 		at := first
 		for _, g := range groups {
@@ -1034,11 +1041,13 @@ func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulis
 				return nil, err
 			}
 			at += uint32(g.Count)
+			formats |= 1 << g.Format
 		}
 	}
 	fr := ob.sw.Commit(now, len(b.Finish()))
 	o.e.sendReplay(tx, ob.b.Port, fr)
 	o.e.m.FramesSent[o.emitClass].Add(1)
+	o.e.m.countFormats(formats)
 	return fr, nil
 }
 

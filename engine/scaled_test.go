@@ -369,6 +369,16 @@ func TestTreeScaledPartials(t *testing.T) {
 	if sc.f64+pl.f64+wr.f64+au.f64+aup.f64 != 0 {
 		t.Fatalf("KULISCH_F64 groups with kulisch_partials scaled or plain: %d", sc.f64+pl.f64+wr.f64+au.f64+aup.f64)
 	}
+	// The leaves' metrics name what they sent: every KULISCH_F64 group
+	// seen on the wire is one frame of prism_engine_frames_encoded_by_format_total.
+	leafFrames := func(tr *tree, f kulisch.Format) uint64 {
+		return tr.n[0].e.Metrics().FormatFrames[f].Load() + tr.n[1].e.Metrics().FormatFrames[f].Load()
+	}
+	if got := leafFrames(f6, kulisch.KULISCH_F64); got != uint64(f6.f64) || leafFrames(sc, kulisch.KULISCH_F64) != 0 ||
+		leafFrames(sc, kulisch.KULISCH_SCALED) == 0 {
+		t.Fatalf("frames by format: KULISCH_F64 %d (wire %d), with scaled partials KULISCH_F64 %d KULISCH_SCALED %d",
+			got, f6.f64, leafFrames(sc, kulisch.KULISCH_F64), leafFrames(sc, kulisch.KULISCH_SCALED))
+	}
 	for _, tr := range []*tree{f6, f6w, f6a} {
 		// Every frame is binary64 but the few holding element 8 (2 x
 		// MaxFloat32 is a binary64 too) ... all of N(0,1) sums are.
