@@ -138,7 +138,13 @@ func rankList(hosts []string) string {
 }
 
 func demoAllReduceKulisch(d *demo) error {
-	return d.collective("allreduce", -1, "kulisch", 11)
+	if err := d.collective("allreduce", -1, "kulisch", "", 11); err != nil {
+		return err
+	}
+	// The same on values shaped like training gradients: their sums at a
+	// leaf are binary64 values, so the leaves send KULISCH_F64 partials
+	// (prismd's default kulisch_partials), a copy instead of a plan.
+	return d.collective("allreduce", -1, "kulisch", "gradient", 14)
 }
 
 func demoReduceKulisch(d *demo) error {
@@ -150,26 +156,27 @@ func demoReduceKulisch(d *demo) error {
 			}
 		}
 	}
-	return d.collective("reduce", root, "kulisch", 12)
+	return d.collective("reduce", root, "kulisch", "", 12)
 }
 
 func demoAllReduceArrival(d *demo) error {
-	return d.collective("allreduce", -1, "fp32", 13)
+	return d.collective("allreduce", -1, "fp32", "", 13)
 }
 
 // collective runs one collective on every rank and checks it: exact
 // (bit for bit) for KULISCH_FIXED, within the recursive-summation bound
-// for FP32_ARRIVAL.
-func (d *demo) collective(coll string, root int, acc string, seed uint64) error {
+// for FP32_ARRIVAL. data is genSpec's distribution ("": mixed).
+func (d *demo) collective(coll string, root int, acc, data string, seed uint64) error {
 	c := d.coll
 	if c == nil {
 		return errors.New("skipped: the AM and ranks did not start (see the step that starts them)")
 	}
 	n := len(c.comms)
 	// The mixed-magnitude FP32 data of 'prismctl allreduce' (subnormals,
-	// 1e30s, cancellation), never the integer variant: a float32 sum in
-	// arrival order then differs from the exact one in places.
-	gen := genSpec{seed: seed, format: "fp32", size: n}
+	// 1e30s, cancellation) unless data says otherwise, never the integer
+	// variant: a float32 sum in arrival order then differs from the exact
+	// one in places.
+	gen := genSpec{seed: seed, format: "fp32", size: n, data: data}
 	sends := make([][]float32, n)
 	recvs := make([][]float32, n)
 	for r := range sends {
@@ -181,6 +188,9 @@ func (d *demo) collective(coll string, root int, acc string, seed uint64) error 
 	}
 	policy := map[string]string{"kulisch": "KULISCH_FIXED", "fp32": "FP32_ARRIVAL"}[acc]
 	what := fmt.Sprintf("ALLREDUCE of %d FP32 x %d ranks, %s", d.count, n, policy)
+	if data == "gradient" {
+		what += ", gradient-like values (N(0,1) x 2^-12..2^-4)"
+	}
 	if coll == "reduce" {
 		what = fmt.Sprintf("REDUCE to rank %d (%s) of %d FP32 x %d ranks, %s", root, c.hosts[root], d.count, n, policy)
 	}
