@@ -412,6 +412,17 @@ func TestSoakLargeVectors(t *testing.T) {
 				checkExact(t, rs, "allreduce", 0)
 				t.Logf("1M elements: transfer %v, %d retransmissions at rank 0", rs[0].stats.Transfer, rs[0].stats.Retransmits)
 			}
+			// Gradient-like values: the leaves' partials travel as
+			// KULISCH_F64 (spine-leaf), exact all the same.
+			gradient := func(r int, rr *rankRun) {
+				rng := rand.New(rand.NewPCG(70, uint64(r)))
+				for i := range rr.send {
+					rr.send[i] = float32(rng.NormFloat64() * math.Ldexp(1, -12+rng.IntN(9)))
+				}
+			}
+			rs := runRanks(t, f, url, 70, tc.hosts, "allreduce", 0, 1000000, &Options{Timeout: 10 * time.Second}, gradient)
+			checkExact(t, rs, "allreduce", 0)
+			t.Logf("1M gradient-like elements: transfer %v", rs[0].stats.Transfer)
 		})
 	}
 }

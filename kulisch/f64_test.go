@@ -99,7 +99,11 @@ func testMergeF64AgainstReference(t *testing.T) {
 			refs[i] = &refSum{}
 		}
 		accepted, refused := 0, 0
-		for round := 0; round < 400; round++ {
+		rounds := 400
+		if soak() {
+			rounds = 40000
+		}
+		for round := 0; round < rounds; round++ {
 			vals := make([]byte, 8*n)
 			batch := make([]*refSum, n)
 			ok := true
@@ -164,7 +168,11 @@ func TestCheckF64EachValue(t *testing.T) {
 	rng := rand.New(rand.NewPCG(85, 86))
 	for _, w := range []int{64, 280, 288, 640, 4096} {
 		seen := [2]int{}
-		for range 20000 {
+		values := 20000
+		if soak() {
+			values = 2000000
+		}
+		for range values {
 			b := f64Sample(rng, w)
 			ref := f64Ref(b, w)
 			v, _ := NewVector(1, w)

@@ -339,4 +339,6 @@ func TestSoakKulisch(t *testing.T) {
 	t.Run("permutations", TestPermutations)
 	t.Run("trees", TestTreeShapes)
 	t.Run("auto", TestAutoRandom)
+	t.Run("f64", TestMergeF64AgainstReference)
+	t.Run("f64-values", TestCheckF64EachValue)
 }
