@@ -18,6 +18,10 @@ import (
 
 var haveAVX2 = cpu.X86.HasAVX2
 
+// haveAVX512 selects the eight-wide lane add: AVX-512 F, DQ (VANDPD on
+// Z registers) and VL (VPCMPD on Y registers), and BMI2 (PDEP).
+var haveAVX512 = haveAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL && cpu.X86.HasBMI2
+
 //go:noescape
 func addFP32AVX2(s *float32, v *byte, n int)
 
@@ -61,6 +65,9 @@ func fillBulk(s []float32, bits uint32) int {
 }
 
 //go:noescape
+func laneAddAVX512(lane *float64, vals *byte, flags *uint8, n int, lim float64) int
+
+//go:noescape
 func laneAddAVX2(lane *float64, vals *byte, flags *uint8, n int, lim float64) int
 
 // laneAddBulk adds the leading binary32 values of vals (4*len(lane) bytes)
@@ -70,6 +77,14 @@ func laneAddAVX2(lane *float64, vals *byte, flags *uint8, n int, lim float64) in
 // many it added, a multiple of 4: the group after them, if any, is the
 // caller's.
 func laneAddBulk(lane []float64, vals []byte, flags []uint8, lim float64) int {
+	if haveAVX512 && len(lane) >= 8 {
+		k := laneAddAVX512(unsafe.SliceData(lane), unsafe.SliceData(vals), unsafe.SliceData(flags), len(lane)&^7, lim)
+		if k < len(lane)&^7 || len(lane)&7 < 4 {
+			return k // stopped at a group, or fewer than four left
+		}
+		lane, vals, flags = lane[k:], vals[4*k:], flags[k:]
+		return k + laneAddAVX2(unsafe.SliceData(lane), unsafe.SliceData(vals), unsafe.SliceData(flags), 4, lim)
+	}
 	n := len(lane) &^ 3
 	if n == 0 {
 		return 0

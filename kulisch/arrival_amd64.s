@@ -375,3 +375,56 @@ cdone:
 	VZEROUPPER
 	MOVQ R9, ret+56(FP)
 	RET
+
+// func laneAddAVX512(lane *float64, vals *byte, flags *uint8, n int, lim float64) int
+// laneAddAVX2 eight terms at a time (AVX-512F/DQ/VL and BMI2): the same
+// tests, the group stored only if all eight pass; the not--0 flags are
+// an eight-bit mask spread to bytes with PDEP. n is a multiple of 8.
+TEXT ·laneAddAVX512(SB), NOSPLIT, $0-48
+	MOVQ   lane+0(FP), DI
+	MOVQ   vals+8(FP), SI
+	MOVQ   flags+16(FP), BX
+	MOVQ   n+24(FP), CX
+	VBROADCASTSD lim+32(FP), Z9
+	MOVQ   $0x7FFFFFFFFFFFFFFF, AX
+	VPBROADCASTQ AX, Z10
+	MOVL   $0x80000000, AX
+	VPBROADCASTD AX, Y11
+	MOVQ   $0x0101010101010101, R11
+	VPXORQ Z7, Z7, Z7
+	XORQ   R9, R9
+
+eloop:
+	CMPQ      CX, $8
+	JB        edone
+	VMOVDQU   (SI), Y0         // eight binary32 terms
+	VCVTPS2PD Y0, Z1           // x
+	VMOVUPD   (DI), Z2         // a
+	VADDPD    Z1, Z2, Z3       // s = a + x
+	VSUBPD    Z2, Z3, Z4       // bb = s - a
+	VSUBPD    Z4, Z3, Z5       // s - bb
+	VSUBPD    Z5, Z2, Z5       // a - (s - bb)
+	VSUBPD    Z4, Z1, Z6       // x - bb
+	VADDPD    Z6, Z5, Z5       // err
+	VCMPPD    $0, Z7, Z5, K1   // err == 0 (ordered)
+	VANDPD    Z10, Z3, Z6      // |s|
+	VCMPPD    $1, Z9, Z6, K1, K2 // and |s| < lim (ordered)
+	KMOVB     K2, AX
+	CMPB      AL, $0xFF
+	JNE       edone
+	VMOVUPD   Z3, (DI)
+	VPCMPD    $4, Y11, Y0, K3  // the term is not -0
+	KMOVB     K3, AX
+	PDEPQ     R11, AX, AX      // bit i -> byte i (0 or 1)
+	ORQ       AX, (BX)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	ADDQ      $8, BX
+	ADDQ      $8, R9
+	SUBQ      $8, CX
+	JMP       eloop
+
+edone:
+	VZEROUPPER
+	MOVQ R9, ret+40(FP)
+	RET

@@ -7,6 +7,9 @@ package kulisch
 // haveAVX2 is false off amd64; tests switch it like on amd64.
 var haveAVX2 = false
 
+// haveAVX512 is false off amd64 (the tests switch it like on amd64).
+var haveAVX512 = false
+
 func addFP32Bulk(s []float32, vals []byte) int { return 0 }
 func putFP32Bulk(dst []byte, s []float32) int  { return 0 }
 func fillBulk(s []float32, bits uint32) int    { return 0 }

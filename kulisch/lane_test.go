@@ -3,6 +3,7 @@ package kulisch
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -106,6 +107,17 @@ func TestLaneKernelMatchesScalar(t *testing.T) {
 	if !haveAVX2 {
 		t.Skip("no AVX2 on this machine: the scalar loop is all there is")
 	}
+	// The eight-wide AVX-512 kernel where the CPU has it, and the AVX2 one
+	// alone (as on a CPU without AVX-512).
+	save := haveAVX512
+	defer func() { haveAVX512 = save }()
+	for _, wide := range []bool{false, save} {
+		haveAVX512 = wide
+		t.Run(fmt.Sprintf("avx512=%v", wide), testLaneKernelMatchesScalar)
+	}
+}
+
+func testLaneKernelMatchesScalar(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	draw := func() uint32 {
 		switch rng.IntN(40) {
