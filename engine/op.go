@@ -173,10 +173,9 @@ type op struct {
 	// f64 sends a frame as one KULISCH_F64 group when binary64 holds all
 	// its values (docs/protocol.md section 6): a copy of the lanes instead
 	// of a scaled plan and encoding, for 8 bytes a value. f64Group is that
-	// frame's plan, f64Frames counts them (tests).
-	f64       bool
-	f64Group  [1]kulisch.Group
-	f64Frames int
+	// frame's plan (Metrics.FormatFrames counts such frames).
+	f64      bool
+	f64Group [1]kulisch.Group
 	// scaledPlans and autoPlans count the scaled and AUTO plans made,
 	// autoSetFrames the frames for which AUTO sets were computed (tests).
 	scaledPlans, autoPlans, autoSetFrames int
@@ -761,7 +760,6 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 				count, fast, f64 = c, true, true
 				o.f64Group[0] = kulisch.Group{Format: kulisch.KULISCH_F64, Count: int(c)}
 				groups = o.f64Group[:]
-				o.f64Frames++
 				goto planned
 			}
 		}

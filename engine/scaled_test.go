@@ -679,33 +679,25 @@ func TestScaledPathAllocs(t *testing.T) {
 	// LEAF: KULISCH and AUTO partials (AUTO plans both ways and takes the
 	// scaled plan here).
 	now := int64(1e9)
-	for _, partial := range []kulisch.Format{kulisch.KULISCH, kulisch.AUTO} {
-		lr := newLeafRig(t, partial, encScaled)
-		for range 100 {
-			lr.step()
-		}
-		before := lr.tx.sent[2]
-		if a := testing.AllocsPerRun(1000, lr.step); a != 0 {
-			t.Fatalf("%v leaf: %v allocations per step", partial, a)
-		}
-		if lr.tx.sent[2] == before || lr.tx.scaled[2] < lr.tx.sent[2]/2 || lr.e.Metrics().Drops[DropNoCredit].Load() != 0 {
-			t.Fatalf("%v leaf: the loop did not emit scaled partials: %d frames (%d of %d scaled), no_credit %d",
-				partial, lr.tx.sent[2]-before, lr.tx.scaled[2], lr.tx.sent[2], lr.e.Metrics().Drops[DropNoCredit].Load())
-		}
-	}
-	// LEAF with the default encoding: KULISCH_F64 frames, no allocation.
-	for _, partial := range []kulisch.Format{kulisch.KULISCH, kulisch.AUTO} {
-		lr := newLeafRig(t, partial, encF64)
-		for range 100 {
-			lr.step()
-		}
-		before := lr.tx.sent[2]
-		if a := testing.AllocsPerRun(1000, lr.step); a != 0 {
-			t.Fatalf("%v leaf, KULISCH_F64: %v allocations per step", partial, a)
-		}
-		if lr.tx.sent[2] == before || lr.tx.f64[2] < lr.tx.sent[2]/2 {
-			t.Fatalf("%v leaf: the loop did not emit KULISCH_F64 partials: %d frames (%d of %d KULISCH_F64)",
-				partial, lr.tx.sent[2]-before, lr.tx.f64[2], lr.tx.sent[2])
+	// With scaled partials and with the default, KULISCH_F64 frames.
+	for _, m := range []enc{encScaled, encF64} {
+		for _, partial := range []kulisch.Format{kulisch.KULISCH, kulisch.AUTO} {
+			lr := newLeafRig(t, partial, m)
+			for range 100 {
+				lr.step()
+			}
+			before := lr.tx.sent[2]
+			if a := testing.AllocsPerRun(1000, lr.step); a != 0 {
+				t.Fatalf("%v leaf, %v partials: %v allocations per step", partial, m, a)
+			}
+			want := lr.tx.scaled[2] // frames in the encoding m should give
+			if m == encF64 {
+				want = lr.tx.f64[2]
+			}
+			if lr.tx.sent[2] == before || want < lr.tx.sent[2]/2 || lr.e.Metrics().Drops[DropNoCredit].Load() != 0 {
+				t.Fatalf("%v leaf: the loop did not emit %v partials: %d frames (%d of %d so), no_credit %d",
+					partial, m, lr.tx.sent[2]-before, want, lr.tx.sent[2], lr.e.Metrics().Drops[DropNoCredit].Load())
+			}
 		}
 	}
 	ltx := &endSink{mac: 1}

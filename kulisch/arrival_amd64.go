@@ -98,18 +98,31 @@ func laneAddBulk(lane []float64, vals []byte, flags []uint8, lim float64) int {
 //go:noescape
 func laneOutAVX2(dst *byte, lane *float64, flags, nlo, hi *uint8, n int, special uint32) int
 
+// laneSpecial is the byte mask of the flags that make an element not
+// lane-only (infinities, NaN, overflow), four copies for the kernels.
+const laneSpecial = uint32(fNaN|fPosInf|fNegInf|fHuge) * 0x01010101
+
 // laneOutBulk writes the leading lane-only elements of a Vector range
 // (lane, flags and bounds slices of one length; dst 4 bytes each) as
 // rounded FP32, four at a time, and returns how many it wrote, a multiple
 // of 4: the group after them, if any, is the caller's.
 func laneOutBulk(dst []byte, lane []float64, flags, nlo, hi []uint8) int {
+	return laneRowsBulk(laneOutAVX2, 4, dst, lane, flags, nlo, hi)
+}
+
+// laneRowsBulk runs kernel (laneOutAVX2, laneCopyAVX2: stop at the first
+// group of four that is not lane-only, write width bytes per element) on
+// the leading multiple of 4 of a Vector range.
+func laneRowsBulk(kernel func(dst *byte, lane *float64, flags, nlo, hi *uint8, n int, special uint32) int,
+	width int, dst []byte, lane []float64, flags, nlo, hi []uint8) int {
 	n := len(lane) &^ 3
 	if n == 0 {
 		return 0
 	}
-	const special = uint32(fNaN|fPosInf|fNegInf|fHuge) * 0x01010101
-	return laneOutAVX2(unsafe.SliceData(dst), unsafe.SliceData(lane), unsafe.SliceData(flags),
-		unsafe.SliceData(nlo), unsafe.SliceData(hi), n, special)
+	_ = dst[width*n-1]
+	_, _, _ = flags[n-1], nlo[n-1], hi[n-1]
+	return kernel(unsafe.SliceData(dst), unsafe.SliceData(lane), unsafe.SliceData(flags),
+		unsafe.SliceData(nlo), unsafe.SliceData(hi), n, laneSpecial)
 }
 
 //go:noescape
@@ -125,8 +138,7 @@ func laneExactBulk(lane []float64, flags, nlo, hi []uint8) int {
 	if n == 0 {
 		return 0
 	}
-	const special = uint32(fNaN|fPosInf|fNegInf|fHuge) * 0x01010101
-	return laneExactAVX2(unsafe.SliceData(lane), unsafe.SliceData(flags), unsafe.SliceData(nlo), unsafe.SliceData(hi), n, special)
+	return laneExactAVX2(unsafe.SliceData(lane), unsafe.SliceData(flags), unsafe.SliceData(nlo), unsafe.SliceData(hi), n, laneSpecial)
 }
 
 //go:noescape
@@ -155,13 +167,5 @@ func laneCopyAVX2(dst *byte, lane *float64, flags, nlo, hi *uint8, n int, specia
 // binary64, four at a time, and returns how many it wrote, a multiple of
 // 4: the group after them, if any, is the caller's.
 func laneCopyBulk(dst []byte, lane []float64, flags, nlo, hi []uint8) int {
-	n := len(lane) &^ 3
-	if n == 0 {
-		return 0
-	}
-	_ = dst[8*n-1]
-	_, _, _ = flags[n-1], nlo[n-1], hi[n-1]
-	const special = uint32(fNaN|fPosInf|fNegInf|fHuge) * 0x01010101
-	return laneCopyAVX2(unsafe.SliceData(dst), unsafe.SliceData(lane), unsafe.SliceData(flags),
-		unsafe.SliceData(nlo), unsafe.SliceData(hi), n, special)
+	return laneRowsBulk(laneCopyAVX2, 8, dst, lane, flags, nlo, hi)
 }

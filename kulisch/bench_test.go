@@ -202,16 +202,7 @@ func BenchmarkPutValuesFP32(b *testing.B) {
 // of two ranks sees with 'prismctl bench --data gradient'), and encodes it.
 func BenchmarkPlanScaled(b *testing.B) {
 	const n = 4000
-	r := rand.New(rand.NewPCG(7, 8))
-	v, _ := NewVector(n, 288)
-	for range 2 {
-		vals := make([]byte, 4*n)
-		for i := 0; i < n; i++ {
-			x := float32(r.NormFloat64() * math.Ldexp(1, -12+r.IntN(9)))
-			binary.LittleEndian.PutUint32(vals[4*i:], math.Float32bits(x))
-		}
-		v.AddFP32LE(0, vals)
-	}
+	v := gradientSums(b, n)
 	spans := make([]Span, n)
 	if err := v.Spans(0, spans); err != nil {
 		b.Fatal(err)
@@ -247,4 +238,27 @@ func BenchmarkPlanScaled(b *testing.B) {
 			}
 		}
 	})
+}
+
+// gradientSums is a leaf's vector after two ranks' gradient-like FP32
+// values (N(0,1) scaled by 2^-12..2^-4, 'prismctl bench --data gradient'):
+// n Kulisch-288 accumulators, the partials the encoding benchmarks send.
+func gradientSums(tb testing.TB, n int) *Vector {
+	tb.Helper()
+	r := rand.New(rand.NewPCG(7, 8))
+	v, err := NewVector(n, 288)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for range 2 {
+		vals := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			x := float32(r.NormFloat64() * math.Ldexp(1, -12+r.IntN(9)))
+			binary.LittleEndian.PutUint32(vals[4*i:], math.Float32bits(x))
+		}
+		if err := v.AddFP32LE(0, vals); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return v
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -81,12 +80,7 @@ func f64Sample(rng *rand.Rand, w int) uint64 {
 // exact sum (several per element, some spilling into the digits), and a
 // refused batch leaves the vector unchanged.
 func TestMergeF64AgainstReference(t *testing.T) {
-	save := haveAVX2
-	defer func() { haveAVX2 = save }()
-	for _, simd := range []bool{false, save} {
-		haveAVX2 = simd
-		t.Run(fmt.Sprintf("avx2=%v", simd), testMergeF64AgainstReference)
-	}
+	eachKernel(t, "avx2", &haveAVX2, testMergeF64AgainstReference)
 }
 
 func testMergeF64AgainstReference(t *testing.T) {
@@ -211,14 +205,7 @@ func wires(t *testing.T, v *Vector, w int) []byte {
 // F64Run reports binary64 holds go out through PutF64 and merge at a parent
 // into exactly the values a KULISCH encoding gives; F64Run stops at the
 // first element whose value needs the digits.
-func TestF64RoundTrip(t *testing.T) {
-	save := haveAVX2
-	defer func() { haveAVX2 = save }()
-	for _, simd := range []bool{false, save} {
-		haveAVX2 = simd
-		t.Run(fmt.Sprintf("avx2=%v", simd), testF64RoundTrip)
-	}
-}
+func TestF64RoundTrip(t *testing.T) { eachKernel(t, "avx2", &haveAVX2, testF64RoundTrip) }
 
 func testF64RoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(83, 84))
@@ -325,16 +312,7 @@ func TestF64Allocs(t *testing.T) {
 // plan and encode of the same kind of values.
 func BenchmarkF64Partial(b *testing.B) {
 	const n = 1120 // one jumbo frame of KULISCH_F64
-	r := rand.New(rand.NewPCG(7, 8))
-	v, _ := NewVector(n, 288)
-	for range 2 {
-		vals := make([]byte, 4*n)
-		for i := 0; i < n; i++ {
-			x := float32(r.NormFloat64() * math.Ldexp(1, -12+r.IntN(9)))
-			binary.LittleEndian.PutUint32(vals[4*i:], math.Float32bits(x))
-		}
-		v.AddFP32LE(0, vals)
-	}
+	v := gradientSums(b, n)
 	out := make([]byte, 8*n)
 	p, _ := NewVector(n, 288)
 	b.Run("encode", func(b *testing.B) {

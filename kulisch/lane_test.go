@@ -109,11 +109,21 @@ func TestLaneKernelMatchesScalar(t *testing.T) {
 	}
 	// The eight-wide AVX-512 kernel where the CPU has it, and the AVX2 one
 	// alone (as on a CPU without AVX-512).
-	save := haveAVX512
-	defer func() { haveAVX512 = save }()
-	for _, wide := range []bool{false, save} {
-		haveAVX512 = wide
-		t.Run(fmt.Sprintf("avx512=%v", wide), testLaneKernelMatchesScalar)
+	eachKernel(t, "avx512", &haveAVX512, testLaneKernelMatchesScalar)
+}
+
+// eachKernel runs f with the kernel switch *flag off, then on if the CPU
+// has that kernel: the narrower path and the vector kernel it selects.
+func eachKernel(t *testing.T, name string, flag *bool, f func(*testing.T)) {
+	save := *flag
+	defer func() { *flag = save }()
+	modes := []bool{false}
+	if save {
+		modes = append(modes, true)
+	}
+	for _, on := range modes {
+		*flag = on
+		t.Run(fmt.Sprintf("%s=%v", name, on), f)
 	}
 }
 

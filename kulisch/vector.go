@@ -369,10 +369,6 @@ func (v *Vector) AddINT8(first int, values []byte) error {
 	return nil
 }
 
-// CheckKulisch validates packed Kulisch wire values of this vector's width:
-// a state byte 0..5, a nonzero integer exactly for FINITE.
-func (v *Vector) CheckKulisch(values []byte) error { return checkWire(v.w, values) }
-
 func checkWire(w int, values []byte) error { return checkValues(WireSize(w), values) }
 
 // checkValues checks packed values of ws bytes each (a state byte, then the
