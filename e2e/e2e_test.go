@@ -928,6 +928,33 @@ func TestPrismctl(t *testing.T) {
 		t.Errorf("bench table:\n%s", outs[0])
 	}
 	t.Logf("bench:\n%s", outs[0])
+	// The same job at once again: its collectives are numbered from 0
+	// again, and the AM must tell the new processes from repeats of the
+	// old ones (until it kept the ended invocations, the new run got
+	// their grants, for operations the switches had released).
+	outs = run(80, "bench", "-b", "1K", "-e", "64K", "-f", "4", "-n", "2", "--check")
+	if strings.Count(outs[0], "exact") != 4 {
+		t.Errorf("job 80 run again, bench table:\n%s", outs[0])
+	}
+	// Ranks killed at the barrier hold neither it nor the next run of
+	// their job, even one with other parameters.
+	for i, h := range hosts[:2] {
+		c := lab.Exec(h, bin, "allreduce", "--coordinator", "http://"+addr, "--rank", fmt.Sprint(i), "--size", "4",
+			"--iface", "eth0", "--node", h, "--job", "83", "--count", "1000", "--format", "fp16")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); amArrivals(t, hc, addr) <= i && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.Process.Kill() // the PID this test started
+		c.Wait()
+	}
+	for i, o := range run(83, "allreduce", "--count", "1000", "--verify") {
+		if !strings.Contains(o, "verified") {
+			t.Errorf("job 83 after its killed run, rank %d:\n%s", i, o)
+		}
+	}
 	// Persistent: one operation for every repetition, the last verified.
 	outs = run(81, "allreduce", "--count", "1000", "--persistent", "--iters", "5", "--verify", "--format", "int8")
 	for i, o := range outs {
@@ -956,4 +983,26 @@ func TestPrismctl(t *testing.T) {
 			t.Errorf("prismctl show am lacks %q:\n%s", want, show)
 		}
 	}
+}
+
+// amArrivals counts the ranks of job 83 waiting at a barrier of the AM at
+// addr (GET /v1/ops, read from a host of the lab).
+func amArrivals(t *testing.T, hc *http.Client, addr string) int {
+	t.Helper()
+	resp, err := hc.Get("http://" + addr + "/v1/ops")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var l am.OpList
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		t.Fatalf("GET /v1/ops: %v", err)
+	}
+	n := 0
+	for _, b := range l.Barriers {
+		if b.Job == 83 {
+			n += len(b.Arrived)
+		}
+	}
+	return n
 }

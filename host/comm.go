@@ -78,6 +78,9 @@ type Comm struct {
 	client *am.Client
 	mac    [6]byte
 	seq    atomic.Uint64
+	// session tells the AM this communicator's requests from those of an
+	// earlier run of the job, which numbered its collectives from 0 too.
+	session uint64
 
 	// ops is the loop's snapshot of the registered operations, replaced
 	// (copy on write, under mu) when one starts or ends, so the loop reads
@@ -173,7 +176,7 @@ func NewCommConn(ctx context.Context, cfg Config, conn Conn) (*Comm, error) {
 
 func newComm(cfg Config, conn Conn, cl *am.Client) *Comm {
 	c := &Comm{slabs: stream.BufferPool{MaxPerSize: maxSlabsPerSize}, cfg: cfg, conn: conn, bconn: asBatch(conn), client: cl, done: make(chan struct{}),
-		reports: make(chan doneReport, reportQueue), reportDone: make(chan struct{})}
+		reports: make(chan doneReport, reportQueue), reportDone: make(chan struct{}), session: am.NewSession()}
 	c.ops.Store(&opTable{})
 	go c.reporter()
 	copy(c.mac[:], conn.MAC())

@@ -133,12 +133,23 @@ func showAM(url string, asJSON bool) int {
 }
 
 func printAMOps(w io.Writer, l *am.OpList) {
-	if len(l.Ops) == 0 {
+	if len(l.Ops) == 0 && len(l.Barriers) == 0 {
 		fmt.Fprintln(w, "no operations")
 		return
 	}
+	ints := func(v []int) string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = fmt.Sprint(x)
+		}
+		return strings.Join(s, " ")
+	}
+	for _, b := range l.Barriers {
+		fmt.Fprintf(w, "barrier job %d group %d seq %d  %s of %d ranks  waiting %v for ranks %s (arrived: %s)\n", b.Job, b.Group, b.Seq,
+			b.Collective, b.Size, (time.Duration(b.WaitingMS) * time.Millisecond).Round(100*time.Millisecond), ints(b.Missing), ints(b.Arrived))
+	}
 	for i, o := range l.Ops {
-		if i > 0 {
+		if i > 0 || len(l.Barriers) > 0 {
 			fmt.Fprintln(w)
 		}
 		kind := o.Collective

@@ -127,7 +127,7 @@ func TestShowAM(t *testing.T) {
 				{Name: "l3", Role: "LEAF", Parent: "s1", State: "FAILED", MissingStream: &ms, MissingFromWhom: "the parent s1", FailCause: "PEER_FAILED"}}},
 		{ID: "7-0-1-4-100", Seq: 5, Collective: "reduce", Size: 2, State: "failed", Tree: "SINGLE", Root: "sw1",
 			Error: &am.APIError{Code: am.CodeOperationFailed, Message: "rank 1 (h2) sent no keepalive for 7.5s"}},
-	}}
+	}, Barriers: []am.Barrier{{Job: 9, Group: 1, Seq: 2, Collective: "allreduce", Size: 4, Arrived: []int{0, 2}, Missing: []int{1, 3}, WaitingMS: 3140}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/ops" {
 			http.NotFound(w, r)
@@ -152,6 +152,7 @@ func TestShowAM(t *testing.T) {
 		"stream 3 from element 900",
 		"op 7-0-1-4-100  seq 5  reduce of 2 ranks  failed",
 		"error (operation_failed): rank 1 (h2) sent no keepalive for 7.5s",
+		"barrier job 9 group 1 seq 2  allreduce of 4 ranks  waiting 3.1s for ranks 1 3 (arrived: 0 2)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show am output lacks %q:\n%s", want, out)

@@ -250,8 +250,10 @@ type contributor struct {
 	port   dataplane.Port
 	mac    [6]byte
 	client *am.Client
-	orc    *oracle // for the MTU the AM granted last
-	wake   chan struct{}
+	// session tells the AM this run's requests from an earlier run's.
+	session uint64
+	orc     *oracle // for the MTU the AM granted last
+	wake    chan struct{}
 
 	// txMu orders DATA on the wire: whoever takes frames from the window
 	// (the reader or the sender) holds it until they are sent, so frames
@@ -305,7 +307,7 @@ func newReader(read func([][]byte, []int) (int, error), frameSize int) *reader {
 
 func newContributor(f contribFlags, p dataplane.Port) *contributor {
 	c := &contributor{f: f, port: p, mac: p.MAC(), client: am.NewClient(f.coordinator), wake: make(chan struct{}, 1),
-		tx: make([][]byte, 0, batchMax)}
+		tx: make([][]byte, 0, batchMax), session: am.NewSession()}
 	fs := dataplane.FrameSize(max(p.MTU(), f.mtu))
 	c.readers = []*reader{newReader(p.ReadBatch, fs)}
 	if l, ok := p.(dataplane.Laner); ok && l.HasLane() {
@@ -362,7 +364,7 @@ func (c *contributor) request(seq uint64, closing bool) am.BeginRequest {
 	}
 	return am.BeginRequest{Job: c.f.job, Seq: seq, Rank: c.f.rank, Size: c.f.size, Collective: c.f.coll, RootRank: c.f.root,
 		InputFormat: "fp32", AccPolicy: c.f.acc, VectorLen: n, MTU: c.f.mtu, TimeoutMS: uint32(c.f.timeout / time.Millisecond),
-		Node: c.f.node, Iface: c.f.nodeIface, MAC: net.HardwareAddr(c.mac[:]).String()}
+		Node: c.f.node, Iface: c.f.nodeIface, MAC: net.HardwareAddr(c.mac[:]).String(), Session: c.session}
 }
 
 // closingLen is the closing operation's vector length: one element, or two

@@ -6,6 +6,7 @@ package am
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 
@@ -56,6 +57,22 @@ type BeginRequest struct {
 	Node  string `json:"node"`
 	Iface string `json:"iface,omitempty"`
 	MAC   string `json:"mac,omitempty"`
+
+	// Session names the process (the communicator) that asks: random, not
+	// 0, the same in every request and retry it sends (0 = unknown). A
+	// job started again numbers its collectives from seq 0 again; only the
+	// session tells its ranks from repeats of the previous run's (9.1).
+	Session uint64 `json:"session,omitempty"`
+}
+
+// NewSession returns a random BeginRequest.Session for one communicator:
+// never 0, and two processes pick the same one with odds of 2^-64.
+func NewSession() uint64 {
+	for {
+		if s := rand.Uint64(); s != 0 {
+			return s
+		}
+	}
 }
 
 // OpIdentity is the PRISM operation identity (docs/protocol.md section 3).
@@ -201,6 +218,22 @@ type OpStatus struct {
 // OpList is GET /v1/ops.
 type OpList struct {
 	Ops []OpStatus `json:"ops"`
+	// Barriers are the invocations still gathering their ranks: a job
+	// whose ranks wait there for one that never comes shows which.
+	Barriers []Barrier `json:"barriers,omitempty"`
+}
+
+// Barrier is one invocation whose ranks have not all arrived (9.3).
+type Barrier struct {
+	Job        uint64 `json:"job"`
+	Group      uint16 `json:"group"`
+	Seq        uint64 `json:"seq"`
+	Collective string `json:"collective"`
+	Size       int    `json:"size"`
+	Arrived    []int  `json:"arrived"` // ascending
+	Missing    []int  `json:"missing"` // ascending
+	// WaitingMS is how long ago the invocation's first rank arrived.
+	WaitingMS int64 `json:"waiting_ms"`
 }
 
 // APIError is every non-2xx body: {"error": {...}}.

@@ -100,6 +100,13 @@ type invocation struct {
 	created time.Time
 	timer   *time.Timer
 	forgetT *time.Timer // forget's; nil until then (under m.mu)
+	// started is set (under m.mu) once every rank arrived and setup began:
+	// from then on no arrival is withdrawn.
+	started bool
+	// waiting counts, per rank, the Begin calls blocked on ready (under
+	// m.mu): a rank whose last one gave up (its client went away) is
+	// withdrawn from a barrier that has not started.
+	waiting map[int]int
 }
 
 // operation is one installed (or being installed) PRISM operation.
@@ -332,8 +339,16 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		return nil, &APIError{Code: CodeSetupFailed, Message: "the AM is shutting down"}
 	}
 	inv := m.invs[key]
+	var superseded *invocation
+	if inv != nil && m.restarted(inv, r) {
+		// Rank r asks from a new process: this is not a repeat of its
+		// arrival but a new run of the job (9.1).
+		superseded = m.supersede(inv, r)
+		inv = nil
+	}
 	if inv == nil {
-		inv = &invocation{key: key, first: r, p: p, arrived: map[int]BeginRequest{}, ready: make(chan struct{}), created: time.Now()}
+		inv = &invocation{key: key, first: r, p: p, arrived: map[int]BeginRequest{}, ready: make(chan struct{}), created: time.Now(),
+			waiting: map[int]int{}}
 		m.invs[key] = inv
 		inv.timer = time.AfterFunc(m.cfg.BarrierTimeout, func() { m.barrierTimeout(inv) })
 	}
@@ -356,6 +371,7 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 			inv.err = mismatch
 		}
 		m.mu.Unlock()
+		m.abandoned(superseded)
 		if abandon {
 			inv.timer.Stop()
 			m.metrics.failed.WithLabelValues(CodeMismatch).Inc()
@@ -370,14 +386,23 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		isNew = true
 	}
 	start := isNew && len(inv.arrived) == p.Size && inv.err == nil && inv.grants == nil
+	if start {
+		inv.started = true
+	}
+	inv.waiting[r.Rank]++
 	m.mu.Unlock()
+	m.abandoned(superseded)
 	if start {
 		inv.timer.Stop()
 		go m.runInvocation(inv)
 	}
 	select {
 	case <-inv.ready:
+		m.mu.Lock()
+		inv.waiting[r.Rank]--
+		m.mu.Unlock()
 	case <-ctx.Done():
+		m.withdraw(inv, r)
 		return nil, ctx.Err()
 	}
 	if inv.err != nil {
@@ -385,6 +410,69 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	}
 	g := inv.grants[r.Rank]
 	return &g, nil
+}
+
+// restarted reports (under m.mu) whether r comes from another process than
+// the arrival inv already holds for r.Rank: both name their session and the
+// sessions differ.
+func (m *Manager) restarted(inv *invocation, r BeginRequest) bool {
+	prev, ok := inv.arrived[r.Rank]
+	return ok && r.Session != 0 && prev.Session != 0 && prev.Session != r.Session
+}
+
+// supersede (under m.mu) takes inv out of m.invs so that r, a rank asking
+// from a new process, starts a new invocation of the same (job, group,
+// seq): the rank's earlier process is gone or was replaced, so an ended
+// invocation is history and one still gathering can never be set up as
+// its ranks asked. It returns inv if its waiting ranks must be told
+// (abandoned, after m.mu is released), else nil. An operation already
+// granted runs on: its ranks have their grants, and it ends as it ends.
+func (m *Manager) supersede(inv *invocation, r BeginRequest) *invocation {
+	delete(m.invs, inv.key)
+	if inv.forgetT != nil {
+		inv.forgetT.Stop()
+	}
+	if inv.started || inv.err != nil {
+		return nil
+	}
+	inv.err = &APIError{Code: CodeMismatch, Rank: &r.Rank,
+		Message: fmt.Sprintf("rank %d of job %d group %d seq %d asked again from another process (session %#x, was %#x): was the job restarted? This invocation is abandoned; the new process's starts afresh",
+			r.Rank, r.Job, r.Group, r.Seq, r.Session, inv.arrived[r.Rank].Session)}
+	return inv
+}
+
+// abandoned tells the ranks waiting on inv (superseded) their error.
+func (m *Manager) abandoned(inv *invocation) {
+	if inv == nil {
+		return
+	}
+	inv.timer.Stop()
+	m.metrics.failed.WithLabelValues(CodeMismatch).Inc()
+	m.logf("am: %s", inv.err.Message)
+	close(inv.ready)
+}
+
+// withdraw undoes r's arrival when its Begin gave up (the client went
+// away: a killed rank, a cancelled context) before the barrier started,
+// unless another request of the same rank still waits. Without it a rank
+// that died at the barrier would be counted there until the barrier
+// timeout, and a new run of the job would meet its stale arrival: joined
+// to it, or refused as a mismatch when its parameters changed. An
+// invocation left with no arrival is forgotten at once.
+func (m *Manager) withdraw(inv *invocation, r BeginRequest) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if inv.waiting[r.Rank]--; inv.waiting[r.Rank] > 0 || inv.started || inv.err != nil {
+		return
+	}
+	if prev, ok := inv.arrived[r.Rank]; !ok || prev.Session != r.Session {
+		return
+	}
+	delete(inv.arrived, r.Rank)
+	if len(inv.arrived) == 0 && m.invs[inv.key] == inv {
+		delete(m.invs, inv.key)
+		inv.timer.Stop()
+	}
 }
 
 func (m *Manager) barrierTimeout(inv *invocation) {
@@ -933,8 +1021,8 @@ func (m *Manager) Ops() OpList {
 	for _, op := range m.ops {
 		ops = append(ops, op)
 	}
+	l := OpList{Ops: []OpStatus{}, Barriers: m.barriers()}
 	m.mu.Unlock()
-	l := OpList{Ops: []OpStatus{}}
 	for _, op := range ops {
 		l.Ops = append(l.Ops, op.status())
 	}
@@ -952,6 +1040,38 @@ func (m *Manager) Ops() OpList {
 		return a.OpGen < b.OpGen
 	})
 	return l
+}
+
+// barriers lists (under m.mu) the invocations still gathering ranks, by
+// job, group and seq.
+func (m *Manager) barriers() []Barrier {
+	var bs []Barrier
+	for _, inv := range m.invs {
+		if inv.started || inv.err != nil || len(inv.arrived) == 0 {
+			continue
+		}
+		b := Barrier{Job: inv.key.job, Group: inv.key.group, Seq: inv.key.seq, Collective: inv.first.Collective,
+			Size: inv.p.Size, Arrived: []int{}, Missing: []int{}, WaitingMS: time.Since(inv.created).Milliseconds()}
+		for r := 0; r < inv.p.Size; r++ {
+			if _, ok := inv.arrived[r]; ok {
+				b.Arrived = append(b.Arrived, r)
+			} else {
+				b.Missing = append(b.Missing, r)
+			}
+		}
+		bs = append(bs, b)
+	}
+	sort.Slice(bs, func(i, j int) bool {
+		a, b := bs[i], bs[j]
+		if a.Job != b.Job {
+			return a.Job < b.Job
+		}
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		return a.Seq < b.Seq
+	})
+	return bs
 }
 
 func (op *operation) status() OpStatus {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -899,5 +900,157 @@ func TestBeginRequiredFields(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("a complete ALLREDUCE without root_rank: %d, want 200", resp.StatusCode)
+	}
+}
+
+// withSessions gives request i session base+i.
+func withSessions(q []BeginRequest, base uint64) []BeginRequest {
+	for i := range q {
+		q[i].Session = base + uint64(i)
+	}
+	return q
+}
+
+// A job run again numbers its collectives from seq 0 again: its ranks'
+// new sessions must get a new operation, not the previous run's grant
+// (whose contexts the nodes have released), while a repeat from the same
+// process still gets its own grant back.
+func TestRerunOfJobGetsNewOperation(t *testing.T) {
+	r := newRig(t, "single", Config{})
+	var prev OpIdentity
+	for run := uint64(0); run < 3; run++ {
+		q := withSessions(reqsFor(1, 0, "allreduce", "h1", "h2"), 10*run+1)
+		res := r.beginAll(append(q, q[0])) // rank 0 also repeats itself
+		for i, x := range res {
+			if x.err != nil {
+				t.Fatalf("run %d arrival %d: %v", run, i, x.err)
+			}
+		}
+		if *res[0].g != *res[2].g {
+			t.Errorf("run %d: a repeat from the same session got a different grant", run)
+		}
+		g := res[0].g
+		if run > 0 && (g.Op == prev || g.Op.OpGen <= prev.OpGen && g.Op.OpID == prev.OpID) {
+			t.Errorf("run %d got op %+v, want a new one after %+v", run, g.Op, prev)
+		}
+		prev = g.Op
+		if n := r.nodes["sw1"].count(parser.CmdStage); n != int(run)+1 {
+			t.Errorf("%d STAGEs applied after %d runs", n, run+1)
+		}
+		for rank := 0; rank < 2; rank++ {
+			if _, err := r.m.Done(context.Background(), g.ID, DoneRequest{Rank: rank, OK: true, Wait: rank == 1}); err != nil && rank == 1 {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// A rank that gave up at the barrier (killed: its connection closed) no
+// longer counts there: the next run of the job, with other parameters,
+// is set up instead of refused as a mismatch against the dead request.
+func TestWithdrawnArrivalLeavesNoStaleBarrier(t *testing.T) {
+	r := newRig(t, "single", Config{})
+	stale := req(2, 0, 1, 2, "h2", "allreduce")
+	stale.AccPolicy, stale.Session = "fp32", 99
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := r.m.Begin(ctx, stale); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("lone rank: %v, want its context's deadline", err)
+	}
+	// The new run's rank 0 first: against the stale rank 1 it would be a
+	// mismatch.
+	q0 := withSessions(reqsFor(2, 0, "allreduce", "h1", "h2"), 1)
+	got := make(chan result, 1)
+	go func() {
+		g, err := r.m.Begin(context.Background(), q0[0])
+		got <- result{g, err}
+	}()
+	waitFor(t, func() bool { return r.waiting(q0[0]) == 1 })
+	if _, err := r.m.Begin(context.Background(), q0[1]); err != nil {
+		t.Fatalf("new run's rank 1: %v", err)
+	}
+	if x := <-got; x.err != nil || x.g.AccPolicy != "kulisch" {
+		t.Fatalf("new run's rank 0: %v, %+v", x.err, x.g)
+	}
+	// Two requests of one rank wait; one giving up leaves the rank arrived.
+	q := withSessions(reqsFor(2, 1, "allreduce", "h1", "h2"), 1)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := r.m.Begin(ctx2, q[0]); errc <- err }()
+	waitFor(t, func() bool { return r.waiting(q[0]) == 1 })
+	got = make(chan result, 1)
+	go func() {
+		g, err := r.m.Begin(context.Background(), q[0])
+		got <- result{g, err}
+	}()
+	waitFor(t, func() bool { return r.waiting(q[0]) == 2 })
+	cancel2()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request: %v", err)
+	}
+	if _, err := r.m.Begin(context.Background(), q[1]); err != nil {
+		t.Fatalf("rank 1: %v", err)
+	}
+	if x := <-got; x.err != nil {
+		t.Fatalf("rank 0's remaining request: %v", x.err)
+	}
+}
+
+// A rank asking from a new process while its old one waits at the barrier
+// means the job was restarted: the old invocation's waiters get an error
+// naming the rank, and the new run is set up. (Only that rank's new
+// request can tell: a new rank that never arrived in the old invocation
+// would join it. A dead process's request is withdrawn when its
+// connection closes, so this needs an old process that hangs on.)
+func TestRestartedRankSupersedesBarrier(t *testing.T) {
+	r := newRig(t, "single", Config{})
+	old := withSessions(reqsFor(3, 0, "allreduce", "h1", "h2"), 1)
+	errc := make(chan error, 1)
+	go func() { _, err := r.m.Begin(context.Background(), old[0]); errc <- err }()
+	waitFor(t, func() bool { return r.waiting(old[0]) == 1 })
+	// GET /v1/ops shows who waits at the barrier for whom.
+	if bs := r.m.Ops().Barriers; len(bs) != 1 || bs[0].Job != 3 || bs[0].Seq != 0 || bs[0].Size != 2 ||
+		!slices.Equal(bs[0].Arrived, []int{0}) || !slices.Equal(bs[0].Missing, []int{1}) {
+		t.Errorf("barriers %+v, want job 3 seq 0 with rank 0 arrived and rank 1 missing", bs)
+	}
+	q := withSessions(reqsFor(3, 0, "allreduce", "h1", "h2"), 11)
+	got := make(chan result, 1)
+	go func() {
+		g, err := r.m.Begin(context.Background(), q[0])
+		got <- result{g, err}
+	}()
+	err := <-errc
+	g1, err1 := r.m.Begin(context.Background(), q[1])
+	x := <-got
+	if err1 != nil || x.err != nil {
+		t.Fatalf("new run: rank 0 %v, rank 1 %v", x.err, err1)
+	}
+	grants := []*Grant{x.g, g1}
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Code != CodeMismatch || !strings.Contains(ae.Message, "another process") {
+		t.Fatalf("old process's request: %v, want a mismatch naming the restart", err)
+	}
+	if len(grants) != 2 || grants[0].Op != grants[1].Op {
+		t.Errorf("new run's grants %+v", grants)
+	}
+}
+
+// waiting is how many Begin calls of q's rank block on q's invocation.
+func (r *rig) waiting(q BeginRequest) int {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	inv := r.m.invs[invKey{q.Job, q.Group, q.Seq}]
+	if inv == nil {
+		return 0
+	}
+	return inv.waiting[q.Rank]
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5s")
+		}
 	}
 }

@@ -397,18 +397,19 @@ func TestPersistentNoKeepaliveSinceGrant(t *testing.T) {
 // ranks that disagree on it get mismatch, whichever arrives first.
 func TestPersistentMismatch(t *testing.T) {
 	r := newRig(t, "single", Config{})
-	gone, cancel := context.WithCancel(context.Background())
-	cancel() // Begin records the arrival, then returns at once
 	for seq, firstPersistent := range []bool{true, false} {
 		q := reqsFor(25, uint64(seq), "allreduce", "h1", "h2")
 		q[0].Persistent, q[1].Persistent = firstPersistent, !firstPersistent
-		if _, err := r.m.Begin(gone, q[0]); !errors.Is(err, context.Canceled) {
-			t.Fatalf("seq %d rank 0: %v", seq, err)
-		}
+		first := make(chan error, 1)
+		go func() { _, err := r.m.Begin(context.Background(), q[0]); first <- err }()
+		waitFor(t, func() bool { return r.waiting(q[0]) == 1 })
 		_, err := r.m.Begin(context.Background(), q[1])
 		var ae *APIError
 		if !errors.As(err, &ae) || ae.Code != CodeMismatch || ae.Rank == nil || *ae.Rank != 1 || !strings.Contains(ae.Message, "Persistent:") {
 			t.Fatalf("seq %d (rank 0 persistent=%v): err %v, want mismatch blaming rank 1", seq, firstPersistent, err)
+		}
+		if err0 := <-first; !errors.As(err0, &ae) || ae.Code != CodeMismatch {
+			t.Fatalf("seq %d: rank 0, waiting: %v, want the same mismatch", seq, err0)
 		}
 	}
 }

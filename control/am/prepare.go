@@ -57,7 +57,7 @@ func (m *Manager) prepareNext(inv *invocation, hosts []RankHost, op *operation) 
 		return
 	}
 	next := &invocation{key: invKey{inv.key.job, inv.key.group, inv.key.seq + 1}, first: inv.first, p: inv.p,
-		arrived: map[int]BeginRequest{}, ready: make(chan struct{}), created: time.Now()}
+		arrived: map[int]BeginRequest{}, ready: make(chan struct{}), created: time.Now(), waiting: map[int]int{}}
 	next.first.Seq++
 	pr := &prepared{inv: next, hosts: hosts, ready: make(chan struct{})}
 	m.mu.Lock()
