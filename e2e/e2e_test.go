@@ -915,7 +915,11 @@ func TestPrismctl(t *testing.T) {
 		return res
 	}
 	for j, format := range []string{"fp32", "fp16", "bf16"} {
-		outs := run(70+j, "allreduce", "--count", fmt.Sprint(n(10000, 4000000)), "--format", format, "--verify", "--iters", "2")
+		args := []string{"allreduce", "--count", fmt.Sprint(n(10000, 4000000)), "--format", format, "--verify", "--iters", "2"}
+		if format == "fp32" {
+			args = append(args, "--data", "mixed") // the exactness stress, not the default
+		}
+		outs := run(70+j, args...)
 		for i, o := range outs {
 			if !strings.Contains(o, "verified") {
 				t.Errorf("%s rank %d did not verify:\n%s", format, i, o)

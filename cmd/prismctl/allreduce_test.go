@@ -52,7 +52,8 @@ func TestDataFlag(t *testing.T) {
 		acc, format, data, want string
 		ok                      bool
 	}{
-		{"kulisch", "fp32", "", "mixed", true},
+		{"kulisch", "fp32", "", "gradient", true},
+		{"kulisch", "fp32", "mixed", "mixed", true},
 		{"fp32", "fp32", "", "integral", true},
 		{"kulisch", "fp32", "gradient", "gradient", true},
 		{"kulisch", "fp16", "gradient", "", false},
