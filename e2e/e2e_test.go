@@ -927,6 +927,13 @@ func TestPrismctl(t *testing.T) {
 		}
 		t.Logf("%s rank 0:\n%s", format, outs[0])
 	}
+	// INT8 into an FP32 RESULT: with a wider RESULT the ranks draw from
+	// the whole INT8 range, so many sums of the 4 are outside it.
+	for i, o := range run(73, "allreduce", "--count", "20000", "--format", "int8", "--output", "fp32", "--verify") {
+		if !strings.Contains(o, "verified") {
+			t.Errorf("int8 -> fp32 rank %d did not verify:\n%s", i, o)
+		}
+	}
 	outs := run(80, "bench", "-b", "1K", "-e", "64K", "-f", "4", "-n", "2", "--check")
 	if !strings.Contains(outs[0], "algbw") || strings.Count(outs[0], "exact") != 4 {
 		t.Errorf("bench table:\n%s", outs[0])

@@ -29,7 +29,9 @@ type Options struct {
 	// Partial is the switch-to-switch partial format ("" = kulisch: auto,
 	// fp32: fp32).
 	Partial string
-	// Output is the RESULT format ("" = the input format).
+	// Output is the RESULT format ("" = the input format): "int8", "fp16",
+	// "bf16" or "fp32", the element type recv must have. Every rank sets
+	// the same. Summing INT8 into "fp32" keeps sums INT8 cannot hold.
 	Output string
 	// KulischWidth in bits (0 = enough for Size exact terms).
 	KulischWidth int

@@ -383,6 +383,15 @@ func TestBadArguments(t *testing.T) {
 	if err := c.AllReduce(ctx, []float32{1, 2}, []float32{1}, nil); !errors.Is(err, ErrType) {
 		t.Errorf("length mismatch: %v", err)
 	}
+	if err := c.AllReduce(ctx, []int8{1}, []int8{1}, &Options{Output: "fp32"}); !errors.Is(err, ErrType) || !strings.Contains(err.Error(), "RESULT format is FP32") {
+		t.Errorf("recv not of Options.Output's type: %v", err)
+	}
+	if err := c.AllReduce(ctx, []int8{1}, []float32{1}, nil); !errors.Is(err, ErrType) || !strings.Contains(err.Error(), "set Options.Output") {
+		t.Errorf("recv of another type without Options.Output: %v", err)
+	}
+	if err := c.AllReduce(ctx, []float32{1}, []float32{1}, &Options{Output: "kulisch"}); !errors.Is(err, ErrType) || !strings.Contains(err.Error(), "use int8, fp16, bf16 or fp32") {
+		t.Errorf("Options.Output kulisch: %v", err)
+	}
 	if err := c.Reduce(ctx, []float32{1}, nil, 7, nil); err == nil || !strings.Contains(err.Error(), "root 7") {
 		t.Errorf("root: %v", err)
 	}
@@ -457,6 +466,83 @@ func TestInexactInt8(t *testing.T) {
 		if !errors.Is(err, ErrInexact) {
 			t.Errorf("rank %d: %v, want ErrInexact", r, err)
 		}
+	}
+}
+
+// TestOutputFormat: Options.Output sets the RESULT format and recv's type.
+// INT8 summed into FP32 keeps the sums INT8 cannot hold (the case
+// TestInexactInt8 fails), on a SINGLE switch and through a spine-leaf
+// REDUCE; the oracle is the sum in float64, exact for these integers.
+func TestOutputFormat(t *testing.T) {
+	for _, tc := range []struct {
+		topo  string
+		hosts []string
+		coll  string
+		root  int
+	}{
+		{"single", []string{"h1", "h2"}, "allreduce", 0},
+		{"spine-leaf", []string{"h1", "h2", "h3", "h4"}, "reduce", 3},
+	} {
+		t.Run(tc.topo+"-"+tc.coll, func(t *testing.T) {
+			f := newMemFabric(t, tc.topo)
+			url := f.startAM(tc.hosts[0])
+			const n = 3000
+			sends := make([][]int8, len(tc.hosts))
+			recvs := make([][]float32, len(tc.hosts))
+			errs := make([]error, len(tc.hosts))
+			var wg sync.WaitGroup
+			for r, h := range tc.hosts {
+				c, err := NewCommConn(context.Background(), Config{Rank: r, Size: len(tc.hosts), Iface: "mem0", Job: 91, Coordinator: url, Node: h}, f.attach(h))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				sends[r] = make([]int8, n)
+				for i := range sends[r] {
+					sends[r][i] = int8((i*7+r*31)%255 - 127)
+				}
+				var recv any
+				if tc.coll == "allreduce" || r == tc.root {
+					recvs[r] = make([]float32, n)
+					recv = recvs[r]
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					o := &Options{Output: "fp32"}
+					if tc.coll == "allreduce" {
+						errs[r] = c.AllReduce(context.Background(), sends[r], recv, o)
+					} else {
+						errs[r] = c.Reduce(context.Background(), sends[r], recv, tc.root, o)
+					}
+				}()
+			}
+			wg.Wait()
+			wide := 0
+			for r := range tc.hosts {
+				if errs[r] != nil {
+					t.Fatalf("rank %d: %v", r, errs[r])
+				}
+				if recvs[r] == nil {
+					continue
+				}
+				for i := 0; i < n; i++ {
+					var want float64
+					for k := range sends {
+						want += float64(sends[k][i])
+					}
+					if want > 127 || want < -128 {
+						wide++
+					}
+					if float64(recvs[r][i]) != want {
+						t.Fatalf("rank %d element %d: %v, want %v", r, i, recvs[r][i], want)
+					}
+				}
+			}
+			if wide == 0 {
+				t.Fatal("no sum outside INT8: the test proves nothing")
+			}
+		})
 	}
 }
 

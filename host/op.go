@@ -213,7 +213,7 @@ func (c *Comm) await(ctx context.Context, op *opRun) opResult {
 }
 
 // checkBuffers checks a collective's buffers and views them as elements.
-func (c *Comm) checkBuffers(coll string, send, recv any, root int) (sv, rv elems, err error) {
+func (c *Comm) checkBuffers(coll string, send, recv any, root int, o *Options) (sv, rv elems, err error) {
 	if sv, err = view(send); err != nil {
 		return sv, rv, fmt.Errorf("send: %w", err)
 	}
@@ -224,9 +224,23 @@ func (c *Comm) checkBuffers(coll string, send, recv any, root int) (sv, rv elems
 	if rv, err = view(recv); err != nil {
 		return sv, rv, fmt.Errorf("recv: %w", err)
 	}
-	if wantRecv && (rv.n != sv.n || rv.format != sv.format) {
-		return sv, rv, fmt.Errorf("%w: recv must be the same type and length as send (%v x %d), got %v x %d",
-			ErrType, sv.format, sv.n, rv.format, rv.n)
+	out := sv.format
+	if o != nil && o.Output != "" {
+		f, perr := am.ParseFormat(o.Output)
+		if elem := f == parser.FormatINT8 || f == parser.FormatFP16 || f == parser.FormatBF16 || f == parser.FormatFP32; perr != nil || !elem {
+			return sv, rv, fmt.Errorf("%w: Options.Output %q: use int8, fp16, bf16 or fp32 (the element type of recv)", ErrType, o.Output)
+		}
+		out = f
+	}
+	if wantRecv && rv.n != sv.n {
+		return sv, rv, fmt.Errorf("%w: recv must be as long as send (%d elements), got %d", ErrType, sv.n, rv.n)
+	}
+	if wantRecv && rv.format != out {
+		hint := "pass recv of send's type, or set Options.Output on every rank"
+		if o != nil && o.Output != "" {
+			hint = "pass recv of the Options.Output type"
+		}
+		return sv, rv, fmt.Errorf("%w: recv holds %v but the RESULT format is %v: %s", ErrType, rv.format, out, hint)
 	}
 	if coll == "reduce" && (root < 0 || root >= c.cfg.Size) {
 		return sv, rv, fmt.Errorf("root %d is outside 0..%d", root, c.cfg.Size-1)
@@ -253,7 +267,7 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	oe := func(stage string, err error) *OpError {
 		return &OpError{Collective: coll, Rank: c.cfg.Rank, Stage: stage, Err: err}
 	}
-	sv, rv, err := c.checkBuffers(coll, send, recv, root)
+	sv, rv, err := c.checkBuffers(coll, send, recv, root, &o)
 	if err != nil {
 		return st, oe("begin", err)
 	}
@@ -541,7 +555,7 @@ func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 // store copies (or converts) a RESULT's groups into recv.
 func (op *opRun) store(d *parser.Data) error {
 	var it parser.GroupIter
-	w := op.width
+	w := op.recv.format.Width(0) // the RESULT format (Options.Output)
 	if d.First < op.base || d.First+uint32(d.Count) > op.limit {
 		// Only a switch that sums an invocation before every rank
 		// contributed to it could send this.

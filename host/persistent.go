@@ -84,7 +84,7 @@ func (c *Comm) initPersistent(coll string, send, recv any, root int, opts *Optio
 	if opts.OpID != nil {
 		return nil, oe(errors.New("a persistent collective cannot pin its Operation ID (Options.OpID): it renews its operation after many invocations"))
 	}
-	sv, rv, err := c.checkBuffers(coll, send, recv, root)
+	sv, rv, err := c.checkBuffers(coll, send, recv, root, opts)
 	if err != nil {
 		return nil, oe(err)
 	}

@@ -53,7 +53,7 @@ func (f *rankFlags) register(fs *flag.FlagSet) {
 	fs.UintVar(&f.group, "group", uint(env.Group), "communicator within the job (PRISM_GROUP)")
 	fs.StringVar(&f.format, "format", "fp32", "element format: fp32, fp16, bf16 or int8")
 	fs.StringVar(&f.acc, "acc", "kulisch", "accumulator: kulisch (exact) or fp32 (FP32_ARRIVAL, fp32 input only)")
-	fs.StringVar(&f.output, "output", "", "RESULT format (default: the input format)")
+	fs.StringVar(&f.output, "output", "", "RESULT format: fp32, fp16, bf16 or int8 (default: the input format); e.g. --format int8 --output fp32 keeps sums INT8 cannot hold")
 	fs.StringVar(&f.data, "data", "", "fp32 input values: gradient (N(0,1) scaled by 2^-12..2^-4, like training gradients; default with --acc kulisch), "+
 		"mixed (subnormals to 1e30: the exactness stress, whose exact partials cost the switches far more CPU and bytes) "+
 		"or integral (integers: exact in any order, default with --acc fp32)")
@@ -121,6 +121,11 @@ func (f *rankFlags) check() error {
 	case "kulisch", "fp32":
 	default:
 		errs = append(errs, fmt.Sprintf("--acc %q: use kulisch (exact) or fp32 (FP32_ARRIVAL)", f.acc))
+	}
+	switch f.output {
+	case "", "fp32", "fp16", "bf16", "int8":
+	default:
+		errs = append(errs, fmt.Sprintf("--output %q: use fp32, fp16, bf16 or int8 (default: the input format)", f.output))
 	}
 	if f.acc == "fp32" && f.format != "fp32" {
 		errs = append(errs, fmt.Sprintf("--acc fp32 needs --format fp32 (FP32_ARRIVAL has no %s input); use --acc kulisch", f.format))
@@ -202,9 +207,6 @@ func runAllReduce(args []string) int {
 	if *verify && rf.acc == "fp32" && rf.data != "integral" {
 		return flagErr(fs, fmt.Errorf("--verify with --acc fp32 needs --data integral: FP32_ARRIVAL rounds in arrival order, so %s data has no single exact answer", rf.data))
 	}
-	if *verify && rf.output != "" && rf.output != rf.format {
-		return flagErr(fs, fmt.Errorf("--verify checks results in the input format; drop --output %s", rf.output))
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := rf.comm(ctx)
@@ -218,7 +220,7 @@ func runAllReduce(args []string) int {
 		return flagErr(fs, err)
 	}
 	defer stopProf()
-	gen := genSpec{seed: *seed, format: rf.format, size: rf.size, data: rf.data}
+	gen := genSpec{seed: *seed, format: rf.format, size: rf.size, data: rf.data, output: rf.output}
 	send := gen.vector(rf.rank, *count)
 	recv := gen.alloc(*count)
 	coll := "allreduce"
@@ -311,6 +313,17 @@ type genSpec struct {
 	// band, as training gradients: what traffic figures should use) or
 	// "mixed" (subnormals to 1e30: the exactness stress).
 	data string
+	// output is the RESULT format (--output; "" = format): what alloc
+	// makes and verify rounds the exact sum to.
+	output string
+}
+
+// out is the RESULT format.
+func (g genSpec) out() string {
+	if g.output != "" {
+		return g.output
+	}
+	return g.format
 }
 
 func (g genSpec) width() int {
@@ -329,7 +342,12 @@ func (g genSpec) rng(rank int) *rand.Rand { return rand.New(rand.NewPCG(g.seed, 
 func (g genSpec) raw(rng *rand.Rand) float64 {
 	switch g.format {
 	case "int8":
+		// Sums that fit INT8 when the RESULT is INT8; the whole INT8
+		// range when a wider RESULT format can hold what INT8 cannot.
 		lim := 127 / g.size
+		if g.out() != "int8" {
+			lim = 127
+		}
 		return float64(rng.IntN(2*lim+1) - lim)
 	case "fp16":
 		for {
@@ -388,8 +406,9 @@ func (g genSpec) vector(rank, n int) any {
 	return v
 }
 
+// alloc makes a receive buffer of n elements in the RESULT format.
 func (g genSpec) alloc(n int) any {
-	switch g.format {
+	switch g.out() {
 	case "int8":
 		return make([]int8, n)
 	case "fp16":
@@ -401,7 +420,7 @@ func (g genSpec) alloc(n int) any {
 }
 
 // verify recomputes every rank's input and compares recv with the exact sum
-// rounded once (ties to even) in the input format.
+// rounded once (ties to even) in the RESULT format.
 func (g genSpec) verify(recv any, n int) (bad int, first string) {
 	rngs := make([]*rand.Rand, g.size)
 	for r := range rngs {
@@ -432,7 +451,7 @@ func (g genSpec) verify(recv any, n int) (bad int, first string) {
 			}
 			sum.Add(sum, term.SetFloat64(x))
 		}
-		want, ok := roundTo(sum, g.format, allNeg)
+		want, ok := roundTo(sum, g.out(), allNeg)
 		if !ok {
 			want = 0xFFFFFFFF // the exact sum is not representable (INT8): any value is wrong
 		}

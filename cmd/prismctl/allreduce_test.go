@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -74,5 +75,43 @@ func TestDataFlag(t *testing.T) {
 		if x := (genSpec{data: "gradient"}).raw(rng); x != 0 && (math.Abs(x) > 1 || math.Abs(x) < 0x1p-40) {
 			t.Fatalf("gradient value %g outside the band", x)
 		}
+	}
+}
+
+// --output: the RESULT formats are accepted, anything else is refused up
+// front with the formats to use; verify rounds to the RESULT format.
+func TestOutputFlag(t *testing.T) {
+	base := rankFlags{coordinator: "http://x", iface: "eth0", node: "h1", size: 2, format: "int8", acc: "kulisch", mtu: 1500}
+	for out, ok := range map[string]bool{"": true, "fp32": true, "fp16": true, "bf16": true, "int8": true, "kulisch": false, "auto": false, "f32": false} {
+		f := base
+		f.output = out
+		err := f.check()
+		if (err == nil) != ok || !ok && !strings.Contains(err.Error(), "use fp32, fp16, bf16 or int8") {
+			t.Errorf("--output %q: %v", out, err)
+		}
+	}
+	// Two ranks of INT8 whose sums leave INT8: the FP32 RESULT holds them.
+	g := genSpec{seed: 5, format: "int8", size: 2, output: "fp32"}
+	n := 500
+	recv := g.alloc(n).([]float32)
+	r0, r1 := g.vector(0, n).([]int8), g.vector(1, n).([]int8)
+	for i := range recv {
+		recv[i] = float32(int(r0[i]) + int(r1[i]))
+	}
+	if bad, first := g.verify(recv, n); bad != 0 {
+		t.Fatalf("exact FP32 sums refused: %d, %s", bad, first)
+	}
+	recv[7]++
+	if bad, _ := g.verify(recv, n); bad != 1 {
+		t.Errorf("one wrong element: %d refused", bad)
+	}
+	wide := 0
+	for i := range r0 {
+		if s := int(r0[i]) + int(r1[i]); s > 127 || s < -128 {
+			wide++
+		}
+	}
+	if wide < n/10 {
+		t.Errorf("%d of %d sums outside INT8: the generator does not use the wider RESULT", wide, n)
 	}
 }

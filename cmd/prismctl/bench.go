@@ -108,7 +108,7 @@ func runBench(args []string) int {
 		return flagErr(fs, err)
 	}
 	defer stopProf()
-	gen := genSpec{seed: 1, format: rf.format, size: rf.size, data: rf.data}
+	gen := genSpec{seed: 1, format: rf.format, size: rf.size, data: rf.data, output: rf.output}
 	w := int64(gen.width())
 	coll := "allreduce"
 	if *root >= 0 {
