@@ -332,6 +332,13 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	if aerr != nil {
 		return nil, aerr
 	}
+	// A rank on a host the topology does not have would wait at the
+	// barrier for nothing: its invocation fails when all arrived anyway.
+	if m.cfg.Topology != nil {
+		if _, err := placeRank(m.cfg.Topology, r.Rank, RankHost{Node: r.Node, Iface: r.Iface}); err != nil {
+			return nil, &APIError{Code: CodeTopology, Rank: &r.Rank, Message: err.Error()}
+		}
+	}
 	key := invKey{r.Job, r.Group, r.Seq}
 	m.mu.Lock()
 	if m.closed {

@@ -901,6 +901,31 @@ func TestBeginRequiredFields(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("a complete ALLREDUCE without root_rank: %d, want 200", resp.StatusCode)
 	}
+	// A host the topology does not have, or an interface its host does
+	// not have: 422 at once (not after the barrier timeout), naming what
+	// the topology has, and no arrival.
+	full["size"] = 2
+	for _, c := range []struct{ node, iface, want string }{
+		{"h7", "", "hosts: h1, h2"},
+		{"sw1", "", "not a host"},
+		{"h1", "eth3", "has eth0"},
+	} {
+		full["node"], full["iface"] = c.node, c.iface
+		b, _ := json.Marshal(full)
+		t0 := time.Now()
+		resp, err := http.Post(srv.URL+APIVersion+"/begin", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(msg), c.want) || time.Since(t0) > 200*time.Millisecond {
+			t.Errorf("node %q iface %q: %d %s after %v, want 422 naming %q at once", c.node, c.iface, resp.StatusCode, msg, time.Since(t0), c.want)
+		}
+	}
+	if bs := r.m.Ops().Barriers; len(bs) != 0 {
+		t.Errorf("refused requests left barriers %+v", bs)
+	}
 }
 
 // withSessions gives request i session base+i.

@@ -2,6 +2,7 @@ package am
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"sort"
@@ -175,14 +176,19 @@ func TestMetricsSetupFailures(t *testing.T) {
 		expectMetrics(t, scrape(t, r.m), want)
 	})
 	t.Run("unplaceable", func(t *testing.T) {
-		r := newRig(t, "single", Config{})
-		for _, x := range r.beginAll(reqsFor(3, 0, "allreduce", "h1", "nosuchhost")) {
-			if x.err == nil {
-				t.Fatal("setup succeeded")
-			}
+		// Refused alone on arrival (9.1), so not counted as a failed
+		// invocation: the one rank that did arrive times out instead.
+		r := newRig(t, "single", Config{BarrierTimeout: 200 * time.Millisecond})
+		res := r.beginAll(reqsFor(3, 0, "allreduce", "h1", "nosuchhost"))
+		var ae *APIError
+		if !errors.As(res[1].err, &ae) || ae.Code != CodeTopology {
+			t.Fatalf("rank on nosuchhost: %v, want topology", res[1].err)
 		}
-		expectMetrics(t, scrape(t, r.m), map[string]float64{"prismd_am_operations_begun_total": 1,
-			`prismd_am_operations_failed_total{reason="topology"}`: 1})
+		if res[0].err == nil || !strings.Contains(res[0].err.Error(), "did not arrive") {
+			t.Fatalf("rank 0: %v, want a barrier timeout", res[0].err)
+		}
+		expectMetrics(t, scrape(t, r.m), map[string]float64{"prismd_am_operations_begun_total": 0,
+			`prismd_am_operations_failed_total{reason="topology"}`: 0, "prismd_am_barrier_timeouts_total": 1})
 	})
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mdlayher/packet"
 
+	"github.com/prismd/prismd/internal/netif"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -40,9 +41,9 @@ type packetConn struct {
 
 // openConn opens the socket on iface with SocketBuffer-sized buffers.
 func openConn(iface string) (*packetConn, error) {
-	ifi, err := net.InterfaceByName(iface)
+	ifi, err := netif.ByName(iface)
 	if err != nil {
-		return nil, fmt.Errorf("interface %q: %w", iface, err)
+		return nil, err
 	}
 	if ifi.Flags&net.FlagUp == 0 {
 		return nil, fmt.Errorf("interface %q is down; bring it up with 'ip link set %s up'", iface, iface)

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/prismd/prismd/internal/mmsg"
+	"github.com/prismd/prismd/internal/netif"
 )
 
 // ethPAll is ETH_P_ALL: the socket sees every EtherType, because the bridge
@@ -129,9 +130,9 @@ type Socket struct {
 
 // Open opens and configures the socket on interface name.
 func Open(name string, opts Options) (*Socket, error) {
-	ifi, err := net.InterfaceByName(name)
+	ifi, err := netif.ByName(name)
 	if err != nil {
-		return nil, fmt.Errorf("afpacket: interface %q: %w", name, err)
+		return nil, fmt.Errorf("afpacket: %w", err)
 	}
 	var cfg *packet.Config
 	mask := opts.laneMask()

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/prismd/prismd/internal/mmsg"
+	"github.com/prismd/prismd/internal/netif"
 )
 
 // DefaultSocketBuffer is SO_RCVBUF and SO_SNDBUF: 8 MiB holds about 500
@@ -71,9 +72,9 @@ type Socket struct {
 
 // Open opens the sockets on interface name.
 func Open(name string, opts Options) (*Socket, error) {
-	ifi, err := net.InterfaceByName(name)
+	ifi, err := netif.ByName(name)
 	if err != nil {
-		return nil, fmt.Errorf("rawio: interface %q: %w", name, err)
+		return nil, fmt.Errorf("rawio: %w", err)
 	}
 	if ifi.Flags&net.FlagUp == 0 {
 		return nil, fmt.Errorf("rawio: interface %q: %w; bring it up with 'ip link set %s up'", name, ErrDown, name)
