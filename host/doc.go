@@ -46,4 +46,10 @@
 // Element values are sent in host memory order, which is the wire's
 // little-endian on every platform prismd supports (amd64, arm64); NewComm
 // refuses a big-endian host.
+//
+// A Comm's work is its event loop, one goroutine, while callers wait. Where
+// ranks share a few cores with other processes (a lab VM), run the rank
+// with GOMAXPROCS=1, as prismctl does unless GOMAXPROCS is set: with more
+// Ps the Go runtime wakes an idle thread at each handoff between the
+// caller and the loop (measured in cmd/prismctl's oneProc).
 package host
