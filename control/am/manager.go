@@ -332,11 +332,13 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	// A rank on a host the topology does not have would wait at the
-	// barrier for nothing: its invocation fails when all arrived anyway.
+	// A rank on a host the topology does not have dooms its invocation:
+	// like a mismatch, it fails at once for every rank (below) instead of
+	// after the last one arrived, or never if that rank gave up.
+	var unplaced *APIError
 	if m.cfg.Topology != nil {
 		if _, err := placeRank(m.cfg.Topology, r.Rank, RankHost{Node: r.Node, Iface: r.Iface}); err != nil {
-			return nil, &APIError{Code: CodeTopology, Rank: &r.Rank, Message: err.Error()}
+			unplaced = &APIError{Code: CodeTopology, Rank: &r.Rank, Message: err.Error()}
 		}
 	}
 	key := invKey{r.Job, r.Group, r.Seq}
@@ -359,8 +361,10 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		m.invs[key] = inv
 		inv.timer = time.AfterFunc(m.cfg.BarrierTimeout, func() { m.barrierTimeout(inv) })
 	}
-	var mismatch *APIError
-	if inv.p != p || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID {
+	mismatch := unplaced
+	if mismatch != nil {
+		// Not an arrival: the rank cannot take part.
+	} else if inv.p != p || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID {
 		mismatch = &APIError{Code: CodeMismatch, Rank: &r.Rank,
 			Message: fmt.Sprintf("rank %d's request for job %d group %d seq %d differs from rank %d's (%+v vs %+v)", r.Rank, r.Job, r.Group, r.Seq, inv.first.Rank, p, inv.p)}
 	} else if prev, ok := inv.arrived[r.Rank]; ok && prev.Node != r.Node {
@@ -381,7 +385,7 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		m.abandoned(superseded)
 		if abandon {
 			inv.timer.Stop()
-			m.metrics.failed.WithLabelValues(CodeMismatch).Inc()
+			m.metrics.failed.WithLabelValues(mismatch.Code).Inc()
 			close(inv.ready)
 			m.forget(inv, time.Minute)
 		}

@@ -176,19 +176,17 @@ func TestMetricsSetupFailures(t *testing.T) {
 		expectMetrics(t, scrape(t, r.m), want)
 	})
 	t.Run("unplaceable", func(t *testing.T) {
-		// Refused alone on arrival (9.1), so not counted as a failed
-		// invocation: the one rank that did arrive times out instead.
-		r := newRig(t, "single", Config{BarrierTimeout: 200 * time.Millisecond})
-		res := r.beginAll(reqsFor(3, 0, "allreduce", "h1", "nosuchhost"))
-		var ae *APIError
-		if !errors.As(res[1].err, &ae) || ae.Code != CodeTopology {
-			t.Fatalf("rank on nosuchhost: %v, want topology", res[1].err)
-		}
-		if res[0].err == nil || !strings.Contains(res[0].err.Error(), "did not arrive") {
-			t.Fatalf("rank 0: %v, want a barrier timeout", res[0].err)
+		// Refused on arrival (9.1): the invocation fails at once for
+		// every rank, and is never begun.
+		r := newRig(t, "single", Config{})
+		for i, x := range r.beginAll(reqsFor(3, 0, "allreduce", "h1", "nosuchhost")) {
+			var ae *APIError
+			if !errors.As(x.err, &ae) || ae.Code != CodeTopology || !strings.Contains(ae.Message, "nosuchhost") {
+				t.Fatalf("rank %d: %v, want topology naming nosuchhost", i, x.err)
+			}
 		}
 		expectMetrics(t, scrape(t, r.m), map[string]float64{"prismd_am_operations_begun_total": 0,
-			`prismd_am_operations_failed_total{reason="topology"}`: 0, "prismd_am_barrier_timeouts_total": 1})
+			`prismd_am_operations_failed_total{reason="topology"}`: 1, "prismd_am_barrier_timeouts_total": 0})
 	})
 }
 

@@ -491,8 +491,44 @@ func (e *rkEnv) ops(t *testing.T) []rkStatus {
 		t.Errorf("GET /v1/ops: %s", a)
 		return nil
 	}
-	if len(m) != 1 || m["ops"] == nil {
-		t.Errorf("GET /v1/ops: %s, want {\"ops\": [...]} (9.3)", a.Body)
+	if m["ops"] == nil {
+		t.Errorf("GET /v1/ops: %s, want {\"ops\": [...], \"barriers\"?: [...]} (9.3)", a.Body)
+	}
+	for k := range m {
+		if k != "ops" && k != "barriers" {
+			t.Errorf("GET /v1/ops: key %q, want only ops and barriers (9.3)", k)
+		}
+	}
+	if b, ok := m["barriers"]; ok {
+		// barrier: job, group, seq, collective, size, arrived, missing,
+		// waiting_ms (9.3); arrived and missing partition 0..size-1.
+		var bs []map[string]json.RawMessage
+		if err := json.Unmarshal(b, &bs); err != nil || len(bs) == 0 {
+			t.Errorf("GET /v1/ops: barriers %s: want a non-empty array of objects (absent when none)", b)
+		}
+		for _, x := range bs {
+			for _, k := range []string{"job", "group", "seq", "collective", "size", "arrived", "missing", "waiting_ms"} {
+				if _, ok := x[k]; !ok {
+					t.Errorf("GET /v1/ops: barrier %v lacks %q (9.3)", x, k)
+				}
+			}
+			var size int
+			var arrived, missing []int
+			json.Unmarshal(x["size"], &size)
+			json.Unmarshal(x["arrived"], &arrived)
+			json.Unmarshal(x["missing"], &missing)
+			seen := map[int]bool{}
+			for _, r := range append(append([]int(nil), arrived...), missing...) {
+				if r < 0 || r >= size || seen[r] {
+					t.Errorf("GET /v1/ops: barrier arrived %v missing %v do not partition 0..%d", arrived, missing, size-1)
+					break
+				}
+				seen[r] = true
+			}
+			if len(seen) != size {
+				t.Errorf("GET /v1/ops: barrier arrived %v missing %v do not cover 0..%d", arrived, missing, size-1)
+			}
+		}
 	}
 	var v struct {
 		Ops []json.RawMessage `json:"ops"`
