@@ -334,6 +334,10 @@ func (c *Comm) diagnose(g *am.Grant, e *OpError) {
 	cancel()
 	if derr == nil && s.Error != nil {
 		e.Diagnosis = s.Error.Message
+	} else if errors.Is(derr, context.DeadlineExceeded) {
+		// The AM took the report but its verdict waits for the rollback,
+		// which a dead switch stretches over CONTROL timeouts.
+		e.Diagnosis = fmt.Sprintf("no verdict within %v (the AM may still be rolling back; 'prismctl show am' shows the operation)", timeout+15*time.Second)
 	} else if derr != nil {
 		e.Diagnosis = "could not report the failure: " + derr.Error()
 	}
