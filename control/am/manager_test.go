@@ -475,6 +475,50 @@ func TestRankFailureNamesRank(t *testing.T) {
 	}
 }
 
+// TestStalledRankNamedBeforeAnyTimeout: a rank that gives up (Ctrl-C)
+// reports at once, while every node is still ACTIVE. Each node's Missing
+// Stream is its least advanced one, and l1's is a healthy rank a little
+// behind its sibling; the AM must follow the root's (subtree l2) down to
+// l2's rank 2 (h3), not blame the first leaf's. (It blamed rank 1.)
+func TestStalledRankNamedBeforeAnyTimeout(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	toL2, ok := r.topo.Peer(deploy.Endpoint{Node: "l2", Iface: "p1"})
+	if !ok || toL2.Node != "s1" {
+		t.Fatalf("l2:p1 peer %+v", toL2)
+	}
+	port := deploy.PortIndex(r.topo, "s1", toL2.Iface)
+	var fromL2 uint16
+	s1 := r.nodes["s1"]
+	s1.mu.Lock()
+	for _, b := range s1.ctx[grants[0].Op].bindings {
+		if b.Kind == parser.KindContributor && int(b.Port) == port {
+			fromL2 = b.Stream
+		}
+	}
+	s1.mu.Unlock()
+	if fromL2 == 0 {
+		t.Fatal("no s1 binding from l2")
+	}
+	set := func(n string, stream uint16, from uint32) {
+		fn := r.nodes[n]
+		fn.mu.Lock()
+		fn.final, fn.missing, fn.missFrom = parser.StateActive, stream, from
+		fn.mu.Unlock()
+	}
+	set("l1", grants[1].Data.StreamID, 5768070)
+	set("l2", grants[2].Data.StreamID, 5753187)
+	set("s1", fromL2, 5750370)
+	st, err := r.m.Done(context.Background(), grants[2].ID, DoneRequest{Rank: 2, OK: false, Error: "cancelled: context canceled", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 2 || !strings.Contains(st.Error.Message, "rank 2 (h3) stopped contributing") ||
+		!strings.Contains(st.Error.Message, "node s1 is ACTIVE, waiting for subtree l2 from element 5750370") {
+		t.Fatalf("status %+v err %+v, want rank 2 (h3) blamed", st, st.Error)
+	}
+}
+
 // TestFailureOriginNamed: a FAILED node announces its failure, so when a
 // rank dies every node of its tree is FAILED by the time the AM asks. The
 // AM names the rank the timed-out node lost, not one a node that was told

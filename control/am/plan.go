@@ -44,6 +44,9 @@ type nodePlan struct {
 	// ownerRank is the rank behind a RANK stream: its DATA in, or its
 	// RESULT out (a dead rank acknowledges no RESULT).
 	ownerRank map[uint16]int
+	// ownerChild is the child switch behind a CONTRIBUTOR stream from a
+	// subtree: where to look next for what the node waits for.
+	ownerChild map[uint16]string
 }
 
 // rankPlan mirrors a rank's leaf bindings for its grant.
@@ -79,7 +82,7 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 	st := func() uint16 { nextStream++; return nextStream - 1 }
 	for _, n := range t.Nodes {
 		pl.order = append(pl.order, n.Name)
-		pl.nodes[n.Name] = &nodePlan{node: n, owner: map[uint16]string{}, ownerRank: map[uint16]int{},
+		pl.nodes[n.Name] = &nodePlan{node: n, owner: map[uint16]string{}, ownerRank: map[uint16]int{}, ownerChild: map[uint16]string{},
 			ctx: contextRecord{
 				Role: n.Role, Collective: p.Collective, Input: p.Input, Acc: p.Acc, Partial: p.Partial,
 				Output: p.Output, KulischWidth: uint16(p.KulischWidth), VectorLen: p.VectorLen, MTU: uint16(p.MTU),
@@ -134,6 +137,7 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 			parent.bindings = append(parent.bindings, binding{Kind: parser.KindContributor, Stream: s,
 				Local: pLocal, Peer: cLocal, Port: uint16(e.ParentPort), PeerMAC: e.ChildMAC, rank: -1})
 			parent.owner[s] = "subtree " + e.Child
+			parent.ownerChild[s] = e.Child
 			child.bindings = append(child.bindings, binding{Kind: parser.KindParent, Stream: s,
 				Local: cLocal, Peer: pLocal, Port: uint16(e.ChildPort), PeerMAC: e.ParentMAC, rank: -1})
 			child.owner[s] = "the parent " + e.Parent

@@ -383,10 +383,10 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	// its peers, so one silent rank fails the whole tree within
 	// milliseconds), then the others; deepest first within each: a leaf
 	// missing a rank explains its parent missing the leaf's subtree. An
-	// ACTIVE node's Missing Stream is only the first stream not yet
-	// complete, often a healthy rank held back by the window, and a
-	// PEER_FAILED node's is the peer that told it, so neither names a
-	// culprit while a timed-out node does.
+	// ACTIVE node's Missing Stream is only its least advanced stream, often
+	// a healthy rank a few frames behind, and a PEER_FAILED node's is the
+	// peer that told it, so neither names a culprit while a timed-out node
+	// does; without one, holdingRank follows the chain from the root.
 	order := append([]string(nil), op.plan.order...)
 	tier := func(n string) int {
 		switch ns := op.nodes[n]; {
@@ -429,7 +429,7 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 			} else {
 				s += fmt.Sprintf(", %s %s from element %d", verb, who, ns.MissingFrom)
 			}
-			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil && ns.FailCause != "PEER_FAILED" {
+			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil && tier(n) == 0 {
 				rr := r
 				culprit = &rr
 			}
@@ -457,8 +457,42 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	if len(reports) > 0 {
 		parts = append(parts, "reported by "+strings.Join(reports, "; "))
 	}
+	if culprit == nil {
+		culprit = op.holdingRank()
+	}
 	if culprit != nil && blame == nil {
 		parts = append([]string{fmt.Sprintf("rank %d (%s) stopped contributing", *culprit, op.tree.Ranks[*culprit].Host)}, parts...)
 	}
 	return strings.Join(parts, "; "), culprit, origin
+}
+
+// holdingRank (under op.mu) follows, from the root down, what each ACTIVE
+// node waits for most (its Missing Stream is its least advanced inbound
+// stream) to the rank at the end of that chain: the one holding the whole
+// tree back when no node timed out yet (a rank that gave up reports at
+// once). A single node's Missing Stream proves nothing: a leaf's is often
+// a healthy rank a few frames behind its sibling, while the root's minimum
+// runs through the subtree that really stalled. nil when the chain ends
+// elsewhere (a node not ACTIVE, a RESULT stream, nothing missing).
+func (op *operation) holdingRank() *int {
+	if len(op.plan.order) == 0 {
+		return nil
+	}
+	n := op.plan.order[0]
+	for range op.plan.order {
+		ns, np := op.nodes[n], op.plan.nodes[n]
+		if ns == nil || np == nil || ns.State != "ACTIVE" || ns.MissingStream == nil {
+			return nil
+		}
+		s := uint16(*ns.MissingStream)
+		if r, ok := np.ownerRank[s]; ok {
+			return &r
+		}
+		child, ok := np.ownerChild[s]
+		if !ok {
+			return nil
+		}
+		n = child
+	}
+	return nil
 }
