@@ -334,11 +334,7 @@ func TestIdempotentArrivalAndGenerations(t *testing.T) {
 		if n := r.nodes["sw1"].count(parser.CmdStage); n != int(seq)+1 {
 			t.Errorf("%d STAGEs applied after %d invocations", n, seq+1)
 		}
-		for rank := 0; rank < 2; rank++ {
-			if _, err := r.m.Done(context.Background(), g.ID, DoneRequest{Rank: rank, OK: true, Wait: rank == 1}); err != nil && rank == 1 {
-				t.Fatal(err)
-			}
-		}
+		r.doneAll([]*Grant{res[0].g, res[1].g})
 	}
 }
 
@@ -1006,11 +1002,7 @@ func TestRerunOfJobGetsNewOperation(t *testing.T) {
 		if n := r.nodes["sw1"].count(parser.CmdStage); n != int(run)+1 {
 			t.Errorf("%d STAGEs applied after %d runs", n, run+1)
 		}
-		for rank := 0; rank < 2; rank++ {
-			if _, err := r.m.Done(context.Background(), g.ID, DoneRequest{Rank: rank, OK: true, Wait: rank == 1}); err != nil && rank == 1 {
-				t.Fatal(err)
-			}
-		}
+		r.doneAll([]*Grant{res[0].g, res[1].g})
 	}
 }
 
@@ -1029,11 +1021,7 @@ func TestWithdrawnArrivalLeavesNoStaleBarrier(t *testing.T) {
 	// The new run's rank 0 first: against the stale rank 1 it would be a
 	// mismatch.
 	q0 := withSessions(reqsFor(2, 0, "allreduce", "h1", "h2"), 1)
-	got := make(chan result, 1)
-	go func() {
-		g, err := r.m.Begin(context.Background(), q0[0])
-		got <- result{g, err}
-	}()
+	got := r.beginAsync(q0[0])
 	waitFor(t, func() bool { return r.waiting(q0[0]) == 1 })
 	if _, err := r.m.Begin(context.Background(), q0[1]); err != nil {
 		t.Fatalf("new run's rank 1: %v", err)
@@ -1047,11 +1035,7 @@ func TestWithdrawnArrivalLeavesNoStaleBarrier(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { _, err := r.m.Begin(ctx2, q[0]); errc <- err }()
 	waitFor(t, func() bool { return r.waiting(q[0]) == 1 })
-	got = make(chan result, 1)
-	go func() {
-		g, err := r.m.Begin(context.Background(), q[0])
-		got <- result{g, err}
-	}()
+	got = r.beginAsync(q[0])
 	waitFor(t, func() bool { return r.waiting(q[0]) == 2 })
 	cancel2()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -1083,11 +1067,7 @@ func TestRestartedRankSupersedesBarrier(t *testing.T) {
 		t.Errorf("barriers %+v, want job 3 seq 0 with rank 0 arrived and rank 1 missing", bs)
 	}
 	q := withSessions(reqsFor(3, 0, "allreduce", "h1", "h2"), 11)
-	got := make(chan result, 1)
-	go func() {
-		g, err := r.m.Begin(context.Background(), q[0])
-		got <- result{g, err}
-	}()
+	got := r.beginAsync(q[0])
 	err := <-errc
 	g1, err1 := r.m.Begin(context.Background(), q[1])
 	x := <-got
@@ -1102,6 +1082,17 @@ func TestRestartedRankSupersedesBarrier(t *testing.T) {
 	if len(grants) != 2 || grants[0].Op != grants[1].Op {
 		t.Errorf("new run's grants %+v", grants)
 	}
+}
+
+// beginAsync runs Begin for q in a goroutine; its result comes on the
+// channel.
+func (r *rig) beginAsync(q BeginRequest) <-chan result {
+	got := make(chan result, 1)
+	go func() {
+		g, err := r.m.Begin(context.Background(), q)
+		got <- result{g, err}
+	}()
+	return got
 }
 
 // waiting is how many Begin calls of q's rank block on q's invocation.
