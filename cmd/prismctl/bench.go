@@ -133,6 +133,9 @@ func runBench(args []string) int {
 		if rf.format == "fp32" {
 			input += " (" + rf.data + " data)"
 		}
+		if rf.output != "" && rf.output != rf.format {
+			input += ", " + rf.output + " result"
+		}
 		fmt.Printf("# prismctl bench: %s, %d ranks, %s, %s accumulator, MTU %d\n", kind, rf.size, input, rf.acc, rf.mtu)
 		fmt.Printf("# %12s %12s %6s %12s %11s %11s %10s %8s %8s %5s %s\n", "size(B)", "count", "type", "time(us)", "algbw(MB/s)", "busbw(MB/s)", "link(MB)", "setup(us)", "retrans", "check", "kdrops")
 	}
