@@ -39,10 +39,14 @@ type rankFlags struct {
 	mtu                                 int
 	timeout                             time.Duration
 	cpuprofile, memprofile              string
+	// envErr is what was wrong in PRISM_* (host.ConfigFromEnv), which
+	// check reports first: the variables after a bad one were not read.
+	envErr error
 }
 
 func (f *rankFlags) register(fs *flag.FlagSet) {
-	env, _ := host.ConfigFromEnv()
+	env, err := host.ConfigFromEnv()
+	f.envErr = err
 	fs.StringVar(&f.coordinator, "coordinator", env.Coordinator, "coordinator URL, e.g. http://10.0.0.1:7000 (PRISM_COORDINATOR)")
 	fs.StringVar(&f.iface, "iface", env.Iface, "interface toward the leaf switch (PRISM_IFACE)")
 	fs.StringVar(&f.node, "node", env.Node, "this host's name in the topology, e.g. h1 (PRISM_NODE)")
@@ -98,6 +102,9 @@ func (f *rankFlags) profile() (stop func(), err error) {
 // check says what is wrong with the flags and how to fix it.
 func (f *rankFlags) check() error {
 	var errs []string
+	if f.envErr != nil {
+		errs = append(errs, fmt.Sprintf("%v: fix or unset it", f.envErr))
+	}
 	if f.coordinator == "" {
 		errs = append(errs, "--coordinator is required (or PRISM_COORDINATOR): the URL 'prismctl am --listen' serves, e.g. http://10.0.0.1:7000")
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -113,5 +114,17 @@ func TestOutputFlag(t *testing.T) {
 	}
 	if wide < n/10 {
 		t.Errorf("%d of %d sums outside INT8: the generator does not use the wider RESULT", wide, n)
+	}
+}
+
+// A PRISM_* variable that does not parse is reported, not dropped (the
+// ones after it were not read, and the errors about them misled).
+func TestEnvErrorReported(t *testing.T) {
+	t.Setenv("PRISM_RANK", "x")
+	var f rankFlags
+	f.register(flag.NewFlagSet("allreduce", flag.ContinueOnError))
+	err := f.check()
+	if err == nil || !strings.Contains(err.Error(), `PRISM_RANK="x" is not an integer: fix or unset it`) {
+		t.Fatalf("check: %v", err)
 	}
 }
