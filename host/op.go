@@ -335,9 +335,11 @@ func (c *Comm) diagnose(g *am.Grant, e *OpError) {
 	if derr == nil && s.Error != nil {
 		e.Diagnosis = s.Error.Message
 	} else if errors.Is(derr, context.DeadlineExceeded) {
-		// The AM took the report but its verdict waits for the rollback,
-		// which a dead switch stretches over CONTROL timeouts.
-		e.Diagnosis = fmt.Sprintf("no verdict within %v (the AM may still be rolling back; 'prismctl show am' shows the operation)", timeout+15*time.Second)
+		// Either the AM cannot be reached from here (a rank's HTTP crosses
+		// the switches: under a dead leaf it is cut off too) or its
+		// verdict still waits for a rollback a dead switch stretches.
+		e.Diagnosis = fmt.Sprintf("no answer from the AM within %v: it may be unreachable from this host (the failure may be on the way to it) "+
+			"or still rolling back; 'prismctl show am' from another host shows the operation", timeout+15*time.Second)
 	} else if derr != nil {
 		e.Diagnosis = "could not report the failure: " + derr.Error()
 	}
