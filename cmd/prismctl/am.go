@@ -86,7 +86,7 @@ func runAM(args []string) int {
 	defer m.Close()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "prismctl am: listen on %s: %v (is another AM running there? pick another --listen)\n", *listen, err)
+		fmt.Fprintf(os.Stderr, "prismctl am: listen on %s: %v (%s)\n", *listen, err, listenHint(err))
 		return 1
 	}
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -111,4 +111,17 @@ func amFlagErr(fs *flag.FlagSet, format string, args ...any) int {
 	fmt.Fprintf(os.Stderr, "prismctl %s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
 	fmt.Fprintf(os.Stderr, "run 'prismctl %s -h' for all flags\n", fs.Name())
 	return 2
+}
+
+// listenHint says what to do about a --listen that failed: another
+// process holds the port, the address is not this host's, or it is not
+// written HOST:PORT.
+func listenHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return "is another AM running there? pick another --listen"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "no interface in this network namespace has that address; use one it has, or 0.0.0.0:PORT"
+	}
+	return "write --listen as HOST:PORT, e.g. 10.0.0.1:7000"
 }
