@@ -1,5 +1,32 @@
 #include "textflag.h"
 
+// The lane-row kernels (laneOutAVX2, laneExactAVX2, laneCopyAVX2) walk
+// four elements at a time with the same registers: SI lanes, BX flags,
+// R10 nlo, R11 hi, CX elements left, R9 elements done, DX the flags that
+// stop, Y7 zero. LANEROWS loads the four lanes into Y0 and jumps to done
+// unless every lane is nonzero, no flag in DX is set and every digit row
+// is empty; LANENEXT steps past the four.
+#define LANEROWS(done) \
+	VMOVUPD   (SI), Y0; \
+	VCMPPD    $4, Y7, Y0, Y1; \
+	VMOVMSKPD Y1, AX; \
+	CMPL      AX, $15; \
+	JNE       done; \
+	MOVL      (BX), AX; \
+	TESTL     DX, AX; \
+	JNZ       done; \
+	MOVL      (R10), AX; \
+	ORL       (R11), AX; \
+	JNZ       done
+
+#define LANENEXT \
+	ADDQ $32, SI; \
+	ADDQ $4, BX; \
+	ADDQ $4, R10; \
+	ADDQ $4, R11; \
+	ADDQ $4, R9; \
+	SUBQ $4, CX
+
 // func addFP32AVX2(s *float32, v *byte, n int)
 // s[i] += v[i] for i < n; n is a multiple of 8. VADDPS rounds by MXCSR
 // (nearest even, no FTZ/DAZ: Go never changes it), as the scalar ADDSS
@@ -199,17 +226,7 @@ TEXT ·laneOutAVX2(SB), NOSPLIT, $0-64
 oloop:
 	CMPQ       CX, $4
 	JB         odone
-	VMOVUPD    (SI), Y0
-	VCMPPD     $4, Y7, Y0, Y1 // lane != 0
-	VMOVMSKPD  Y1, AX
-	CMPL       AX, $15
-	JNE        odone
-	MOVL       (BX), AX
-	TESTL      DX, AX
-	JNZ        odone
-	MOVL       (R10), AX
-	ORL        (R11), AX
-	JNZ        odone
+	LANEROWS(odone)
 	VCVTPD2PSY Y0, X2
 	VPAND      X10, X2, X3
 	VPCMPEQD   X11, X3, X3 // rounded to infinity
@@ -218,12 +235,7 @@ oloop:
 	JNZ        odone
 	VMOVUPS    X2, (DI)
 	ADDQ       $16, DI
-	ADDQ       $32, SI
-	ADDQ       $4, BX
-	ADDQ       $4, R10
-	ADDQ       $4, R11
-	ADDQ       $4, R9
-	SUBQ       $4, CX
+	LANENEXT
 	JMP        oloop
 
 odone:
@@ -247,29 +259,14 @@ TEXT ·laneExactAVX2(SB), NOSPLIT, $0-56
 xloop:
 	CMPQ       CX, $4
 	JB         xdone
-	VMOVUPD    (SI), Y0
-	VCMPPD     $4, Y7, Y0, Y1 // lane != 0
-	VMOVMSKPD  Y1, AX
-	CMPL       AX, $15
-	JNE        xdone
-	MOVL       (BX), AX
-	TESTL      DX, AX
-	JNZ        xdone
-	MOVL       (R10), AX
-	ORL        (R11), AX
-	JNZ        xdone
+	LANEROWS(xdone)
 	VCVTPD2PSY Y0, X2
 	VCVTPS2PD  X2, Y3
 	VCMPPD     $0, Y0, Y3, Y4 // back to the same value: FP32 holds it
 	VMOVMSKPD  Y4, AX
 	CMPL       AX, $15
 	JNE        xdone
-	ADDQ       $32, SI
-	ADDQ       $4, BX
-	ADDQ       $4, R10
-	ADDQ       $4, R11
-	ADDQ       $4, R9
-	SUBQ       $4, CX
+	LANENEXT
 	JMP        xloop
 
 xdone:
@@ -350,25 +347,10 @@ TEXT ·laneCopyAVX2(SB), NOSPLIT, $0-64
 cloop:
 	CMPQ      CX, $4
 	JB        cdone
-	VMOVUPD   (SI), Y0
-	VCMPPD    $4, Y7, Y0, Y1 // lane != 0
-	VMOVMSKPD Y1, AX
-	CMPL      AX, $15
-	JNE       cdone
-	MOVL      (BX), AX
-	TESTL     DX, AX
-	JNZ       cdone
-	MOVL      (R10), AX
-	ORL       (R11), AX
-	JNZ       cdone
+	LANEROWS(cdone)
 	VMOVUPD   Y0, (DI)
 	ADDQ      $32, DI
-	ADDQ      $32, SI
-	ADDQ      $4, BX
-	ADDQ      $4, R10
-	ADDQ      $4, R11
-	ADDQ      $4, R9
-	SUBQ      $4, CX
+	LANENEXT
 	JMP       cloop
 
 cdone:

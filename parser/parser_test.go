@@ -616,63 +616,52 @@ func TestFullFrameSize(t *testing.T) {
 	}
 }
 
+// benchDataGroup starts a 1500-byte DATA frame holding one group of format
+// f (Kulisch width kb bytes) as large as fits: the group's slot to fill,
+// and finish, which returns the frame.
+func benchDataGroup(f Format, kb int) (slot []byte, finish func() []byte) {
+	buf := make([]byte, EthLen+1500)
+	var db DataBuilder
+	h := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
+	db.Reset(buf, &h, nil, 1500)
+	slot, _ = db.AddGroup(f, kb, db.Room(f, kb))
+	return slot, db.Finish
+}
+
+// benchDecode measures Data.Decode of frame under lim.
+func benchDecode(b *testing.B, frame []byte, lim Limits) {
+	var d Data
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if d.Decode(frame, lim) != nil {
+			b.Fatal("decode")
+		}
+	}
+}
+
 // BenchmarkValidate compares validating a full 1500-byte DATA frame (one FP32
 // group) with copying the same bytes, in the same run.
 func BenchmarkValidate(b *testing.B) {
 	f := fullFP32(b)
 	lim := Limits{VectorLen: 1 << 20, MTU: 1500}
-	b.Run("Decode1500FP32", func(b *testing.B) {
-		var d Data
-		b.SetBytes(int64(len(f)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if d.Decode(f, lim) != nil {
-				b.Fatal("decode")
-			}
-		}
-	})
+	b.Run("Decode1500FP32", func(b *testing.B) { benchDecode(b, f, lim) })
+	// 40 Kulisch-280 values: every state byte and integer is checked.
 	b.Run("Decode1500Kulisch280", func(b *testing.B) {
-		// 40 Kulisch-280 values: every state byte and integer is checked.
-		buf := make([]byte, EthLen+1500)
-		var db DataBuilder
-		h := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
-		db.Reset(buf, &h, nil, 1500)
-		slot, _ := db.AddGroup(FormatKulisch, 35, db.Room(FormatKulisch, 35))
+		slot, finish := benchDataGroup(FormatKulisch, 35)
 		for i := 0; i < len(slot); i += 36 {
 			slot[i+36-1] = 0x01 // FINITE with a nonzero top byte: the scan runs to the end
 		}
-		kf := db.Finish()
-		var d Data
-		klim := Limits{VectorLen: 1 << 20, MTU: 1500, KulischBytes: 35}
-		b.SetBytes(int64(len(kf)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if d.Decode(kf, klim) != nil {
-				b.Fatal("decode")
-			}
-		}
+		benchDecode(b, finish(), Limits{VectorLen: 1 << 20, MTU: 1500, KulischBytes: 35})
 	})
+	// 181 KULISCH_F64 values, each a sum-like value with a full fraction:
+	// every value runs the whole per-value check.
 	b.Run("Decode1500F64", func(b *testing.B) {
-		// 181 KULISCH_F64 values, each a sum-like value with a full
-		// fraction: every value runs the whole per-value check.
-		buf := make([]byte, EthLen+1500)
-		var db DataBuilder
-		h := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
-		db.Reset(buf, &h, nil, 1500)
-		slot, _ := db.AddGroup(FormatKulischF64, 0, db.Room(FormatKulischF64, 0))
+		slot, finish := benchDataGroup(FormatKulischF64, 0)
 		for i := 0; i < len(slot); i += 8 {
 			binary.LittleEndian.PutUint64(slot[i:], math.Float64bits(math.Ldexp(float64(1<<52|i*7919), -70)))
 		}
-		ff := db.Finish()
-		var d Data
-		flim := Limits{VectorLen: 1 << 20, MTU: 1500, KulischBytes: 35}
-		b.SetBytes(int64(len(ff)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if d.Decode(ff, flim) != nil {
-				b.Fatal("decode")
-			}
-		}
+		benchDecode(b, finish(), Limits{VectorLen: 1 << 20, MTU: 1500, KulischBytes: 35})
 	})
 	b.Run("Copy1500", func(b *testing.B) {
 		dst := make([]byte, len(f))

@@ -27,9 +27,7 @@ func (te *treeEnv) testInternal(t *testing.T) {
 		{"auto_f64_children", fmtAuto, trPlanMixedF64, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if !te.covers(accKulischFixed, c.partial, 10) {
-				t.Skipf("no capability record covers FP32 / KULISCH_FIXED / %d / FP32", c.partial)
-			}
+			te.needKulischFixed(t, c.partial, 10)
 			te.runInternal(t, c.partial, c.plan, c.f64)
 		})
 	}

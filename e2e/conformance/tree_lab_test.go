@@ -166,6 +166,15 @@ func (te *treeEnv) readCaps(t *testing.T) {
 
 // covers reports whether a capability record covers FP32 in/out with acc
 // and partial at W 280, 4 terms, 8 bindings and window wi.
+// needKulischFixed skips t unless a capability record covers FP32 /
+// KULISCH_FIXED / partial / FP32 with a window of wi intervals.
+func (te *treeEnv) needKulischFixed(t *testing.T, partial uint8, wi uint16) {
+	t.Helper()
+	if !te.covers(accKulischFixed, partial, wi) {
+		t.Skipf("no capability record covers FP32 / KULISCH_FIXED / partial format %d / FP32", partial)
+	}
+}
+
 func (te *treeEnv) covers(acc, partial uint8, wi uint16) bool {
 	for _, r := range te.caps {
 		if r.In != fmtFP32 || r.Out != fmtFP32 || r.Acc != acc || r.Partial != partial {

@@ -53,35 +53,25 @@ func trRepeat(plan [][]trGroupPlan, k int) [][]trGroupPlan {
 
 func (te *treeEnv) testRoot(t *testing.T) {
 	t.Run("auto_mixed_progress", func(t *testing.T) {
-		if !te.covers(accKulischFixed, fmtAuto, 4) {
-			t.Skip("no capability record covers FP32 / KULISCH_FIXED / AUTO / FP32")
-		}
+		te.needKulischFixed(t, fmtAuto, 4)
 		te.runRoot(t, fmtAuto, trRepeat(trPlanMixed, 12), true)
 	})
 	t.Run("kulisch_scaled", func(t *testing.T) {
-		if !te.covers(accKulischFixed, fmtKulisch, 4) {
-			t.Skip("no capability record covers FP32 / KULISCH_FIXED / KULISCH / FP32")
-		}
+		te.needKulischFixed(t, fmtKulisch, 4)
 		te.runRoot(t, fmtKulisch, trRepeat(trPlanKulisch, 6), false)
 	})
 	t.Run("kulisch_policy_fp32_group", func(t *testing.T) {
-		if !te.covers(accKulischFixed, fmtKulisch, 4) {
-			t.Skip("no capability record covers FP32 / KULISCH_FIXED / KULISCH / FP32")
-		}
+		te.needKulischFixed(t, fmtKulisch, 4)
 		te.runRootForeignFormat(t)
 	})
 	// KULISCH_F64 groups from a child switch (6): accepted where KULISCH
 	// partials are and applied exactly.
 	t.Run("kulisch_f64", func(t *testing.T) {
-		if !te.covers(accKulischFixed, fmtKulisch, 4) {
-			t.Skip("no capability record covers FP32 / KULISCH_FIXED / KULISCH / FP32")
-		}
+		te.needKulischFixed(t, fmtKulisch, 4)
 		te.runRoot(t, fmtKulisch, trRepeat(trPlanKulischF64, 6), false)
 	})
 	t.Run("auto_f64", func(t *testing.T) {
-		if !te.covers(accKulischFixed, fmtAuto, 4) {
-			t.Skip("no capability record covers FP32 / KULISCH_FIXED / AUTO / FP32")
-		}
+		te.needKulischFixed(t, fmtAuto, 4)
 		te.runRoot(t, fmtAuto, trRepeat(trPlanMixedF64, 6), false)
 	})
 	t.Run("f64_malformed", te.runRootF64Malformed)
@@ -99,6 +89,23 @@ func (te *treeEnv) rootSetup(t *testing.T, partial uint8, n uint32, wi uint16) (
 	return o, child, st
 }
 
+// rootWant returns rank 0's input (inputs with the op's seed) and the
+// RESULT the root owes for it plus the child's partial vals, rounded once
+// to FP32.
+func rootWant(o trOp, vals []trVal, n int) (rankIn, want []float32) {
+	rankIn = inputs(uint64(o.ID.Op)*17, n)[0]
+	want = make([]float32, n)
+	for i := range want {
+		want[i] = trAdd(vals[i], trF32(rankIn[i])).round32()
+	}
+	return rankIn, want
+}
+
+// rootResultRx receives the root's FP32 RESULT on the child's link.
+func rootResultRx(child *trLink, o trOp) *trRx {
+	return newTrRx("sw1's RESULT to its child", child, classResult, o, func(f uint8) bool { return f == fmtFP32 })
+}
+
 func (te *treeEnv) runRoot(t *testing.T, partial uint8, plan [][]trGroupPlan, scripted bool) {
 	n := uint32(100 * len(plan))
 	o, child, st := te.rootSetup(t, partial, n, 4)
@@ -108,14 +115,10 @@ func (te *treeEnv) runRoot(t *testing.T, partial uint8, plan [][]trGroupPlan, sc
 			t.Fatalf("plan frame %d holds %d elements (test bug)", j, trGroupsLen(gs))
 		}
 	}
-	rankIn := inputs(uint64(o.ID.Op)*17, int(n))[0]
-	want := make([]float32, n)
-	for i := range want {
-		want[i] = trAdd(vals[i], trF32(rankIn[i])).round32()
-	}
+	rankIn, want := rootWant(o, vals, int(n))
 	rs := o.rankSpec()
 	sink := te.newSink(0, rs)
-	crx := newTrRx("sw1's RESULT to its child", child, classResult, o, func(f uint8) bool { return f == fmtFP32 })
+	crx := rootResultRx(child, o)
 	if !te.activate(t, o.ID, st) {
 		return
 	}
@@ -408,7 +411,7 @@ func (te *treeEnv) runInexact(t *testing.T) {
 	}
 	const n = 600
 	o, child, st := te.rootSetup(t, partial, n, 8)
-	crx := newTrRx("sw1's RESULT to its child", child, classResult, o, func(f uint8) bool { return f == fmtFP32 })
+	crx := rootResultRx(child, o)
 	rs := o.rankSpec()
 	if !te.activate(t, o.ID, st) {
 		return
@@ -494,14 +497,10 @@ func (te *treeEnv) runRootF64Malformed(t *testing.T) {
 	const n = 100
 	o, child, st := te.rootSetup(t, partial, n, 4)
 	vals, frames := trChildPartial(uint64(o.ID.Op), o.W, [][]trGroupPlan{{{fmtF64, n, 0, false}}})
-	rankIn := inputs(uint64(o.ID.Op)*17, n)[0]
-	want := make([]float32, n)
-	for i := range want {
-		want[i] = trAdd(vals[i], trF32(rankIn[i])).round32()
-	}
+	rankIn, want := rootWant(o, vals, n)
 	rs := o.rankSpec()
 	sink := te.newSink(0, rs)
-	crx := newTrRx("sw1's RESULT to its child", child, classResult, o, func(f uint8) bool { return f == fmtFP32 })
+	crx := rootResultRx(child, o)
 	if !te.activate(t, o.ID, st) {
 		return
 	}
