@@ -30,15 +30,7 @@ func TestBankReusedEmpty(t *testing.T) {
 		if o.bank != used {
 			t.Fatalf("%v: the next operation of the same shape got a new bank", acc)
 		}
-		out := make([]byte, 4*o.bank.Len())
-		if _, err := o.bank.PutValues(out, 0, o.bank.Len(), kulisch.FP32); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < o.bank.Len(); i++ {
-			if v := binary.LittleEndian.Uint32(out[4*i:]); v != 0x80000000 {
-				t.Fatalf("%v: reused bank element %d = %#08x, want -0 (empty)", acc, i, v)
-			}
-		}
+		checkBankEmpty(t, acc, o.bank)
 		other := spec
 		other.Op.OpGen++
 		other.WindowElements *= 2
@@ -59,6 +51,7 @@ func TestSlabReused(t *testing.T) {
 	for _, acc := range []kulisch.Policy{kulisch.FP32Arrival, kulisch.KulischFixed} {
 		e := New(Config{Logger: quiet(), CoalesceProgress: true})
 		a := newRigOn(t, e, parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}, acc, 726)
+		a.tx.keep = true
 		a.step() // both ranks' first frames: RESULT [0, 363) out to both
 		e.Flush(a.now, a.tx)
 		old := map[*byte]bool{}
@@ -114,5 +107,99 @@ func BenchmarkStageJumbo(b *testing.B) {
 				e.Remove(key)
 			}
 		})
+	}
+}
+
+// TestBankPoolHoldsTwoRootRings: a spine's KULISCH_FIXED ring for a 1M
+// jumbo-MTU collective (4x a leaf's window, 47.5 MB) is pooled twice, so
+// back-to-back operations (one released, one running, one prepared) never
+// fault in a fresh ring; after poolIdle without a Stage the pools are
+// dropped and the next operation gets a new bank.
+func TestBankPoolHoldsTwoRootRings(t *testing.T) {
+	e := New(Config{Logger: quiet()})
+	now := int64(1e9)
+	stage := func(gen uint32) *op {
+		t.Helper()
+		key := parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: gen}
+		spec := singleSpec(key, kulisch.KulischFixed, 1<<20, 9000, 4*64*2238)
+		if err := e.Stage(now, &spec, 4); err != nil {
+			t.Fatal(err)
+		}
+		return e.ops[key]
+	}
+	a, b := stage(1), stage(2)
+	banks := map[kulisch.Bank]bool{a.bank: true, b.bank: true}
+	if n := bankBytes(bankShape{kulisch.KulischFixed, a.bank.Len(), a.spec.KulischWidth}); n < 40<<20 {
+		t.Fatalf("ring is %d bytes; the test wants a spine-sized one", n)
+	}
+	e.Remove(a.spec.Op)
+	e.Remove(b.spec.Op)
+	for gen := uint32(3); gen < 9; gen += 2 {
+		c, d := stage(gen), stage(gen+1)
+		if !banks[c.bank] || !banks[d.bank] || c.bank == d.bank {
+			t.Fatalf("operations %d and %d did not get the two pooled banks back", gen, gen+1)
+		}
+		e.Remove(c.spec.Op)
+		e.Remove(d.spec.Op)
+	}
+	e.Tick(now+int64(poolIdle)/2, nil)
+	if e.bankBytes == 0 {
+		t.Fatal("pool dropped before poolIdle")
+	}
+	e.Tick(now+int64(poolIdle)+1, nil)
+	if e.bankBytes != 0 || len(e.banks) != 0 || e.slabs.Bytes() != 0 {
+		t.Fatalf("after poolIdle the pools still hold %d bytes of banks, %d of slabs", e.bankBytes, e.slabs.Bytes())
+	}
+	if c := stage(20); banks[c.bank] {
+		t.Fatal("an operation after the pools were dropped got a dropped bank")
+	}
+}
+
+// TestCompletedBankReusedClean: an operation that emitted every element
+// leaves its bank clean (emit reset each range), so the next operation of
+// the same shape takes it without a reset; it must still read empty
+// everywhere and sum exactly.
+func TestCompletedBankReusedClean(t *testing.T) {
+	for _, acc := range []kulisch.Policy{kulisch.FP32Arrival, kulisch.KulischFixed} {
+		e := New(Config{Logger: quiet()})
+		a := newRigOn(t, e, parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}, acc, 726)
+		a.tx.keep = true
+		a.step()
+		a.step()
+		checkSingleResult(t, acc, a)
+		used := e.ops[a.key].bank
+		e.Remove(a.key)
+		var pooled []pooledBank
+		for _, l := range e.banks {
+			pooled = append(pooled, l...)
+		}
+		if len(pooled) != 1 || pooled[0].Bank != used || !pooled[0].clean {
+			t.Fatalf("%v: pool after a completed operation = %+v, want its bank, clean", acc, pooled)
+		}
+		b := newRigOn(t, e, parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 2}, acc, 726)
+		o := e.ops[b.key]
+		if o.bank != used {
+			t.Fatalf("%v: the next operation got a new bank", acc)
+		}
+		checkBankEmpty(t, acc, o.bank)
+		b.tx.keep = true
+		b.step()
+		b.step()
+		checkSingleResult(t, acc, b)
+	}
+}
+
+// checkBankEmpty fails unless every element of b reads -0, as a new
+// bank's do.
+func checkBankEmpty(t *testing.T, acc kulisch.Policy, b kulisch.Bank) {
+	t.Helper()
+	out := make([]byte, 4*b.Len())
+	if _, err := b.PutValues(out, 0, b.Len(), kulisch.FP32); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < b.Len(); i++ {
+		if v := binary.LittleEndian.Uint32(out[4*i:]); v != 0x80000000 {
+			t.Fatalf("%v: reused bank element %d = %#08x, want -0 (empty)", acc, i, v)
+		}
 	}
 }

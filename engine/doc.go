@@ -37,8 +37,10 @@
 // Per-frame paths (HandleData, HandleProgress) do not allocate and do not
 // lock; allocation happens in Stage, and at most every SnapshotInterval in
 // Tick. Stage reuses the accumulator bank of a removed operation of the
-// same shape (takeBank: at most 2 per shape and 64 MiB per engine wait for
-// reuse, outside MaxRingBytes): a job's back-to-back operations would
+// same shape (takeBank: at most 2 per shape, and a quarter of MaxRingBytes
+// but at least 64 MiB per engine, wait for reuse, outside MaxRingBytes;
+// both pools are dropped after 30 s without a Stage): a job's back-to-back
+// operations would
 // otherwise fault in and zero their rings every time (13 MB and 9 ms for a
 // KULISCH_FIXED ring of 64 jumbo frames; 0.4 ms reused). Likewise the
 // replay buffers of its outgoing windows (stream.BufferPool: at most 16 per size,

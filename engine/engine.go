@@ -116,8 +116,10 @@ type Engine struct {
 
 	// banks holds the accumulator banks of removed operations for the
 	// next operation of the same shape (takeBank), bankBytes their size.
-	banks     map[bankShape][]kulisch.Bank
+	banks     map[bankShape][]pooledBank
 	bankBytes int
+	// lastStage is when Stage last ran: pools idle for poolIdle are dropped.
+	lastStage int64
 	// slabs holds the replay buffers of removed operations' outgoing
 	// windows (Stage takes them, Remove puts them back).
 	slabs stream.BufferPool
@@ -168,6 +170,7 @@ func (e *Engine) Metrics() *Metrics { return e.m }
 // spec that cannot work, ErrExists when the identity is installed, and
 // ErrNoResources when the worker's limits are exhausted.
 func (e *Engine) Stage(now int64, spec *Spec, ports int) error {
+	e.lastStage = now
 	if err := spec.Validate(ports); err != nil {
 		return err
 	}
@@ -389,13 +392,38 @@ type bankShape struct {
 	n, w int
 }
 
-// At most maxPooledBanks banks of one shape and maxPooledBankBytes in all
-// wait for reuse: a job runs the same collective over and over, and one
-// spare per shape is what back-to-back operations need.
+// At most maxPooledBanks banks of one shape wait for reuse, and at most
+// the larger of minPooledBankBytes and a quarter of MaxRingBytes in all: a
+// job runs the same collective over and over, and with the AM preparing the
+// next operation while one runs and the last is released, two spares per
+// shape are what back-to-back operations need. The byte bound follows the
+// node's accumulator limit rather than a constant: a fixed 64 MiB held one
+// spare of a spine's 47.5 MB KULISCH_FIXED ring (1M elements at MTU 9000,
+// window 4x a leaf's), so that root faulted in and zeroed a fresh ring
+// every few operations, 12% of its CPU, and 1M KULISCH ordinary collectives
+// cost the switches 14 ms more CPU each than persistent ones.
+//
+// Banks and replay slabs unused for poolIdle are dropped (Tick), so a node
+// whose jobs ended gives the memory back.
 const (
 	maxPooledBanks     = 2
-	maxPooledBankBytes = 64 << 20
+	minPooledBankBytes = 64 << 20
+	poolIdle           = 30 * time.Second
 )
+
+// pooledBank is a removed operation's bank. A clean one needs no reset:
+// its operation emitted every element, and emit resets each range it
+// encodes (resetRing), so every row it ever used is empty again. Resetting
+// it anyway cleared the lanes, flags and bounds of the whole ring, 11 bytes
+// an element (6.3 MB for a spine's 1M jumbo KULISCH_FIXED ring): 4.5% of
+// that node's CPU on back-to-back operations.
+type pooledBank struct {
+	kulisch.Bank
+	clean bool
+}
+
+// bankBudget is how many bytes of removed operations' banks may wait.
+func (e *Engine) bankBudget() int { return max(minPooledBankBytes, e.cfg.MaxRingBytes/4) }
 
 // takeBank returns an empty accumulator bank for an operation: a removed
 // operation's of the same shape when there is one, else a new one.
@@ -408,11 +436,14 @@ func (e *Engine) takeBank(acc kulisch.Policy, n, w int) (kulisch.Bank, error) {
 	k := bankShape{acc, n, w}
 	if l := e.banks[k]; len(l) > 0 {
 		b := l[len(l)-1]
-		l[len(l)-1] = nil
+		l[len(l)-1] = pooledBank{}
 		e.banks[k] = l[:len(l)-1]
 		e.bankBytes -= bankBytes(k)
+		if b.clean {
+			return b.Bank, nil
+		}
 		if err := b.ResetRange(0, b.Len()); err == nil {
-			return b, nil
+			return b.Bank, nil
 		}
 	}
 	return kulisch.NewBank(acc, n, w)
@@ -427,13 +458,13 @@ func (e *Engine) putBank(o *op) {
 	if k.acc != kulisch.KulischFixed {
 		k.w = 0 // an ArrivalVector's width is not part of its shape
 	}
-	if len(e.banks[k]) >= maxPooledBanks || e.bankBytes+bankBytes(k) > maxPooledBankBytes {
+	if len(e.banks[k]) >= maxPooledBanks || e.bankBytes+bankBytes(k) > e.bankBudget() {
 		return
 	}
 	if e.banks == nil {
-		e.banks = map[bankShape][]kulisch.Bank{}
+		e.banks = map[bankShape][]pooledBank{}
 	}
-	e.banks[k] = append(e.banks[k], o.bank)
+	e.banks[k] = append(e.banks[k], pooledBank{o.bank, o.emitted >= o.spec.VectorLen})
 	e.bankBytes += bankBytes(k)
 	o.bank, o.kv = nil, nil // the operation is gone: nothing of it may touch the bank now
 }
@@ -534,6 +565,15 @@ func (e *Engine) Tick(now int64, tx dataplane.Sender) {
 	if now-e.lastSnap >= int64(SnapshotInterval) {
 		e.publish(now)
 	}
+	if now-e.lastStage > int64(poolIdle) && (e.bankBytes > 0 || e.slabs.Bytes() > 0) {
+		e.dropPools()
+	}
+}
+
+// dropPools lets the garbage collector have the pooled banks and slabs.
+func (e *Engine) dropPools() {
+	e.banks, e.bankBytes = nil, 0
+	e.slabs.Drop()
 }
 
 // Flush sends the PROGRESS deferred during the batch (CoalesceProgress):

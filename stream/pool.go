@@ -44,5 +44,11 @@ func (p *BufferPool) Put(b []byte) bool {
 	return true
 }
 
+// Bytes is how many bytes the pool keeps.
+func (p *BufferPool) Bytes() int { return p.bytes }
+
+// Drop forgets every kept buffer.
+func (p *BufferPool) Drop() { p.bufs, p.bytes = nil, 0 }
+
 // Hits is how many Take calls returned a buffer.
 func (p *BufferPool) Hits() int { return p.hits }
