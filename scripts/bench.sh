@@ -56,6 +56,11 @@
 #   BENCH_MPI_COUNTS="2 1048576 16777216"         part 5 sizes (FP32 elements; 2 shows a
 #                       small collective's latency, which prismd's per-operation setup sets)
 #   BENCH_MPI_REPS=5    timed repetitions (median) in part 5
+#   BENCH_MPI_WARMUP=3  untimed repetitions before them, MPI and prismd alike: a
+#                       job's first collectives on fresh switches fault in their
+#                       accumulator rings (one per operation in flight: released,
+#                       running, prepared), which is not the steady state a
+#                       training loop runs in
 #   BENCH_RANK_TIMEOUT=300   seconds before a rank process is killed
 #   BENCH_LAB_PREFIX=b  first letter(s) of part 5's lab names (<prefix>b/j<hex>),
 #                       so concurrent runs can keep their namespaces apart
@@ -81,13 +86,13 @@ if [[ $QUICK == 1 ]]; then
   BENCH_TIME=${BENCH_TIME:-200ms}
   AGG_COUNT=${BENCH_AGG_COUNT:-$((agg_count / 4))}; AGG_ITERS=${BENCH_AGG_ITERS:-2}; BLAST_SECS=${BENCH_BLAST_SECS:-2}
   TRAFFIC_COUNTS=${BENCH_TRAFFIC_COUNTS:-"65536 1048576"}
-  MPI_COUNTS=${BENCH_MPI_COUNTS:-"1048576"}; MPI_REPS=${BENCH_MPI_REPS:-3}
+  MPI_COUNTS=${BENCH_MPI_COUNTS:-"1048576"}; MPI_REPS=${BENCH_MPI_REPS:-3}; MPI_WARMUP=${BENCH_MPI_WARMUP:-1}
   export DURATION=${DURATION:-2} ROUNDS=${ROUNDS:-1}
 else
   BENCH_TIME=${BENCH_TIME:-1s}
   AGG_COUNT=${BENCH_AGG_COUNT:-$agg_count}; AGG_ITERS=${BENCH_AGG_ITERS:-3}; BLAST_SECS=${BENCH_BLAST_SECS:-5}
   TRAFFIC_COUNTS=${BENCH_TRAFFIC_COUNTS:-"65536 1048576 4194304"}
-  MPI_COUNTS=${BENCH_MPI_COUNTS:-"2 1048576 16777216"}; MPI_REPS=${BENCH_MPI_REPS:-5}
+  MPI_COUNTS=${BENCH_MPI_COUNTS:-"2 1048576 16777216"}; MPI_REPS=${BENCH_MPI_REPS:-5}; MPI_WARMUP=${BENCH_MPI_WARMUP:-3}
 fi
 RANK_TIMEOUT=${BENCH_RANK_TIMEOUT:-300}
 export PRISMD_BIN=$BIN
@@ -434,7 +439,7 @@ part5() {
         timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h1)" mpirun --allow-run-as-root --oversubscribe -np 4 \
           --hostfile "$TMP/hostfile" --mca plm_rsh_agent "$ROOT/scripts/bench/mpi-agent.sh" \
           --mca mpi_yield_when_idle 1 --mca routed direct --mca btl tcp,self --mca btl_tcp_if_include 10.0.0.0/24 \
-          --mca oob_tcp_if_include 10.0.0.0/24 "$TMP/mpi_allreduce" "$c" "$MPI_REPS" >"$TMP/mpi.$c" 2>&1
+          --mca oob_tcp_if_include 10.0.0.0/24 "$TMP/mpi_allreduce" "$c" "$MPI_REPS" "$MPI_WARMUP" >"$TMP/mpi.$c" 2>&1
         local ms; ms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' "$TMP/mpi.$c")
         mpi_cpu[$c]=$(sed -n 's/.*cpu_ms=\([0-9.]*\).*/\1/p' "$TMP/mpi.$c")
         if [[ -n $ms ]]; then mpi_ms[$c]=$ms; echo "MPI  $c FP32: $(grep mpi_allreduce "$TMP/mpi.$c")"
@@ -463,7 +468,7 @@ part5() {
       [[ $run == *-gradient ]] && data=gradient
       for c in $MPI_COUNTS; do
         local j0 j1; j0=$(p5_jiffies)
-        if ranks "$lab" 4 $((job++)) "$TMP/p5.$run.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w 1 --mtu 9000 --acc $acc --data $data "${pers[@]}"; then
+        if ranks "$lab" 4 $((job++)) "$TMP/p5.$run.$c" bench -b $((c * 4)) -e $((c * 4)) -n "$MPI_REPS" -w "$MPI_WARMUP" --mtu 9000 --acc $acc --data $data "${pers[@]}"; then
           j1=$(p5_jiffies)
           # The median of rank 0's timed runs (like MPI's), else bench's mean.
           local us; us=$(grep -m1 '^# times(us):' "$TMP/p5.$run.$c.0" | cut -d: -f2 | tr ' ' '\n' | grep . | sort -n |
@@ -473,7 +478,7 @@ part5() {
           echo "prismd $c FP32 ($run): $(grep -v '^#' "$TMP/p5.$run.$c.0" | head -1)"
           # CPU per collective: the switches' over warm-up + timed runs
           # (setup included), the ranks' own over the timed runs.
-          echo "  CPU per collective: switches $(awk -v j=$((j1 - j0)) -v hz="$hz" -v n=$((MPI_REPS + 1)) 'BEGIN{printf "%.1f", j * 1000 / hz / n}') ms (s1+l1+l2)," \
+          echo "  CPU per collective: switches $(awk -v j=$((j1 - j0)) -v hz="$hz" -v n=$((MPI_REPS + MPI_WARMUP)) 'BEGIN{printf "%.1f", j * 1000 / hz / n}') ms (s1+l1+l2)," \
             "ranks $(cat "$TMP/p5.$run.$c".[0-9] | awk '/ms CPU per collective/ {s += $(NF-4)} END{printf "%.1f", s}') ms (4 ranks)," \
             "OpenMPI ranks ${mpi_cpu[$c]:-n/a} ms"
         else echo "prismd $c ($run) failed"; fi
@@ -498,7 +503,7 @@ part5() {
     echo
     [[ -n $m ]] && MEASURED=1
   done
-  echo "(median of $MPI_REPS after warm-up; an ordinary prismd collective includes its setup (AM barrier, grant), a persistent one" \
+  echo "(median of $MPI_REPS after $MPI_WARMUP warm-up runs; an ordinary prismd collective includes its setup (AM barrier, grant), a persistent one" \
     "(prismctl bench --persistent, like MPI_Allreduce_init) was set up once in the warm-up; mpi/it > 1 = prismd faster;" \
     "reference MPI at MTU 1500 on this machine class: 10.7 ms 1M, 208 ms 16M)"
 }

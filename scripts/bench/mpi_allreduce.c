@@ -1,8 +1,8 @@
-/* Times MPI_Allreduce(MPI_SUM) of N floats: one warm-up, then the median of
- * REPS timed runs (barrier before each, max over ranks). Rank 0 prints
+/* Times MPI_Allreduce(MPI_SUM) of N floats: WARMUP untimed runs, then the
+ * median of REPS timed runs (barrier before each, max over ranks). Rank 0 prints
  * "mpi_allreduce N=<n> ranks=<p> median_ms=<t> min_ms=<t> cpu_ms=<c>",
  * c being the CPU time (user + system) all ranks used per timed run.
- * Usage: mpi_allreduce N [REPS=5] */
+ * Usage: mpi_allreduce N [REPS=5 [WARMUP=1]] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,15 +26,16 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   long n = argc > 1 ? atol(argv[1]) : 1048576;
   int reps = argc > 2 ? atoi(argv[2]) : 5;
-  if (n < 1 || reps < 1) {
-    if (rank == 0) fprintf(stderr, "usage: mpi_allreduce N [REPS]\n");
+  int warmup = argc > 3 ? atoi(argv[3]) : 1;
+  if (n < 1 || reps < 1 || warmup < 0) {
+    if (rank == 0) fprintf(stderr, "usage: mpi_allreduce N [REPS [WARMUP]]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out);
   double *t = malloc(reps * sizeof *t);
   if (!in || !out || !t) MPI_Abort(MPI_COMM_WORLD, 1);
   for (long i = 0; i < n; i++) in[i] = (float)((i + rank) % 1000);
-  MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); /* warm-up */
+  for (int w = 0; w < warmup; w++) MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   double cpu = 0;
   for (int r = 0; r < reps; r++) {
     MPI_Barrier(MPI_COMM_WORLD);
