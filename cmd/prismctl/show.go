@@ -17,7 +17,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,9 +40,10 @@ func runShow(args []string) int {
 	sock := fs.String("socket", "", "control socket of the prismd (default "+defaultSocket+")")
 	ns := fs.String("netns", "", "network namespace of a lab node (pl-<lab>-<node>): use that node's socket under "+deploy.DefaultStateDir)
 	asJSON := fs.Bool("json", false, "print the raw JSON")
-	coordinator := fs.String("coordinator", "", "show am: the AM's runtime channel URL, e.g. http://10.0.0.1:7000")
+	coordinator := fs.String("coordinator", "", "the AM's runtime channel URL, e.g. http://10.0.0.1:7000: show am reads it; show ops names each stream's rank or switch from it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl show ops|ports|macs [--socket PATH | --netns NS] [--json]")
+		fmt.Fprintln(fs.Output(), "       prismctl show ops [--socket PATH | --netns NS] --coordinator URL   (streams named by rank and switch)")
 		fmt.Fprintln(fs.Output(), "       prismctl show am --coordinator URL [--json]")
 		fs.PrintDefaults()
 	}
@@ -94,7 +97,11 @@ func runShow(args []string) int {
 	}
 	switch subject {
 	case "ops":
-		err = printOps(os.Stdout, body)
+		var names streamNames
+		if *coordinator != "" {
+			names = amStreamNames(*coordinator)
+		}
+		err = printOps(os.Stdout, body, names)
 	case "ports":
 		err = printPorts(os.Stdout, body)
 	case "macs":
@@ -242,7 +249,48 @@ func getUnix(sock, path string) ([]byte, error) {
 	return body, nil
 }
 
-func printOps(w io.Writer, body []byte) error {
+// streamNames maps an operation's bindings to their peers as the AM
+// planned them ("rank 2 (h3)", "subtree l2"): the switch knows a stream by
+// endpoint and MAC only.
+type streamNames map[streamKey]string
+
+type streamKey struct {
+	job                 uint64
+	group, groupGen, op uint16
+	opGen               uint32
+	kind                string
+	stream              uint16
+}
+
+// amStreamNames reads the AM's operations; an AM that cannot be read costs
+// the names, not the switch's view (a warning says why).
+func amStreamNames(url string) streamNames {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := am.NewClient(url).Ops(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl show ops: streams are not named: reading the AM: %v\n", err)
+		return nil
+	}
+	return streamNamesOf(l)
+}
+
+func streamNamesOf(l *am.OpList) streamNames {
+	names := streamNames{}
+	for _, o := range l.Ops {
+		for _, n := range o.Nodes {
+			for _, s := range n.Streams {
+				names[streamKey{o.Op.Job, o.Op.Group, o.Op.GroupGen, o.Op.OpID, o.Op.OpGen, s.Kind, s.Stream}] = s.Peer
+			}
+		}
+	}
+	return names
+}
+
+// waitingStream finds "KIND stream N " in a waiting-for line.
+var waitingStream = regexp.MustCompile(`\b(CONTRIBUTOR|PARENT|RESULT_IN|RESULT_OUT) stream (\d+) `)
+
+func printOps(w io.Writer, body []byte, names streamNames) error {
 	var r control.OpsResponse
 	if err := json.Unmarshal(body, &r); err != nil {
 		return err
@@ -255,6 +303,12 @@ func printOps(w io.Writer, body []byte) error {
 	for i, o := range r.Ops {
 		if i > 0 {
 			fmt.Fprintln(w)
+		}
+		who := func(kind string, st uint16) string {
+			if n := names[streamKey{o.Job, o.Group, o.GroupGen, o.Op, o.OpGen, kind, st}]; n != "" {
+				return n
+			}
+			return "-"
 		}
 		fmt.Fprintf(w, "job %d group %d/%d op %d/%d  %s %s  %s  worker %d\n", o.Job, o.Group, o.GroupGen, o.Op, o.OpGen,
 			o.Role, o.Collective, o.State, o.Worker)
@@ -270,7 +324,18 @@ func printOps(w io.Writer, body []byte) error {
 			fmt.Fprintf(w, "  error: %s\n", o.Error)
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  IN\tSTREAM\tPEER\tPORT\tMAC\tCOMMITTED\tHOLES\tCREDITS\tIDLE\t")
+		named := names != nil
+		col := func(kind string, st uint16) string {
+			if !named {
+				return ""
+			}
+			return who(kind, st) + "\t"
+		}
+		head := "  IN\tSTREAM\t"
+		if named {
+			head += "FROM\t"
+		}
+		fmt.Fprintln(tw, head+"PEER\tPORT\tMAC\tCOMMITTED\tHOLES\tCREDITS\tIDLE\t")
 		for _, s := range o.Inbound {
 			holes := make([]string, 0, len(s.Holes))
 			for _, h := range s.Holes {
@@ -284,20 +349,31 @@ func printOps(w io.Writer, body []byte) error {
 			if s.Done {
 				done = " done"
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%d%s\t%s\t%d/%d\t%dms\t\n", s.Kind, s.Stream, s.PeerEP, s.Port, s.PeerMAC,
+			fmt.Fprintf(tw, "  %s\t%d\t%s%d\t%d\t%s\t%d%s\t%s\t%d/%d\t%dms\t\n", s.Kind, s.Stream, col(s.Kind, s.Stream), s.PeerEP, s.Port, s.PeerMAC,
 				s.Committed, done, hs, s.IntervalCredits, s.ByteCredits, s.IdleMs)
 		}
 		tw.Flush()
 		if len(o.Outbound) > 0 {
 			tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "  OUT\tSTREAM\tPEER\tPORT\tMAC\tACKED\tUNACKED\tCREDITS\tRETX\t")
+			head := "  OUT\tSTREAM\t"
+			if named {
+				head += "TO\t"
+			}
+			fmt.Fprintln(tw, head+"PEER\tPORT\tMAC\tACKED\tUNACKED\tCREDITS\tRETX\t")
 			for _, s := range o.Outbound {
-				fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%d\t%d frames [%d,%d)\t%d/%d\t%d\t\n", s.Kind, s.Stream, s.PeerEP, s.Port,
+				fmt.Fprintf(tw, "  %s\t%d\t%s%d\t%d\t%s\t%d\t%d frames [%d,%d)\t%d/%d\t%d\t\n", s.Kind, s.Stream, col(s.Kind, s.Stream), s.PeerEP, s.Port,
 					s.PeerMAC, s.PeerCommitted, s.UnackedFrames, s.UnackedFrom, s.UnackedTo, s.IntervalCredits, s.ByteCredits, s.Retransmits)
 			}
 			tw.Flush()
 		}
 		for _, wf := range o.WaitingFor {
+			// "CONTRIBUTOR stream 3 (endpoint ..." -> "CONTRIBUTOR stream 3 = rank 1 (h2) (endpoint ...".
+			if m := waitingStream.FindStringSubmatchIndex(wf); named && m != nil {
+				st, _ := strconv.Atoi(wf[m[4]:m[5]])
+				if n := who(wf[m[2]:m[3]], uint16(st)); n != "-" {
+					wf = wf[:m[5]] + " = " + n + wf[m[5]:]
+				}
+			}
 			fmt.Fprintf(w, "  waiting for %s\n", wf)
 		}
 	}

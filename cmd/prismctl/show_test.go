@@ -57,7 +57,7 @@ func TestShowOverUnixSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := printOps(&out, body); err != nil {
+	if err := printOps(&out, body, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"job 7 group 0/0 op 3/1", "FAILED", "error (TIMEOUT): CONTRIBUTOR stream 101 silent", "[50,60)",
@@ -160,5 +160,66 @@ func TestShowAM(t *testing.T) {
 	}
 	if code := showAM("", false); code != 2 {
 		t.Errorf("show am without --coordinator: exit %d, want 2", code)
+	}
+}
+
+// TestShowOpsNamesStreams: with the AM's view, a switch's streams are
+// named by rank or switch (FROM/TO columns, the waiting-for line); an
+// operation the AM does not know, and an unreachable AM, leave the
+// switch's view as it is.
+func TestShowOpsNamesStreams(t *testing.T) {
+	ops := control.OpsResponse{Workers: 1, Ops: []control.OpView{{OpSnapshot: engine.OpSnapshot{
+		Job: 7, Group: 1, GroupGen: 2, Op: 3, OpGen: 9, Role: "LEAF", Collective: "ALLREDUCE", State: "ACTIVE", VectorLen: 100,
+		WaitingFor: []string{"CONTRIBUTOR stream 5 (endpoint 6, 02:4b:00:00:01:02, port 1): elements from 40"},
+		Inbound: []engine.InboundStream{
+			{Kind: "CONTRIBUTOR", Stream: 4, PeerMAC: "02:4b:00:00:01:01", Committed: 100},
+			{Kind: "CONTRIBUTOR", Stream: 5, PeerMAC: "02:4b:00:00:01:02", Committed: 40},
+			{Kind: "RESULT_IN", Stream: 8, PeerMAC: "02:4b:00:00:00:09"}},
+		Outbound: []engine.OutboundStream{{Kind: "PARENT", Stream: 5, PeerMAC: "02:4b:00:00:00:09"}},
+	}}}}
+	l := am.OpList{Ops: []am.OpStatus{{ID: "7-1-2-3-9", Op: am.OpIdentity{Job: 7, Group: 1, GroupGen: 2, OpID: 3, OpGen: 9},
+		Nodes: []am.NodeStatus{
+			{Name: "l1", Streams: []am.StreamPeer{{Kind: "CONTRIBUTOR", Stream: 4, Peer: "rank 0 (h1)"},
+				{Kind: "CONTRIBUTOR", Stream: 5, Peer: "rank 1 (h2)"}, {Kind: "RESULT_IN", Stream: 8, Peer: "the RESULT from s1"}}},
+			// Stream 5 under another kind at another node: the key is (kind, stream).
+			{Name: "s1", Streams: []am.StreamPeer{{Kind: "CONTRIBUTOR", Stream: 9, Peer: "subtree l1"}, {Kind: "PARENT", Stream: 5, Peer: "the parent s1"}}},
+		}}}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(l) }))
+	defer srv.Close()
+	body, _ := json.Marshal(ops)
+	var out bytes.Buffer
+	if err := printOps(&out, body, amStreamNames(srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 2 {
+			rows[f[0]+" "+f[1]] = line
+		}
+	}
+	for k, want := range map[string]string{"IN STREAM": "FROM", "OUT STREAM": "TO", "CONTRIBUTOR 4": "rank 0 (h1)",
+		"CONTRIBUTOR 5": "rank 1 (h2)", "RESULT_IN 8": "the RESULT from s1", "PARENT 5": "the parent s1"} {
+		if !strings.Contains(rows[k], want) {
+			t.Errorf("row %q lacks %q:\n%s", k, want, out.String())
+		}
+	}
+	if want := "waiting for CONTRIBUTOR stream 5 = rank 1 (h2) (endpoint 6"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+	// Another generation of the operation: nothing to name.
+	ops.Ops[0].OpGen = 10
+	body, _ = json.Marshal(ops)
+	out.Reset()
+	if err := printOps(&out, body, amStreamNames(srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "rank ") || !strings.Contains(rows["CONTRIBUTOR 4"], "02:4b:00:00:01:01") {
+		t.Errorf("an operation the AM does not know got names:\n%s", out.String())
+	}
+	// An AM that does not answer: no names and no FROM column.
+	srv.Close()
+	out.Reset()
+	if err := printOps(&out, body, amStreamNames(srv.URL)); err != nil || strings.Contains(out.String(), "FROM") {
+		t.Errorf("unreachable AM: %v\n%s", err, out.String())
 	}
 }

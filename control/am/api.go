@@ -196,6 +196,22 @@ type NodeStatus struct {
 	// peer reported FAILED: a failure that came from elsewhere), INTERNAL.
 	FailCause string `json:"fail_cause,omitempty"`
 	LastError string `json:"last_error,omitempty"`
+	// Streams names the peer behind each of the node's bindings, so that
+	// a switch's own view (prismctl show ops), which knows streams by
+	// endpoint and MAC, can say which rank or switch a stream is.
+	Streams []StreamPeer `json:"streams,omitempty"`
+}
+
+// StreamPeer is one binding of a node as the AM planned it. Kind and
+// Stream identify it within the operation (a stream ID appears at two
+// nodes, under two kinds: CONTRIBUTOR at the parent and PARENT at the
+// child, RESULT_OUT and RESULT_IN).
+type StreamPeer struct {
+	Kind   string `json:"kind"` // CONTRIBUTOR | PARENT | RESULT_IN | RESULT_OUT
+	Stream uint16 `json:"stream"`
+	// Peer is the other end: "rank 2 (h3)", "subtree l2", "the parent s1",
+	// "the RESULT from s1".
+	Peer string `json:"peer"`
 }
 
 // OpStatus is GET /v1/ops/{id} and an element of GET /v1/ops.

@@ -734,6 +734,11 @@ func newOperation(id OpIdentity, inv *invocation, tree *Tree, pl *plan) *operati
 		if n.Parent != nil {
 			ns.Parent = n.Parent.Parent
 		}
+		if np := pl.nodes[n.Name]; np != nil {
+			for _, b := range np.bindings {
+				ns.Streams = append(ns.Streams, StreamPeer{Kind: b.Kind.String(), Stream: b.Stream, Peer: np.owner[b.Stream]})
+			}
+		}
 		op.nodes[n.Name] = ns
 	}
 	return op

@@ -1114,3 +1114,58 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// TestStreamsNamePeers: GET /v1/ops names the peer of every binding each
+// node was staged with, so a switch's own view can say which rank or
+// switch a stream is. The names are derived again here from the staged
+// bindings (stream and MAC) and the grants.
+func TestStreamsNamePeers(t *testing.T) {
+	r := newRig(t, "fat-tree", Config{})
+	hosts := []string{"h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"}
+	grants := r.grantAll(t, reqsFor(9, 0, "allreduce", hosts...))
+	st, _ := r.m.Op(grants[0].ID)
+	macOf := func(node, iface string) string { m := r.topo.MAC(node, iface); return net.HardwareAddr(m[:]).String() }
+	nodeOfMAC := map[string]string{}
+	for n := range r.nodes {
+		for _, ifc := range deploy.Ports(r.topo, n) {
+			nodeOfMAC[macOf(n, ifc)] = n
+		}
+	}
+	named := 0
+	for _, ns := range st.Nodes {
+		got := map[string]string{}
+		for _, s := range ns.Streams {
+			got[fmt.Sprintf("%s %d", s.Kind, s.Stream)] = s.Peer
+		}
+		c := r.nodes[ns.Name].staged(grants[0].Op)
+		if c == nil || len(c.bindings) != len(ns.Streams) {
+			t.Fatalf("%s: %d streams named, staged %v", ns.Name, len(ns.Streams), c)
+		}
+		for _, b := range c.bindings {
+			var want string
+			switch {
+			case b.Flags&parser.BindingFlagRank != 0:
+				for rank, g := range grants {
+					if b.Kind == parser.KindContributor && g.Data.StreamID == b.Stream ||
+						b.Kind == parser.KindResultOut && g.Result != nil && g.Result.StreamID == b.Stream {
+						want = fmt.Sprintf("rank %d (%s)", rank, hosts[rank])
+					}
+				}
+			case b.Kind == parser.KindParent:
+				want = "the parent " + nodeOfMAC[b.PeerMAC.String()]
+			case b.Kind == parser.KindResultIn:
+				want = "the RESULT from " + nodeOfMAC[b.PeerMAC.String()]
+			default:
+				want = "subtree " + nodeOfMAC[b.PeerMAC.String()]
+			}
+			k := fmt.Sprintf("%s %d", b.Kind, b.Stream)
+			if got[k] != want || strings.HasSuffix(want, " ") {
+				t.Errorf("%s %s: named %q, want %q", ns.Name, k, got[k], want)
+			}
+			named++
+		}
+	}
+	if named == 0 {
+		t.Fatal("no streams named")
+	}
+}

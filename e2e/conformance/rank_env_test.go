@@ -272,6 +272,11 @@ type rkNodeJSON struct {
 	MissingFromWhom   string `json:"missing_from_whom"`
 	FailCause         string `json:"fail_cause"`
 	LastError         string `json:"last_error"`
+	Streams           []struct {
+		Kind   string `json:"kind"`
+		Stream uint16 `json:"stream"`
+		Peer   string `json:"peer"`
+	} `json:"streams"`
 }
 
 type rkErrJSON struct {

@@ -630,6 +630,46 @@ func rkInputs(seed uint64, size, n int) [][]float32 {
 	return v
 }
 
+// checkStreamPeers: each rank's leaf lists the rank's DATA stream (and
+// its RESULT stream, when it has one) among its streams, named
+// "rank R (HOST)"; every switch edge's stream is named at both ends (9.3).
+func checkStreamPeers(t *testing.T, s rkStatus, grants []*rkGrant, hosts []string) {
+	t.Helper()
+	named := map[string]string{}
+	for _, n := range s.Nodes {
+		for _, b := range n.Streams {
+			named[fmt.Sprintf("%s %s %d", n.Name, b.Kind, b.Stream)] = b.Peer
+		}
+	}
+	for r, g := range grants {
+		want := fmt.Sprintf("rank %d (%s)", r, hosts[r])
+		if k := fmt.Sprintf("%s CONTRIBUTOR %d", g.Leaf, g.Data.StreamID); named[k] != want {
+			t.Errorf("GET /v1/ops/{id}: node %s stream %q, want %q (9.3 streams)", g.Leaf, named[k], want)
+		}
+		if g.Result != nil {
+			if k := fmt.Sprintf("%s RESULT_OUT %d", g.Leaf, g.Result.StreamID); named[k] != want {
+				t.Errorf("GET /v1/ops/{id}: node %s stream %q, want %q (9.3 streams)", g.Leaf, named[k], want)
+			}
+		}
+	}
+	for _, n := range s.Nodes {
+		if n.Parent == "" {
+			continue
+		}
+		for _, b := range n.Streams {
+			if b.Kind != "PARENT" {
+				continue
+			}
+			if b.Peer != "the parent "+n.Parent {
+				t.Errorf("GET /v1/ops/{id}: node %s PARENT stream %d named %q, want %q", n.Name, b.Stream, b.Peer, "the parent "+n.Parent)
+			}
+			if k := fmt.Sprintf("%s CONTRIBUTOR %d", n.Parent, b.Stream); named[k] != "subtree "+n.Name {
+				t.Errorf("GET /v1/ops/{id}: node %s CONTRIBUTOR stream %d named %q, want %q", n.Parent, b.Stream, named[k], "subtree "+n.Name)
+			}
+		}
+	}
+}
+
 // rkTree is the reduction tree as GET /v1/ops reports it plus the grants'
 // leaves: each node's children (switches) and ranks.
 type rkTree struct {

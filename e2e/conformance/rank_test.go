@@ -329,6 +329,7 @@ func (e *rkEnv) rkCollective(t *testing.T, c rkCase) []*rkGrant {
 		leafOf[r] = g.Leaf
 	}
 	tree := rkTreeOf(st, leafOf)
+	checkStreamPeers(t, st, grants, e.hosts)
 	for r, v := range results {
 		bad := 0
 		for i := 0; i < int(c.n); i++ {
