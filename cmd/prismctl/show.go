@@ -40,7 +40,7 @@ func runShow(args []string) int {
 	sock := fs.String("socket", "", "control socket of the prismd (default "+defaultSocket+")")
 	ns := fs.String("netns", "", "network namespace of a lab node (pl-<lab>-<node>): use that node's socket under "+deploy.DefaultStateDir)
 	asJSON := fs.Bool("json", false, "print the raw JSON")
-	coordinator := fs.String("coordinator", "", "the AM's runtime channel URL, e.g. http://10.0.0.1:7000: show am reads it; show ops names each stream's rank or switch from it")
+	coordinator := fs.String("coordinator", os.Getenv("PRISM_COORDINATOR"), "the AM's runtime channel URL, e.g. http://10.0.0.1:7000 (PRISM_COORDINATOR, as for the ranks): show am reads it; show ops names each stream's rank or switch from it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl show ops|ports|macs [--socket PATH | --netns NS] [--json]")
 		fmt.Fprintln(fs.Output(), "       prismctl show ops [--socket PATH | --netns NS] --coordinator URL   (streams named by rank and switch)")
@@ -118,7 +118,7 @@ func runShow(args []string) int {
 // every node as the AM last saw it, with what it waits for.
 func showAM(url string, asJSON bool) int {
 	if url == "" {
-		fmt.Fprintln(os.Stderr, "prismctl show am: --coordinator URL is required (the AM's --listen address, e.g. http://10.0.0.1:7000)")
+		fmt.Fprintln(os.Stderr, "prismctl show am: --coordinator URL is required, or PRISM_COORDINATOR (the AM's --listen address, e.g. http://10.0.0.1:7000)")
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -158,6 +158,11 @@ func TestShowAM(t *testing.T) {
 			t.Errorf("show am output lacks %q:\n%s", want, out)
 		}
 	}
+	// The AM's URL from the environment, as the ranks take it.
+	t.Setenv("PRISM_COORDINATOR", srv.URL)
+	if code := runShow([]string{"am", "--json"}); code != 0 {
+		t.Errorf("show am with PRISM_COORDINATOR set: exit %d, want 0", code)
+	}
 	if code := showAM("", false); code != 2 {
 		t.Errorf("show am without --coordinator: exit %d, want 2", code)
 	}
