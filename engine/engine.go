@@ -400,8 +400,8 @@ type bankShape struct {
 // node's accumulator limit rather than a constant: a fixed 64 MiB held one
 // spare of a spine's 47.5 MB KULISCH_FIXED ring (1M elements at MTU 9000,
 // window 4x a leaf's), so that root faulted in and zeroed a fresh ring
-// every few operations, 12% of its CPU, and 1M KULISCH ordinary collectives
-// cost the switches 14 ms more CPU each than persistent ones.
+// every few operations: 12% of its CPU in a profile of back-to-back
+// ordinary collectives.
 //
 // Banks and replay slabs unused for poolIdle are dropped (Tick), so a node
 // whose jobs ended gives the memory back.

@@ -267,7 +267,9 @@ type streamKey struct {
 func amStreamNames(url string) streamNames {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	l, err := am.NewClient(url).Ops(ctx)
+	c := am.NewClient(url)
+	c.RetryFor = time.Second // a switch's view should not wait long for names
+	l, err := c.Ops(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl show ops: streams are not named: reading the AM: %v\n", err)
 		return nil
