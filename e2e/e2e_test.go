@@ -934,6 +934,34 @@ func TestPrismctl(t *testing.T) {
 			t.Errorf("int8 -> fp32 rank %d did not verify:\n%s", i, o)
 		}
 	}
+	// Two ranks that swapped their --node (the topology says whose MAC each
+	// interface has): every rank fails at once naming the right host,
+	// rather than timing out on a leaf that waits for DATA arriving on
+	// another port.
+	t0 := time.Now()
+	var swapped [4]bytes.Buffer
+	var swapCmds []*exec.Cmd
+	for i, h := range hosts {
+		node := map[string]string{"h2": "h3", "h3": "h2"}[h]
+		if node == "" {
+			node = h
+		}
+		c := lab.Exec(h, bin, "allreduce", "--coordinator", "http://"+addr, "--rank", fmt.Sprint(i), "--size", "4",
+			"--iface", "eth0", "--node", node, "--job", "84", "--count", "1000")
+		c.Stdout, c.Stderr = &swapped[i], &swapped[i]
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		swapCmds = append(swapCmds, c)
+	}
+	for i, c := range swapCmds {
+		if err := c.Wait(); err == nil || !strings.Contains(swapped[i].String(), "is h2 eth0's") && !strings.Contains(swapped[i].String(), "is h3 eth0's") {
+			t.Errorf("swapped --node, rank %d: %v, want a topology error naming the host:\n%s", i, err, swapped[i].String())
+		}
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("swapped --node: the ranks took %v to fail, want at once", d)
+	}
 	outs := run(80, "bench", "-b", "1K", "-e", "64K", "-f", "4", "-n", "2", "--check")
 	if !strings.Contains(outs[0], "algbw") || strings.Count(outs[0], "exact") != 4 {
 		t.Errorf("bench table:\n%s", outs[0])

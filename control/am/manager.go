@@ -332,12 +332,15 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	// A rank on a host the topology does not have dooms its invocation:
+	// A rank on a host the topology does not have, or on another host than
+	// it says (its MAC is that host's), dooms its invocation:
 	// like a mismatch, it fails at once for every rank (below) instead of
 	// after the last one arrived, or never if that rank gave up.
 	var unplaced *APIError
 	if m.cfg.Topology != nil {
-		if _, err := placeRank(m.cfg.Topology, r.Rank, RankHost{Node: r.Node, Iface: r.Iface}); err != nil {
+		rh := RankHost{Node: r.Node, Iface: r.Iface}
+		rh.MAC, _ = net.ParseMAC(r.MAC) // normalize checked it; "" is nil
+		if _, err := placeRank(m.cfg.Topology, r.Rank, rh); err != nil {
 			unplaced = &APIError{Code: CodeTopology, Rank: &r.Rank, Message: err.Error()}
 		}
 	}

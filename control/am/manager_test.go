@@ -963,6 +963,20 @@ func TestBeginRequiredFields(t *testing.T) {
 			t.Errorf("node %q iface %q: %d %s after %v, want 422 naming %q at once", c.node, c.iface, resp.StatusCode, msg, time.Since(t0), c.want)
 		}
 	}
+	// A rank whose interface MAC is another host's in the topology named
+	// the wrong host: 422 at once, naming the host it is on.
+	h2 := r.topo.MAC("h2", "eth0")
+	full["node"], full["iface"], full["mac"], full["seq"] = "h1", "", net.HardwareAddr(h2[:]).String(), 7
+	b, _ = json.Marshal(full)
+	resp, err = http.Post(srv.URL+APIVersion+"/begin", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(msg), "is h2 eth0's") || !strings.Contains(string(msg), "pass --node h2") {
+		t.Errorf("rank on h2 saying h1: %d %s, want 422 naming h2", resp.StatusCode, msg)
+	}
 	if bs := r.m.Ops().Barriers; len(bs) != 0 {
 		t.Errorf("refused requests left barriers %+v", bs)
 	}

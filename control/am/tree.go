@@ -5,6 +5,7 @@
 package am
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -285,6 +286,29 @@ func bfs(topo *deploy.Topology, src string) (map[string]int, map[string]hop) {
 	return dist, prev
 }
 
+// macOwner finds the host interface of topo whose deterministic MAC is
+// mac. Lab hosts carry these MACs; a real host's NIC keeps its own, which
+// matches none.
+func macOwner(topo *deploy.Topology, mac net.HardwareAddr) (host, iface string, ok bool) {
+	for _, h := range topo.Hosts() {
+		for _, i := range topo.Nodes[h].Ifaces {
+			if m := topo.MAC(h, i); bytes.Equal(m[:], mac) {
+				return h, i, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// ifaceHint is the --node-iface a rank on host h's interface i needs: none
+// when it is the host's only link.
+func ifaceHint(topo *deploy.Topology, h, i string) string {
+	if len(topo.Nodes[h].Ifaces) == 1 {
+		return ""
+	}
+	return " --node-iface " + i + " (PRISM_NODE_IFACE)"
+}
+
 func placeRank(topo *deploy.Topology, r int, rh RankHost) (RankPlace, error) {
 	n, ok := topo.Nodes[rh.Node]
 	if !ok {
@@ -304,6 +328,13 @@ func placeRank(topo *deploy.Topology, r int, rh RankHost) (RankPlace, error) {
 	if mac == nil {
 		m := topo.MAC(rh.Node, iface)
 		mac = net.HardwareAddr(m[:])
+	} else if h, i, ok := macOwner(topo, mac); ok && (h != rh.Node || i != iface) {
+		// The rank's interface is another host's in this topology: it named
+		// the wrong host (two ranks swapped their --node, a copied command
+		// line). Placed as asked, its leaf would wait for DATA that arrives
+		// on another port and the operation would time out blaming a rank.
+		return RankPlace{}, fmt.Errorf("%w: rank %d says it is on %s %s, but its interface MAC %s is %s %s's in topology %s: pass --node %s (PRISM_NODE)%s",
+			ErrTopology, r, rh.Node, iface, mac, h, i, topo.Name, h, ifaceHint(topo, h, i))
 	}
 	// Walk through bridges until the first prismd switch.
 	peer, _ := topo.Peer(deploy.Endpoint{Node: rh.Node, Iface: iface})
