@@ -696,3 +696,33 @@ func TestDoneReportedAfterReturn(t *testing.T) {
 		t.Fatalf("Close after a refused report: %v, want an error naming the operation", err)
 	}
 }
+
+// TestBarrierWaitReported: a rank whose job's other rank never starts is
+// told, while it waits at the AM's barrier, which rank is missing
+// (Config.Notify), and its error names that rank when it gives up.
+func TestBarrierWaitReported(t *testing.T) {
+	defer func(a, b time.Duration) { barrierNotice, barrierNoticeEvery = a, b }(barrierNotice, barrierNoticeEvery)
+	barrierNotice, barrierNoticeEvery = 100*time.Millisecond, 100*time.Millisecond
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	var mu sync.Mutex
+	var notes []string
+	c, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 71, Coordinator: url, Node: "h1",
+		Notify: func(m string) { mu.Lock(); notes = append(notes, m); mu.Unlock() }}, f.attach("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	err = c.AllReduce(ctx, make([]float32, 10), make([]float32, 10), nil)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "for ranks 1 (arrived: 0)") {
+		t.Fatalf("AllReduce: %v, want the deadline naming rank 1 as missing", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notes) < 2 || !strings.Contains(notes[0], "rank 0: the AM's barrier for job 71 group 0 seq 0 has waited") ||
+		!strings.Contains(notes[0], "for ranks 1 (arrived: 0)") {
+		t.Fatalf("notices %q, want repeated ones naming rank 1 as missing", notes)
+	}
+}

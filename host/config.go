@@ -36,6 +36,11 @@ type Config struct {
 	// ConnectTimeout bounds how long NewComm and each request retry an
 	// unreachable coordinator (default 10s).
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
+	// Notify, when set, receives what the library has to say while a call
+	// waits for others (the ranks an AM barrier still waits for, every
+	// 15 s after the first 5): a job whose last rank never started says
+	// so instead of hanging silently until the barrier timeout.
+	Notify func(msg string) `json:"-"`
 }
 
 // ConfigFromEnv reads PRISM_RANK, PRISM_SIZE, PRISM_IFACE, PRISM_JOB,

@@ -10,7 +10,8 @@
 //	err = p.Run(ctx)                                  // then run as often as needed
 //
 // It owns the rank side of one collective: the barrier request to the Host
-// Coordinator over the runtime channel (package control/am's Client), DATA
+// Coordinator over the runtime channel (package control/am's Client; while
+// the barrier holds it, Config.Notify hears which ranks it waits for), DATA
 // sent through a stream.SendWindow with retransmission driven by PROGRESS,
 // RESULT received through a stream.RecvWindow and answered with PROGRESS,
 // the completion report to the coordinator and the errors that say what

@@ -273,7 +273,7 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any,
 	}
 	req := c.beginRequest(seq, coll, sv, root, o)
 	t0 := time.Now()
-	g, err := c.client.Begin(ctx, req)
+	g, err := c.begin(ctx, req)
 	if err != nil {
 		return st, oe("begin", err)
 	}

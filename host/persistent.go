@@ -158,7 +158,7 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 		req := c.beginRequest(seq, p.coll, p.send, p.root, p.opts)
 		req.Persistent, req.VectorLen = true, p.n*p.k
 		t0 := time.Now()
-		g, err := c.client.Begin(ctx, req)
+		g, err := c.begin(ctx, req)
 		if err != nil {
 			return st, &OpError{Collective: p.coll, Rank: c.cfg.Rank, Stage: "begin", Err: err}
 		}

@@ -168,7 +168,8 @@ func (f *rankFlags) check() error {
 func (f *rankFlags) comm(ctx context.Context) (*host.Comm, error) {
 	oneProc()
 	return host.NewComm(ctx, host.Config{Rank: f.rank, Size: f.size, Iface: f.iface, Job: f.job, Group: uint16(f.group),
-		Coordinator: f.coordinator, Node: f.node, NodeIface: f.nodeIface})
+		Coordinator: f.coordinator, Node: f.node, NodeIface: f.nodeIface,
+		Notify: func(msg string) { fmt.Fprintf(os.Stderr, "prismctl: %s\n", msg) }})
 }
 
 // oneProc runs a rank on one P unless GOMAXPROCS is set. A rank's work is
