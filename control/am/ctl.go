@@ -192,7 +192,9 @@ func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h
 		if !time.Now().Before(deadline) {
 			c.metrics.ctlTimeouts.WithLabelValues(cmd).Inc()
 			return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd,
-				Err: fmt.Errorf("%w after %d transmissions in %v (Transaction ID %#x)", ErrNoAck, attempt+1, c.timeout, h.Txn)}
+				Err: fmt.Errorf("%w after %d transmissions in %v (Transaction ID %#x) to %s: is prismd running there with that node_mac, "+
+					"and this AM's %s among its am_sources? (a lab's MACs follow its name: give the AM the topology file 'prismctl lab up' wrote)",
+					ErrNoAck, attempt+1, c.timeout, h.Txn, dst, c.conn.MAC())}
 		}
 		if rto < 8*c.rto {
 			rto *= 2

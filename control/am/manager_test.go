@@ -394,6 +394,12 @@ func TestCommitSilentRollbackIncomplete(t *testing.T) {
 			!strings.Contains(ae.Message, "no acknowledgement") {
 			t.Fatalf("rank %d: err %v", i, x.err)
 		}
+		// The silent node is named by the MAC the AM sent to, with what to check.
+		m := r.topo.MAC("s1", deploy.NodeMACIface)
+		if want := "to " + net.HardwareAddr(m[:]).String() + ": is prismd running there with that node_mac"; !strings.Contains(ae.Message, want) ||
+			!strings.Contains(ae.Message, "am_sources") {
+			t.Fatalf("rank %d: %q lacks %q and the am_sources hint", i, ae.Message, want)
+		}
 	}
 	if d := time.Since(start); d > 8*time.Second {
 		t.Errorf("setup failure took %v", d)
