@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -163,8 +164,29 @@ func labUp(topo *deploy.Topology, f *labFlags, file string) error {
 	if !f.quiet {
 		fmt.Printf("lab %s is up: %d nodes, state in %s\n", topo.Name, len(topo.Nodes), lab.Dir())
 		fmt.Printf("  prismctl lab exec %s NODE -- CMD\n  prismctl lab down %s\n", file, file)
+		if cmd := amCommand(topo, lab.TopologyFile()); cmd != "" {
+			// The lab's MACs follow its name: an AM given another copy of
+			// the topology (the embedded one, for a renamed lab) sends
+			// CONTROL to MACs no switch has.
+			fmt.Printf("  Aggregation Manager for collectives, with this lab's topology:\n    prismctl lab exec %s %s\n", file, cmd)
+		}
 	}
 	return nil
+}
+
+// amCommand is the command that starts an AM on the lab's first host with
+// an address, or "" for a lab without a prismd switch or addressed host.
+func amCommand(topo *deploy.Topology, topoFile string) string {
+	if len(topo.NodesOf(deploy.KindPrismd)) == 0 {
+		return ""
+	}
+	for _, h := range topo.Hosts() {
+		if a, ok := topo.HostAddr(h); ok && len(topo.Nodes[h].Ifaces) > 0 {
+			return fmt.Sprintf("%s -- prismctl am --topology %s --listen %s --iface %s", h, topoFile,
+				net.JoinHostPort(a.String(), "7000"), topo.Nodes[h].Ifaces[0])
+		}
+	}
+	return ""
 }
 
 func labExec(topo *deploy.Topology, f *labFlags, node string, argv []string) int {
