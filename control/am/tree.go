@@ -290,6 +290,9 @@ func bfs(topo *deploy.Topology, src string) (map[string]int, map[string]hop) {
 // mac. Lab hosts carry these MACs; a real host's NIC keeps its own, which
 // matches none.
 func macOwner(topo *deploy.Topology, mac net.HardwareAddr) (host, iface string, ok bool) {
+	if len(mac) != 6 || mac[0] != 0x02 {
+		return "", "", false // not a lab MAC: no hashing per host for a real NIC
+	}
 	for _, h := range topo.Hosts() {
 		for _, i := range topo.Nodes[h].Ifaces {
 			if m := topo.MAC(h, i); bytes.Equal(m[:], mac) {
