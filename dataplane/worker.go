@@ -133,11 +133,8 @@ func (w *worker) runInline(in int, held [][]byte) bool {
 			if in < len(s.ports) {
 				w.drainRing(s.ports[in].rings[w.id], ringSize)
 			}
-			// One clock read per batch: its frames arrived together, and
-			// a read per frame was 1.3% of an aggregating switch's CPU.
-			now := w.d.Now()
 			for _, f := range held {
-				w.h.Handle(now, in, f, &w.tx)
+				w.h.Handle(w.d.Now(), in, f, &w.tx)
 			}
 			held = nil
 			if w.flusher != nil {
@@ -222,16 +219,12 @@ func (w *worker) drain(s *snapshot) bool {
 // and reports whether there was any.
 func (w *worker) drainRing(r *spscRing, max int) bool {
 	k := 0
-	var now int64
 	for ; k < max; k++ {
 		sl := r.peek()
 		if sl == nil {
 			break
 		}
-		if k == 0 {
-			now = w.d.Now() // once per batch, as runInline
-		}
-		w.h.Handle(now, sl.in, sl.buf[:sl.n], &w.tx)
+		w.h.Handle(w.d.Now(), sl.in, sl.buf[:sl.n], &w.tx)
 		r.advance()
 	}
 	return k > 0
