@@ -8,13 +8,17 @@ package control
 const idleAfterTicks = 250
 
 // Idle implements dataplane.Idler: a worker with no PRISM or BITMAP context
-// has no timer armed (no retransmission, no contributor deadline, no soft
-// state), so the dataplane may stop ticking it until the next frame.
+// and no pooled accumulator memory has no timer armed (no retransmission,
+// no contributor deadline, no soft state, nothing to give back), so the
+// dataplane may stop ticking it until the next frame.
 func (w *Worker) Idle() bool { return w.idleTicks >= idleAfterTicks }
 
 // noteTick counts consecutive context-free ticks; called from Tick.
 func (w *Worker) noteTick() {
-	if w.eng.Len() == 0 && w.bm.Len() == 0 {
+	// Pooled accumulator memory keeps the worker ticking too: only Tick
+	// gives it back (poolIdle after the last STAGE), and a worker that
+	// stopped ticking would hold it until the next job.
+	if w.eng.Len() == 0 && w.bm.Len() == 0 && !w.eng.Pooled() {
 		if w.idleTicks < idleAfterTicks {
 			w.idleTicks++
 		}

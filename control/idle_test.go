@@ -2,7 +2,9 @@ package control
 
 import (
 	"testing"
+	"time"
 
+	"github.com/prismd/prismd/engine"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -37,5 +39,33 @@ func TestIdle(t *testing.T) {
 	}
 	if r.w.Idle() {
 		t.Fatal("idle with a staged context")
+	}
+}
+
+// TestIdleAfterPoolsDropped: a worker whose last context is gone but whose
+// engine still pools its accumulator memory keeps ticking, so that the
+// engine gives the memory back engine.PoolIdle after the last STAGE; then
+// it goes idle.
+func TestIdleAfterPoolsDropped(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	if st, _ := r.ack(stageFrame(t, ruleKey, r.nextTxn(), goodCtx(), goodBindings())); st != parser.StatusOK {
+		t.Fatalf("STAGE: %v", st)
+	}
+	r.expect(r.cmd(ruleKey, parser.CmdRelease), parser.StatusOK, parser.StateReleased)
+	if r.w.eng.Len() != 0 || !r.w.eng.Pooled() {
+		t.Fatalf("after RELEASE: %d contexts, pooled %v; want none, pooled", r.w.eng.Len(), r.w.eng.Pooled())
+	}
+	for i := 0; i < 2*idleAfterTicks; i++ {
+		r.w.Tick(r.now, r.tx)
+	}
+	if r.w.Idle() {
+		t.Fatal("idle while the engine still pools memory: nothing would give it back")
+	}
+	r.now += int64(engine.PoolIdle) + int64(time.Millisecond)
+	for i := 0; i < idleAfterTicks; i++ {
+		r.w.Tick(r.now, r.tx)
+	}
+	if r.w.eng.Pooled() || !r.w.Idle() {
+		t.Fatalf("PoolIdle after the last STAGE: pooled %v, idle %v; want the memory given back and the worker idle", r.w.eng.Pooled(), r.w.Idle())
 	}
 }

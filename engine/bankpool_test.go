@@ -113,7 +113,7 @@ func BenchmarkStageJumbo(b *testing.B) {
 // TestBankPoolHoldsTwoRootRings: a spine's KULISCH_FIXED ring for a 1M
 // jumbo-MTU collective (4x a leaf's window, 47.5 MB) is pooled twice, so
 // back-to-back operations (one released, one running, one prepared) never
-// fault in a fresh ring; after poolIdle without a Stage the pools are
+// fault in a fresh ring; after PoolIdle without a Stage the pools are
 // dropped and the next operation gets a new bank.
 func TestBankPoolHoldsTwoRootRings(t *testing.T) {
 	e := New(Config{Logger: quiet()})
@@ -142,13 +142,13 @@ func TestBankPoolHoldsTwoRootRings(t *testing.T) {
 		e.Remove(c.spec.Op)
 		e.Remove(d.spec.Op)
 	}
-	e.Tick(now+int64(poolIdle)/2, nil)
+	e.Tick(now+int64(PoolIdle)/2, nil)
 	if e.bankBytes == 0 {
-		t.Fatal("pool dropped before poolIdle")
+		t.Fatal("pool dropped before PoolIdle")
 	}
-	e.Tick(now+int64(poolIdle)+1, nil)
+	e.Tick(now+int64(PoolIdle)+1, nil)
 	if e.bankBytes != 0 || len(e.banks) != 0 || e.slabs.Bytes() != 0 {
-		t.Fatalf("after poolIdle the pools still hold %d bytes of banks, %d of slabs", e.bankBytes, e.slabs.Bytes())
+		t.Fatalf("after PoolIdle the pools still hold %d bytes of banks, %d of slabs", e.bankBytes, e.slabs.Bytes())
 	}
 	if c := stage(20); banks[c.bank] {
 		t.Fatal("an operation after the pools were dropped got a dropped bank")

@@ -118,7 +118,7 @@ type Engine struct {
 	// next operation of the same shape (takeBank), bankBytes their size.
 	banks     map[bankShape][]pooledBank
 	bankBytes int
-	// lastStage is when Stage last ran: pools idle for poolIdle are dropped.
+	// lastStage is when Stage last ran: pools idle for PoolIdle are dropped.
 	lastStage int64
 	// slabs holds the replay buffers of removed operations' outgoing
 	// windows (Stage takes them, Remove puts them back).
@@ -403,13 +403,16 @@ type bankShape struct {
 // every few operations: 12% of its CPU in a profile of back-to-back
 // ordinary collectives.
 //
-// Banks and replay slabs unused for poolIdle are dropped (Tick), so a node
+// Banks and replay slabs unused for PoolIdle are dropped (Tick), so a node
 // whose jobs ended gives the memory back.
 const (
 	maxPooledBanks     = 2
 	minPooledBankBytes = 64 << 20
-	poolIdle           = 30 * time.Second
 )
+
+// PoolIdle is how long after the last Stage an engine keeps removed
+// operations' banks and replay slabs (Tick drops them).
+const PoolIdle = 30 * time.Second
 
 // pooledBank is a removed operation's bank. A clean one needs no reset:
 // its operation emitted every element, and emit resets each range it
@@ -565,10 +568,15 @@ func (e *Engine) Tick(now int64, tx dataplane.Sender) {
 	if now-e.lastSnap >= int64(SnapshotInterval) {
 		e.publish(now)
 	}
-	if now-e.lastStage > int64(poolIdle) && (e.bankBytes > 0 || e.slabs.Bytes() > 0) {
+	if now-e.lastStage > int64(PoolIdle) && (e.bankBytes > 0 || e.slabs.Bytes() > 0) {
 		e.dropPools()
 	}
 }
+
+// Pooled reports whether removed operations' banks or replay slabs wait
+// for reuse. The worker keeps ticking while they do (control.Worker.Idle),
+// so that Tick drops them PoolIdle after the last Stage.
+func (e *Engine) Pooled() bool { return e.bankBytes > 0 || e.slabs.Bytes() > 0 }
 
 // dropPools lets the garbage collector have the pooled banks and slabs.
 func (e *Engine) dropPools() {
