@@ -568,7 +568,7 @@ func (e *Engine) Tick(now int64, tx dataplane.Sender) {
 	if now-e.lastSnap >= int64(SnapshotInterval) {
 		e.publish(now)
 	}
-	if now-e.lastStage > int64(PoolIdle) && (e.bankBytes > 0 || e.slabs.Bytes() > 0) {
+	if now-e.lastStage > int64(PoolIdle) && e.Pooled() {
 		e.dropPools()
 	}
 }

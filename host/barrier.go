@@ -11,7 +11,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -82,13 +81,5 @@ func (w *barrierWatch) check() {
 }
 
 func describeBarrier(b *am.Barrier) string {
-	ints := func(v []int) string {
-		s := make([]string, len(v))
-		for i, x := range v {
-			s[i] = fmt.Sprint(x)
-		}
-		return strings.Join(s, " ")
-	}
-	return fmt.Sprintf("the AM's barrier for job %d group %d seq %d has waited %v for ranks %s (arrived: %s)",
-		b.Job, b.Group, b.Seq, (time.Duration(b.WaitingMS) * time.Millisecond).Round(100*time.Millisecond), ints(b.Missing), ints(b.Arrived))
+	return fmt.Sprintf("the AM's barrier for job %d group %d seq %d has waited %s", b.Job, b.Group, b.Seq, b.Waited())
 }

@@ -144,16 +144,8 @@ func printAMOps(w io.Writer, l *am.OpList) {
 		fmt.Fprintln(w, "no operations")
 		return
 	}
-	ints := func(v []int) string {
-		s := make([]string, len(v))
-		for i, x := range v {
-			s[i] = fmt.Sprint(x)
-		}
-		return strings.Join(s, " ")
-	}
 	for _, b := range l.Barriers {
-		fmt.Fprintf(w, "barrier job %d group %d seq %d  %s of %d ranks  waiting %v for ranks %s (arrived: %s)\n", b.Job, b.Group, b.Seq,
-			b.Collective, b.Size, (time.Duration(b.WaitingMS) * time.Millisecond).Round(100*time.Millisecond), ints(b.Missing), ints(b.Arrived))
+		fmt.Fprintf(w, "barrier job %d group %d seq %d  %s of %d ranks  waiting %s\n", b.Job, b.Group, b.Seq, b.Collective, b.Size, b.Waited())
 	}
 	for i, o := range l.Ops {
 		if i > 0 || len(l.Barriers) > 0 {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prismd/prismd/parser"
 )
@@ -250,6 +251,20 @@ type Barrier struct {
 	Missing    []int  `json:"missing"` // ascending
 	// WaitingMS is how long ago the invocation's first rank arrived.
 	WaitingMS int64 `json:"waiting_ms"`
+}
+
+// Waited says how long b has waited and for whom: "3.1s for ranks 1 3
+// (arrived: 0 2)", as 'prismctl show am' and a waiting rank put it.
+func (b *Barrier) Waited() string {
+	ints := func(v []int) string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = strconv.Itoa(x)
+		}
+		return strings.Join(s, " ")
+	}
+	return fmt.Sprintf("%v for ranks %s (arrived: %s)", (time.Duration(b.WaitingMS) * time.Millisecond).Round(100*time.Millisecond),
+		ints(b.Missing), ints(b.Arrived))
 }
 
 // APIError is every non-2xx body: {"error": {...}}.

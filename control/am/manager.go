@@ -364,13 +364,14 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		m.invs[key] = inv
 		inv.timer = time.AfterFunc(m.cfg.BarrierTimeout, func() { m.barrierTimeout(inv) })
 	}
-	mismatch := unplaced
-	if mismatch != nil {
-		// Not an arrival: the rank cannot take part.
-	} else if inv.p != p || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID {
+	var mismatch *APIError
+	switch prev, ok := inv.arrived[r.Rank]; {
+	case unplaced != nil:
+		mismatch = unplaced // not an arrival: the rank cannot take part
+	case inv.p != p || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID:
 		mismatch = &APIError{Code: CodeMismatch, Rank: &r.Rank,
 			Message: fmt.Sprintf("rank %d's request for job %d group %d seq %d differs from rank %d's (%+v vs %+v)", r.Rank, r.Job, r.Group, r.Seq, inv.first.Rank, p, inv.p)}
-	} else if prev, ok := inv.arrived[r.Rank]; ok && prev.Node != r.Node {
+	case ok && prev.Node != r.Node:
 		mismatch = &APIError{Code: CodeMismatch, Rank: &r.Rank,
 			Message: fmt.Sprintf("rank %d arrived twice from different nodes (%s, %s)", r.Rank, prev.Node, r.Node)}
 	}
