@@ -277,7 +277,37 @@ type APIError struct {
 	// RollbackIncomplete lists nodes that never acknowledged ABORT/RELEASE.
 	RollbackIncomplete []string `json:"rollback_incomplete,omitempty"`
 
-	stale bool // a node answered STALE_GENERATION (setup retries once)
+	retry retryCause // why a failed setup may be tried once more (setupOnce)
+	older []string   // nodes that still held an older generation (retryOlder)
+}
+
+// retryCause says why a STAGE refusal does not condemn an operation: the
+// refusing node holds state from before this AM's allocation, which the
+// rollback's ABORT (or a generation skip) clears.
+type retryCause uint8
+
+const (
+	retryNone retryCause = iota
+	// retryStale: a node remembers a newer generation of the Operation
+	// ID than this AM allocated (STALE_GENERATION).
+	retryStale
+	// retryOlder: a node still holds an older generation of the
+	// Operation ID (BAD_STATE with its state): a context an earlier AM
+	// left behind when it died, or one whose RELEASE never arrived. The
+	// rollback's ABORT of the newer generation retires it too
+	// (docs/protocol.md section 5).
+	retryOlder
+)
+
+// String is the cause's label in prismd_am_setup_retries_total.
+func (c retryCause) String() string {
+	switch c {
+	case retryStale:
+		return "stale_generation"
+	case retryOlder:
+		return "older_generation_held"
+	}
+	return "none"
 }
 
 func (e *APIError) Error() string {

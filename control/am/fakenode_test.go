@@ -102,6 +102,9 @@ type fakeNode struct {
 	// staleUpTo: STAGE of a generation <= this answers STALE_GENERATION
 	// (the node remembers a newer one from another AM).
 	staleUpTo uint32
+	// keepOld: ABORT of a newer generation leaves the installed older one
+	// (a node that breaks section 5's rule).
+	keepOld bool
 	// progressing: every COMPLETE on an ACTIVE context reports one more
 	// completed element.
 	progressing bool
@@ -237,6 +240,12 @@ func (n *fakeNode) handle(f ctlFrame, raw []byte) {
 				st = parser.StatusBadState
 				break
 			}
+			if o := n.otherGen(f.Op); o != nil {
+				// One generation of an Operation ID is installed at a
+				// time (docs/protocol.md section 5).
+				st, ack.State = parser.StatusBadState, o.state
+				break
+			}
 			c = &fakeCtx{state: parser.StateStaged, rec: rec, bindings: bs}
 			n.ctx[f.Op] = c
 		case parser.CmdCommit:
@@ -270,6 +279,10 @@ func (n *fakeNode) handle(f ctlFrame, raw []byte) {
 			}
 			c.state = parser.StateReleased
 		case parser.CmdAbort:
+			if o := n.otherGen(f.Op); o != nil && c == nil && !n.keepOld {
+				// ABORT of a newer generation frees the installed one.
+				o.state = parser.StateAborted
+			}
 			if c == nil {
 				st = parser.StatusBadState
 				break
@@ -281,6 +294,18 @@ func (n *fakeNode) handle(f ctlFrame, raw []byte) {
 		ack.State = c.state
 	}
 	record(n.reply(f, parser.CmdAck, st, encodeAck(ack), 0, 1))
+}
+
+// otherGen returns the installed context (not RELEASED or ABORTED) of
+// another generation of op's Operation ID, or nil. Called with n.mu held.
+func (n *fakeNode) otherGen(op OpIdentity) *fakeCtx {
+	for id, c := range n.ctx {
+		if id != op && id.Job == op.Job && id.Group == op.Group && id.OpID == op.OpID &&
+			c.state != parser.StateReleased && c.state != parser.StateAborted {
+			return c
+		}
+	}
+	return nil
 }
 
 func (n *fakeNode) opState(op OpIdentity) parser.OpState {

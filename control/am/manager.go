@@ -11,6 +11,7 @@ import (
 	"log"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -756,14 +757,27 @@ func (m *Manager) setupInvocation(inv *invocation, hosts []RankHost, fail func(*
 		fail(&APIError{Code: CodeTopology, Message: err.Error()})
 		return nil
 	}
+	op, aerr := m.setupOp(inv, tree)
+	if aerr != nil {
+		fail(aerr)
+		return nil
+	}
+	return op
+}
+
+// setupOp allocates an operation for inv on tree and sets it up on every
+// node. A setup refused only because a node holds state from before this
+// allocation (retryCause) was rolled back; it is tried once more under the
+// same Operation ID. On failure the operation is retired and the last
+// error returned.
+func (m *Manager) setupOp(inv *invocation, tree *Tree) (*operation, *APIError) {
 	win := m.window(inv.p)
 	var retryID *uint16
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		pl, err := buildPlan(tree, inv.p, win)
 		if err != nil {
-			fail(&APIError{Code: CodeTopology, Message: err.Error()})
-			return nil
+			return nil, &APIError{Code: CodeTopology, Message: err.Error()}
 		}
 		op := newOperation(m.allocate(inv, retryID), inv, tree, pl)
 		m.mu.Lock()
@@ -773,7 +787,7 @@ func (m *Manager) setupInvocation(inv *invocation, hosts []RankHost, fail func(*
 		aerr := m.setup(ctx, op)
 		cancel()
 		if aerr == nil {
-			return op
+			return op, nil
 		}
 		m.logf("am: op %s setup failed after %v: %v", op.id.Key(), time.Since(start), aerr)
 		op.mu.Lock()
@@ -781,18 +795,25 @@ func (m *Manager) setupInvocation(inv *invocation, hosts []RankHost, fail func(*
 		op.mu.Unlock()
 		close(op.final)
 		m.retire(op)
-		if aerr.stale && attempt == 0 && aerr.Code == CodeSetupFailed {
+		if attempt > 0 || aerr.Code != CodeSetupFailed || aerr.retry == retryNone {
+			return nil, aerr
+		}
+		switch aerr.retry {
+		case retryStale:
 			// A node remembers a newer generation of this Operation ID
 			// than this AM allocated (an AM restarted within the same
-			// second, or a pinned op_id reused by another AM): skip ahead
-			// and try once more. The failed attempt was rolled back.
+			// second, or a pinned op_id reused by another AM): skip ahead.
 			m.skipGenerations(op.id)
-			id := op.id.OpID
-			retryID = &id
-			continue
+		case retryOlder:
+			// Without this the job failed at every reuse of the Operation
+			// ID until the nodes expired the context, minutes later.
+			m.logf("am: %s still held an older generation of job %d group %d operation %d (left by an AM that stopped, "+
+				"or a RELEASE that never arrived); the rollback's ABORT retired it: setting up again",
+				strings.Join(aerr.older, ", "), op.id.Job, op.id.Group, op.id.OpID)
 		}
-		fail(aerr)
-		return nil
+		m.metrics.setupRetries.WithLabelValues(aerr.retry.String()).Inc()
+		id := op.id.OpID
+		retryID = &id
 	}
 }
 

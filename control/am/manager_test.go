@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -732,6 +733,67 @@ func TestStaleGenerationRetried(t *testing.T) {
 		if r.nodes[n].count(parser.CmdAbort) != 1 || r.nodes[n].count(parser.CmdStage) != 2 {
 			t.Errorf("%s: %d ABORT %d STAGE, want 1 and 2", n, r.nodes[n].count(parser.CmdAbort), r.nodes[n].count(parser.CmdStage))
 		}
+	}
+}
+
+// An AM that stopped left an operation installed (running or prepared) on
+// some nodes; a restarted AM reuses its Operation ID with a newer
+// generation. The nodes refuse that STAGE with BAD_STATE and the old state;
+// the rollback's ABORT retires the old context, and the AM sets up once more
+// under the same Operation ID instead of failing the job until the nodes
+// expire it.
+func TestOlderGenerationHeldRetried(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	old := OpIdentity{Job: 13, Group: 1, GroupGen: 1, OpID: 0, OpGen: r.m.genBase - 7}
+	for _, n := range []string{"s1", "l1"} {
+		r.nodes[n].mu.Lock()
+		r.nodes[n].ctx[old] = &fakeCtx{state: parser.StateActive}
+		r.nodes[n].mu.Unlock()
+	}
+	res := r.beginAll(reqsFor(13, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	for i, x := range res {
+		if x.err != nil {
+			t.Fatalf("rank %d: %v", i, x.err)
+		}
+		if x.g.Op.OpID != old.OpID || x.g.Op.OpGen <= old.OpGen {
+			t.Fatalf("rank %d granted %+v, want Operation ID %d above generation %d", i, x.g.Op, old.OpID, old.OpGen)
+		}
+	}
+	for _, n := range []string{"s1", "l1", "l2"} {
+		if got := r.nodes[n].opState(old); n != "l2" && got != parser.StateAborted {
+			t.Errorf("%s: the old generation is %v, want ABORTED", n, got)
+		}
+		if r.nodes[n].count(parser.CmdAbort) != 1 || r.nodes[n].count(parser.CmdStage) != 2 {
+			t.Errorf("%s: %d ABORT %d STAGE, want 1 and 2", n, r.nodes[n].count(parser.CmdAbort), r.nodes[n].count(parser.CmdStage))
+		}
+		if got := r.nodes[n].opState(res[0].g.Op); got != parser.StateActive {
+			t.Errorf("%s: the granted operation is %v, want ACTIVE", n, got)
+		}
+	}
+	if x := testutil.ToFloat64(r.m.metrics.setupRetries.WithLabelValues("older_generation_held")); x != 1 {
+		t.Errorf("setup_retries_total{cause=older_generation_held} = %v, want 1", x)
+	}
+	if x := testutil.ToFloat64(r.m.metrics.setupRetries.WithLabelValues("stale_generation")); x != 0 {
+		t.Errorf("setup_retries_total{cause=stale_generation} = %v, want 0", x)
+	}
+}
+
+// The retry is tried once: a node that refuses the second STAGE as well
+// fails the setup with its refusal.
+func TestOlderGenerationRetriedOnce(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	r.nodes["l2"].mu.Lock()
+	r.nodes["l2"].keepOld = true
+	r.nodes["l2"].ctx[OpIdentity{Job: 13, Group: 1, OpID: 0, GroupGen: 1, OpGen: 1}] = &fakeCtx{state: parser.StateFailed}
+	r.nodes["l2"].mu.Unlock()
+	res := r.beginAll(reqsFor(13, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	for i, x := range res {
+		if x.err == nil || !strings.Contains(x.err.Error(), "node l2 refused STAGE: BAD_STATE") {
+			t.Fatalf("rank %d: %v, want l2's BAD_STATE", i, x.err)
+		}
+	}
+	if n := r.nodes["l2"].count(parser.CmdStage); n > 2 {
+		t.Errorf("l2 saw %d STAGE, want at most 2", n)
 	}
 }
 

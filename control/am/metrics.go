@@ -41,7 +41,7 @@ type amMetrics struct {
 	reg *prometheus.Registry
 
 	begun, granted, completed, barrierTimeouts prometheus.Counter
-	failed, rollbacks, prepared                *prometheus.CounterVec
+	failed, rollbacks, prepared, setupRetries  *prometheus.CounterVec
 	ctlTxns, ctlRetrans, ctlTimeouts           *prometheus.CounterVec
 }
 
@@ -68,6 +68,9 @@ func newAMMetrics(m *Manager) *amMetrics {
 		prepared: vec("prepared_operations_total", "Operations installed ahead of a job's next invocation (Config.Prepare), by outcome: "+
 			"used (granted to its ranks without a CONTROL exchange), unused (not asked for within PrepareTTL: ABORTed), "+
 			"mismatch (the next invocation differed: ABORTed) or failed (its setup failed).", "outcome"),
+		setupRetries: vec("setup_retries_total", "Setups tried a second time under the same Operation ID after a rollback, by cause: "+
+			"stale_generation (a node remembered a newer generation: this AM skipped ahead) or older_generation_held (a node still "+
+			"held an older generation, left by an AM that stopped: the rollback's ABORT retired it).", "cause"),
 		ctlTimeouts: vec("control_timeouts_total", "CONTROL transactions that got no answer within the transaction timeout, by command.", "command"),
 	}
 	for _, r := range failReasons {
@@ -76,6 +79,8 @@ func newAMMetrics(m *Manager) *amMetrics {
 	for _, o := range prepOutcomes {
 		x.prepared.WithLabelValues(o)
 	}
+	x.setupRetries.WithLabelValues(retryStale.String())
+	x.setupRetries.WithLabelValues(retryOlder.String())
 	x.rollbacks.WithLabelValues("complete")
 	x.rollbacks.WithLabelValues("incomplete")
 	for _, c := range ctlCommands {
@@ -85,7 +90,7 @@ func newAMMetrics(m *Manager) *amMetrics {
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "active_operations",
 		Help: "Operations being set up or running: begun and not yet released or failed."}, func() float64 { return float64(m.activeOps()) })
-	x.reg.MustRegister(x.begun, x.granted, x.completed, x.barrierTimeouts, x.failed, x.rollbacks, x.prepared,
+	x.reg.MustRegister(x.begun, x.granted, x.completed, x.barrierTimeouts, x.failed, x.rollbacks, x.prepared, x.setupRetries,
 		x.ctlTxns, x.ctlRetrans, x.ctlTimeouts, active,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x

@@ -15,7 +15,6 @@
 package am
 
 import (
-	"context"
 	"time"
 )
 
@@ -73,25 +72,9 @@ func (m *Manager) prepareNext(inv *invocation, hosts []RankHost, op *operation) 
 func (m *Manager) runPrepare(pr *prepared, tree *Tree) {
 	defer close(pr.ready)
 	inv := pr.inv
-	pl, err := buildPlan(tree, inv.p, m.window(inv.p))
-	if err != nil {
-		m.metrics.prepared.WithLabelValues(prepFailed).Inc()
-		return
-	}
-	op := newOperation(m.allocate(inv, nil), inv, tree, pl)
-	m.mu.Lock()
-	m.track(op)
-	m.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*m.cfg.CtlTimeout+time.Duration(len(tree.Nodes))*time.Millisecond)
-	aerr := m.setup(ctx, op)
-	cancel()
+	op, aerr := m.setupOp(inv, tree)
 	if aerr != nil {
 		m.logf("am: preparing job %d group %d seq %d failed (it will be set up when its ranks ask): %v", inv.key.job, inv.key.group, inv.key.seq, aerr)
-		op.mu.Lock()
-		op.state, op.err, op.ended = "failed", aerr, time.Now()
-		op.mu.Unlock()
-		close(op.final)
-		m.retire(op)
 		m.metrics.prepared.WithLabelValues(prepFailed).Inc()
 		return
 	}

@@ -230,15 +230,24 @@ func (m *Manager) setup(ctx context.Context, op *operation) *APIError {
 		return err
 	})
 	if n, err := firstErr(pl.order, staged); err != nil {
-		stale := false
-		for _, e := range staged {
+		cause, older := retryNone, []string(nil)
+		for _, node := range pl.order {
 			var ne *NodeError
-			if errors.As(e, &ne) && ne.Err == nil && ne.Status == parser.StatusStaleGeneration {
-				stale = true
+			if !errors.As(staged[node], &ne) || ne.Err != nil {
+				continue
+			}
+			switch {
+			case ne.Status == parser.StatusStaleGeneration:
+				cause = retryStale
+			case ne.Status == parser.StatusBadState && ne.State != parser.StateNone:
+				older = append(older, fmt.Sprintf("%s (%v)", node, ne.State))
+				if cause == retryNone {
+					cause = retryOlder
+				}
 			}
 		}
 		ae := m.rollback(op, CodeSetupFailed, n, fmt.Sprintf("STAGE: %v", err))
-		ae.stale = stale
+		ae.retry, ae.older = cause, older
 		return ae
 	}
 	committed := m.forEach(pl.order, func(n string) error {
@@ -252,8 +261,9 @@ func (m *Manager) setup(ctx context.Context, op *operation) *APIError {
 	return nil
 }
 
-// rollback ABORTs every node of op (a node that never saw STAGE answers
-// BAD_STATE, which is as clean as OK) and reports nodes that never answered.
+// rollback ABORTs every node of op (a node that never saw STAGE retires the
+// generation all the same, and one that held an older generation frees that
+// too: docs/protocol.md section 5) and reports nodes that never answered.
 func (m *Manager) rollback(op *operation, code, node, msg string) *APIError {
 	incomplete := m.abortAll(op)
 	e := &APIError{Code: code, Node: node, Message: msg, RollbackIncomplete: incomplete}
