@@ -556,6 +556,30 @@ func TestFailureOriginNamed(t *testing.T) {
 	}
 }
 
+// A switch whose prismd restarted during an operation answers COMPLETE
+// with BAD_STATE NONE: it is named as where the failure began, in words a
+// user can act on, and no healthy rank is blamed.
+func TestRestartedNodeNamed(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	s1 := r.nodes["s1"]
+	s1.mu.Lock()
+	delete(s1.ctx, grants[0].Op)
+	s1.mu.Unlock()
+	l1 := r.nodes["l1"]
+	l1.mu.Lock()
+	l1.final, l1.cause, l1.missing = parser.StateFailed, parser.FailPeer, grants[0].Result.StreamID
+	l1.mu.Unlock()
+	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "leaf l1 reports the operation FAILED", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != "failed" || st.Error == nil || st.Error.Node != "s1" || st.Error.Rank != nil ||
+		!strings.Contains(st.Error.Message, "node s1 no longer holds the operation (its prismd restarted") {
+		t.Fatalf("status %+v err %+v", st, st.Error)
+	}
+}
+
 // TestMismatchAndBadRequests: ranks that disagree fail the invocation for
 // every rank at once with mismatch (the rank already waiting too, not by a
 // barrier timeout); a rank that never comes times the barrier out, named;

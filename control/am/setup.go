@@ -400,7 +400,10 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	order := append([]string(nil), op.plan.order...)
 	tier := func(n string) int {
 		switch ns := op.nodes[n]; {
-		case ns.State == "FAILED" && ns.FailCause != "PEER_FAILED":
+		case ns.State == "FAILED" && ns.FailCause != "PEER_FAILED", ns.State == parser.StateNone.String():
+			// A node that no longer holds a granted operation (its
+			// prismd restarted) is where the failure began as surely as
+			// one that timed out.
 			return 0
 		case ns.State == "FAILED":
 			return 1
@@ -419,6 +422,12 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	for _, n := range order {
 		ns := op.nodes[n]
 		if ns.State == "COMPLETE" || ns.State == "RELEASED" {
+			continue
+		}
+		if ns.State == parser.StateNone.String() && ns.LastError != "" {
+			// It answered, without the operation: BAD_STATE NONE.
+			parts = append(parts, fmt.Sprintf("node %s no longer holds the operation (its prismd restarted, "+
+				"or it expired the context: its log says which)", n))
 			continue
 		}
 		s := fmt.Sprintf("node %s is %s", n, ns.State)
