@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prismd/prismd/parser"
@@ -548,6 +549,15 @@ func (r *rx) loop(read func() (int, error)) {
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
+			}
+			if errors.Is(err, syscall.ENETDOWN) {
+				// The kernel tells each packet socket once that the link
+				// went down, and the socket receives again when it is back
+				// up: a link event, not a failing read. Counted, it stopped
+				// an idle port for good after maxRxErrors flaps.
+				d.log.Info("port link went down; its frames are lost until it is up again", "port", ps.port.Name())
+				time.Sleep(10 * time.Millisecond)
+				continue
 			}
 			errs++
 			d.log.Warn("port read failed", "port", ps.port.Name(), "err", err, "consecutive", errs)

@@ -23,7 +23,10 @@ type topo struct {
 	swAMAC, h2MAC [6]byte
 }
 
-func newTopo(t *testing.T) *topo {
+func newTopo(t *testing.T) *topo { return newTopoOpts(t, dataplane.PortOptions{}) }
+
+// newTopoOpts is newTopo with the switch ports opened with opts.
+func newTopoOpts(t *testing.T, opts dataplane.PortOptions) *topo {
 	env := netnstest.New(t, "pt")
 	tp := &topo{env: env, h1: env.Namespace("h1"), h2: env.Namespace("h2"), sw: env.Namespace("sw")}
 	tp.h1If, tp.swA = env.Veth(tp.h1, tp.sw)
@@ -44,7 +47,7 @@ func newTopo(t *testing.T) *topo {
 	var oerr error
 	env.Do(tp.sw, func() {
 		for _, n := range []string{tp.swA, tp.swB} {
-			p, err := dataplane.OpenAFPacket(n, dataplane.PortOptions{})
+			p, err := dataplane.OpenAFPacket(n, opts)
 			if err != nil {
 				oerr = err
 				return

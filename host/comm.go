@@ -87,11 +87,16 @@ type Comm struct {
 	// ops is the loop's snapshot of the registered operations, replaced
 	// (copy on write, under mu) when one starts or ends, so the loop reads
 	// it without a lock.
-	ops    atomic.Pointer[opTable]
-	mu     sync.Mutex
-	closed bool
-	rxErr  error
-	done   chan struct{}
+	ops atomic.Pointer[opTable]
+	// downSince is when the loop first met the interface down (ENETDOWN on
+	// a read or a send; mono time), 0 while frames arrive: a link that
+	// flaps is ridden out by retransmission, and an operation that times
+	// out meanwhile says the link was down. Owned by the event loop.
+	downSince int64
+	mu        sync.Mutex
+	closed    bool
+	rxErr     error
+	done      chan struct{}
 
 	// reports carries the done reports of successful collectives to the
 	// reporter goroutine (report.go); reportErr is the first one the AM
@@ -265,6 +270,7 @@ const maxReadErrs = 1000
 
 func newLoop(c *Comm) *evLoop {
 	l := &evLoop{c: c, tx: newTxQueue(c.bconn, c.cfg.Iface)}
+	l.tx.down = func() { c.linkDown(mono()) }
 	for i := range l.bufs {
 		l.views[i] = l.bufs[i][:]
 	}
@@ -326,7 +332,15 @@ func (l *evLoop) iterate() error {
 			return nil
 		case errors.Is(err, net.ErrClosed):
 			return err
-		case errors.Is(err, syscall.ENETDOWN) || errors.Is(err, syscall.ENXIO) || errors.Is(err, syscall.ENODEV):
+		case errors.Is(err, syscall.ENETDOWN):
+			// The kernel reports a link going down once per socket (the
+			// socket receives again when it comes back up): frames lost
+			// meanwhile are retransmitted, and the operations' timeouts
+			// bound how long a link may stay down.
+			c.linkDown(mono())
+			time.Sleep(time.Millisecond)
+			return nil
+		case errors.Is(err, syscall.ENXIO) || errors.Is(err, syscall.ENODEV):
 			return fmt.Errorf("%w: %s: %v", ErrInterfaceDown, c.cfg.Iface, err)
 		}
 		if l.readErrs++; l.readErrs > maxReadErrs {
@@ -336,6 +350,9 @@ func (l *evLoop) iterate() error {
 		return nil
 	}
 	l.readErrs = 0
+	if n > 0 {
+		c.downSince = 0
+	}
 	l.dispatch(ops, n, mono())
 	return nil
 }
@@ -393,6 +410,23 @@ func (l *evLoop) dispatch(ops opTable, n int, now int64) {
 }
 
 // fail ends every running operation with err (socket gone).
+// linkDown notes that the interface was found down at now (event loop).
+func (c *Comm) linkDown(now int64) {
+	if c.downSince == 0 {
+		c.downSince = now
+	}
+}
+
+// withLink adds to an operation's timeout that the interface has been down
+// (event loop): the silence it reports is the link's, not the switch's.
+func (c *Comm) withLink(now int64, err error) error {
+	if c.downSince == 0 || !errors.Is(err, ErrTimeout) {
+		return err
+	}
+	return fmt.Errorf("%w; interface %s has been down for %v (ip link shows it; bring it up, or check its cable and the switch port)",
+		err, c.cfg.Iface, time.Duration(now-c.downSince).Round(time.Millisecond))
+}
+
 func (c *Comm) fail(err error) {
 	c.mu.Lock()
 	c.rxErr = err

@@ -16,7 +16,10 @@
 // RESULT received through a stream.RecvWindow and answered with PROGRESS,
 // the completion report to the coordinator and the errors that say what
 // failed (which contributor, which element range, timeout, coordinator
-// unreachable, interface down, ACCUMULATION_INEXACT).
+// unreachable, interface gone, ACCUMULATION_INEXACT). A link that goes down
+// (ENETDOWN) is ridden out: frames lost meanwhile are retransmitted once it
+// is back, and an operation whose timeout expires first says the interface
+// has been down and for how long.
 //
 // It must not touch: switch-side state (packages engine, control), wire
 // layouts beyond calling package parser, arithmetic beyond converting an

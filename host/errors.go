@@ -22,7 +22,9 @@ var (
 	ErrInexact = errors.New("host: ACCUMULATION_INEXACT: the exact sum cannot be represented in the requested output")
 	// ErrFailed: the operation failed (the AM's diagnosis is in the message).
 	ErrFailed = errors.New("host: operation failed")
-	// ErrInterfaceDown: the rank's interface is down or gone.
+	// ErrInterfaceDown: the rank's interface is gone (ENXIO, ENODEV). A
+	// link that is merely down is waited for until the operation's
+	// timeout, whose ErrTimeout then says so.
 	ErrInterfaceDown = errors.New("host: interface down")
 	// ErrUnreachable is am.ErrUnreachable: the coordinator cannot be reached.
 	ErrUnreachable = am.ErrUnreachable

@@ -234,6 +234,9 @@ type txQueue struct {
 	frames [][]byte
 	arena  []byte // PROGRESS buffers, progressLen each
 	nprog  int
+	// down is told when a send finds the link down (ENETDOWN): those
+	// frames are lost like any other, and retransmitted once it is up.
+	down func()
 }
 
 // progressLen is the largest PROGRESS frame.
@@ -266,9 +269,10 @@ func (q *txQueue) progressBuf() ([]byte, error) {
 	return b, nil
 }
 
-// flush sends the queue. A closed socket or a dead interface is an error; a
-// frame the kernel refused (e.g. ENOBUFS) is lost like any other frame and
-// the stream windows recover it.
+// flush sends the queue. A closed socket or an interface that is gone
+// (ENXIO, ENODEV) is an error; a frame the kernel refused (e.g. ENOBUFS, or
+// ENETDOWN while the link is down) is lost like any other frame and the
+// stream windows recover it.
 func (q *txQueue) flush() error {
 	if len(q.frames) == 0 {
 		return nil
@@ -281,7 +285,12 @@ func (q *txQueue) flush() error {
 		return nil
 	case errors.Is(err, net.ErrClosed):
 		return ErrClosed
-	case errors.Is(err, syscall.ENETDOWN) || errors.Is(err, syscall.ENXIO) || errors.Is(err, syscall.ENODEV):
+	case errors.Is(err, syscall.ENETDOWN):
+		if q.down != nil {
+			q.down()
+		}
+		return nil
+	case errors.Is(err, syscall.ENXIO) || errors.Is(err, syscall.ENODEV):
 		return &ifaceError{q.iface, err}
 	}
 	return nil

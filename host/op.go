@@ -157,7 +157,7 @@ func (op *opRun) service(now int64, tx *txQueue) {
 	done, err := op.step(now, tx)
 	switch {
 	case err != nil:
-		op.end(err)
+		op.end(op.c.withLink(now, err))
 	case done && op.persistent:
 		// This invocation is complete; the operation rests (PUSH) until
 		// the next one, answering late RESULT duplicates meanwhile.

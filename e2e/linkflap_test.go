@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/host"
+)
+
+// setLink takes node's eth0 down or up, inside its namespace.
+func (e *env) setLink(node string, up bool) {
+	e.t.Helper()
+	if err := e.lab.Do(node, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if up {
+			return netlink.LinkSetUp(l)
+		}
+		return netlink.LinkSetDown(l)
+	}); err != nil {
+		e.t.Fatalf("%s eth0 up=%v: %v", node, up, err)
+	}
+}
+
+// afterGrant runs f once the AM granted job's operation, plus settle (so
+// that every rank holds its grant).
+func (e *env) afterGrant(job uint64, settle time.Duration, f func()) {
+	e.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		for _, op := range e.m.Ops().Ops {
+			if op.Op.Job == job && op.State != "setup" {
+				time.Sleep(settle)
+				f()
+				return
+			}
+		}
+	}
+	e.t.Fatalf("job %d was never granted", job)
+}
+
+// TestLinkFlap: a rank's link goes down during a collective. Down for less
+// than the operation's timeout, the collective rides it out (the rank's
+// socket reports ENETDOWN once; lost frames are retransmitted) and is
+// exact. Down for good, every rank fails within the timeout: the rank on
+// the dead link says its interface has been down, the others name it.
+func TestLinkFlap(t *testing.T) {
+	e := up(t, "spine-leaf", "h1", am.Config{})
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	const timeout = 4 * time.Second
+	vec := n(2_000_000, 8_000_000)
+
+	cs := e.comms(31, hosts...)
+	done := make(chan *result)
+	go func() { done <- collective(cs, "allreduce", 0, vec, 31, &host.Options{Timeout: timeout}) }()
+	e.afterGrant(31, 50*time.Millisecond, func() {
+		e.setLink("h3", false)
+		time.Sleep(600 * time.Millisecond)
+		e.setLink("h3", true)
+	})
+	r := <-done
+	r.check(t, "allreduce", 0)
+	t.Logf("flap of 600 ms ridden out: collective took %v, rank 2 retransmitted %d DATA frames",
+		r.took.Round(time.Millisecond), r.stats[2].Retransmits)
+
+	cs = e.comms(32, hosts...)
+	go func() { done <- collective(cs, "allreduce", 0, vec, 32, &host.Options{Timeout: timeout}) }()
+	var downAt time.Time
+	e.afterGrant(32, 50*time.Millisecond, func() {
+		e.setLink("h3", false)
+		downAt = time.Now()
+	})
+	t.Cleanup(func() { e.setLink("h3", true) })
+	r = <-done
+	took := time.Since(downAt)
+	for i, err := range r.errs {
+		var oe *host.OpError
+		want := "rank 2 (h3) stopped contributing"
+		if i == 2 {
+			want = "interface eth0 has been down for"
+		}
+		if err == nil || !errors.As(err, &oe) || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: %v, want an error with %q", i, err, want)
+			continue
+		}
+		t.Logf("rank %d: %v", i, err)
+	}
+	if took > timeout+killSlack {
+		t.Errorf("ranks failed %v after the link went down; the bound is the timeout (%v) plus %v", took, timeout, killSlack)
+	}
+}
