@@ -5,9 +5,9 @@ package dataplane
 import (
 	"errors"
 	"fmt"
-	"net"
 
 	"github.com/prismd/prismd/dataplane/internal/xdp"
+	"github.com/prismd/prismd/internal/netif"
 )
 
 // XDPOptions configure OpenAFXDP. Zero fields mean defaults.
@@ -102,7 +102,7 @@ func (p *xdpPort) Stats() PortStats {
 }
 
 func interfaceMTU(name string) (int, error) {
-	ifi, err := net.InterfaceByName(name)
+	ifi, err := netif.Ethernet(name)
 	if err != nil {
 		return 0, fmt.Errorf("dataplane: port %q: %w", name, err)
 	}

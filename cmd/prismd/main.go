@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/internal/netif"
 	"github.com/prismd/prismd/metrics"
 )
 
@@ -210,6 +211,9 @@ func openBackend(pc PortConfig) (dataplane.Port, error) {
 		return p, nil
 	}
 	p, err := dataplane.OpenAFPacket(pc.Name, pc.Options())
+	if errors.Is(err, netif.ErrNotEthernet) {
+		return nil, fmt.Errorf("port %q: %w", pc.Name, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("port %q: %w (check the interface exists in this network namespace and prismd has CAP_NET_RAW)", pc.Name, err)
 	}

@@ -41,7 +41,7 @@ type packetConn struct {
 
 // openConn opens the socket on iface with SocketBuffer-sized buffers.
 func openConn(iface string) (*packetConn, error) {
-	ifi, err := netif.ByName(iface)
+	ifi, err := netif.Ethernet(iface)
 	if err != nil {
 		return nil, err
 	}

@@ -27,3 +27,27 @@ func ByName(name string) (*net.Interface, error) {
 	}
 	return nil, fmt.Errorf("interface %q: %w in this network namespace (it has: %s)", name, ErrNotFound, strings.Join(names, ", "))
 }
+
+// ErrNotEthernet is wrapped by Ethernet's error for an interface that
+// cannot carry PRISM frames to anyone.
+var ErrNotEthernet = errors.New("not an Ethernet interface")
+
+// Ethernet is ByName for an interface that raw Ethernet frames are sent on
+// and received from: the loopback (whose frames come straight back to the
+// sender) and interfaces without a 6-byte MAC (tun, ipip, wireguard) are
+// refused with what to name instead. Opening a socket on them worked and
+// then every collective or forwarded frame went nowhere.
+func Ethernet(name string) (*net.Interface, error) {
+	ifi, err := ByName(name)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case ifi.Flags&net.FlagLoopback != 0:
+		return nil, fmt.Errorf("interface %q is the loopback: %w (frames sent on it come straight back); "+
+			"name a NIC, a veth end or a bond", name, ErrNotEthernet)
+	case len(ifi.HardwareAddr) != 6:
+		return nil, fmt.Errorf("interface %q has no Ethernet MAC (an IP tunnel?): %w; name a NIC, a veth end or a bond", name, ErrNotEthernet)
+	}
+	return ifi, nil
+}

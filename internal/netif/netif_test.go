@@ -21,3 +21,28 @@ func TestByName(t *testing.T) {
 		t.Fatalf("unknown interface: %v, want ErrNotFound listing %s", err, all[0].Name)
 	}
 }
+
+// The loopback exists in every network namespace and can never be a switch
+// port or a rank's interface.
+func TestEthernetRefusesLoopback(t *testing.T) {
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Skip("no lo here")
+	}
+	_, err = Ethernet(lo.Name)
+	if !errors.Is(err, ErrNotEthernet) || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("Ethernet(lo) = %v, want ErrNotEthernet naming the loopback", err)
+	}
+	if _, err := Ethernet("prismd-no-such0"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown interface: %v, want ErrNotFound", err)
+	}
+	all, _ := net.Interfaces()
+	for _, ifi := range all {
+		if ifi.Flags&net.FlagLoopback == 0 && len(ifi.HardwareAddr) == 6 {
+			if got, err := Ethernet(ifi.Name); err != nil || got.Index != ifi.Index {
+				t.Fatalf("Ethernet(%q) = %v, %v", ifi.Name, got, err)
+			}
+			return
+		}
+	}
+}

@@ -130,7 +130,7 @@ type Socket struct {
 
 // Open opens and configures the socket on interface name.
 func Open(name string, opts Options) (*Socket, error) {
-	ifi, err := netif.ByName(name)
+	ifi, err := netif.Ethernet(name)
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: %w", err)
 	}

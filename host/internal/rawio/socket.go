@@ -72,7 +72,7 @@ type Socket struct {
 
 // Open opens the sockets on interface name.
 func Open(name string, opts Options) (*Socket, error) {
-	ifi, err := netif.ByName(name)
+	ifi, err := netif.Ethernet(name)
 	if err != nil {
 		return nil, fmt.Errorf("rawio: %w", err)
 	}
