@@ -292,7 +292,25 @@ func (e *env) testDataDrops(t *testing.T, id ident) {
 	higherGroup := id
 	higherGroup.GroupGen++
 	e.am.expectAck(t, "STAGE with a higher Group Generation", control{ID: higherGroup, Cmd: cmdStage, Body: st}, stOK, osStaged)
-	e.am.expectAck(t, "ABORT of the new group generation", e.am.cmd(higherGroup, cmdAbort), stOK, osAborted)
+	// One generation of an Operation ID is installed at a time: STAGE of a
+	// newer one is BAD_STATE with the installed context's state, and ABORT
+	// of the newer one frees the installed one too; both generations are
+	// then retired (5). This is how an AM clears what an AM before it left.
+	newer := higherGroup
+	newer.OpGen += 10
+	e.am.expectAck(t, "STAGE of a newer generation while one is installed", control{ID: newer, Cmd: cmdStage, Body: st}, stBadState, osStaged)
+	e.am.expectAck(t, "ABORT of that newer generation", e.am.cmd(newer, cmdAbort), stOK, osAborted)
+	// The node keeps the newest retired generation: the older one it freed
+	// answers STALE_GENERATION, no longer STAGED.
+	e.am.expectAck(t, "COMPLETE of the installed generation after ABORT of a newer one", e.am.cmd(higherGroup, cmdComplete), stStaleGen, osNone)
+	r = e.am.must(t, control{ID: newer, Cmd: cmdStage, Body: st})
+	if r.C.Status != stStaleGen {
+		t.Errorf("STAGE of the aborted newer generation: status %d, want STALE_GENERATION(5)", r.C.Status)
+	}
+	newest := newer
+	newest.OpGen++
+	e.am.expectAck(t, "STAGE of the next generation", control{ID: newest, Cmd: cmdStage, Body: st}, stOK, osStaged)
+	e.am.expectAck(t, "ABORT of the next generation", e.am.cmd(newest, cmdAbort), stOK, osAborted)
 }
 
 // testControlDrops: requests from a source that is not an AM, malformed
