@@ -328,9 +328,25 @@ func (c *Comm) opError(coll string, g *am.Grant, runErr error) *OpError {
 // diagnose tells the AM that the operation failed here and waits for its
 // diagnosis (which node, which rank), adding it to e.
 func (c *Comm) diagnose(g *am.Grant, e *OpError) {
+	report := am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: e.Err.Error()}
+	// Report first without waiting, on a short deadline: a rank whose
+	// runtime channel crosses the switch that failed (a dead leaf) cannot
+	// reach the AM at all, and waited out the whole diagnosis bound below
+	// (20 s for a 5 s timeout) in silence before saying so.
+	pctx, pcancel := context.WithTimeout(context.Background(), diagnoseReach)
+	_, perr := c.client.Done(pctx, g.ID, report)
+	pcancel()
+	if perr != nil && (errors.Is(perr, context.DeadlineExceeded) || errors.Is(perr, am.ErrUnreachable)) {
+		e.Diagnosis = fmt.Sprintf("the AM did not answer within %v: it may be unreachable from this host (the failure may be on the way to it); "+
+			"'prismctl show am' from another host shows the operation", diagnoseReach)
+		return
+	}
+	// The AM heard the report (a repeated one is ignored); now wait for its
+	// verdict, which a rollback through a dead switch stretches.
 	timeout := time.Duration(g.TimeoutMS) * time.Millisecond
 	dctx, cancel := context.WithTimeout(context.Background(), timeout+15*time.Second)
-	s, derr := c.client.Done(dctx, g.ID, am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: e.Err.Error(), Wait: true})
+	report.Wait = true
+	s, derr := c.client.Done(dctx, g.ID, report)
 	cancel()
 	if derr == nil && s.Error != nil {
 		e.Diagnosis = s.Error.Message
@@ -344,6 +360,10 @@ func (c *Comm) diagnose(g *am.Grant, e *OpError) {
 		e.Diagnosis = "could not report the failure: " + derr.Error()
 	}
 }
+
+// diagnoseReach bounds how long a failed rank tries to reach the AM before
+// it gives up on a diagnosis.
+const diagnoseReach = 3 * time.Second
 
 // newOp builds a granted collective's state: its windows, timers and DATA
 // header. The operation starts when it is registered with the Comm.

@@ -201,6 +201,11 @@ type NodeStatus struct {
 	// a switch's own view (prismctl show ops), which knows streams by
 	// endpoint and MAC, can say which rank or switch a stream is.
 	Streams []StreamPeer `json:"streams,omitempty"`
+
+	// answered: the node acknowledged a command of this operation, so a
+	// later silence is the node or its path failing, not a topology or
+	// am_sources mistake.
+	answered bool
 }
 
 // StreamPeer is one binding of a node as the AM planned it. Kind and

@@ -1141,6 +1141,7 @@ func (op *operation) setNodeAck(n string, a ackBody, err error) {
 		ns.LastError = err.Error()
 		return
 	}
+	ns.answered = true
 	ns.State = a.State.String()
 	ns.CompletedElements = a.Completed
 	ns.MissingStream, ns.MissingFrom, ns.MissingFromWhom, ns.FailCause = nil, 0, "", ""

@@ -580,6 +580,37 @@ func TestRestartedNodeNamed(t *testing.T) {
 	}
 }
 
+// A switch whose prismd died after it acknowledged the setup stops
+// answering: it is named as where the failure began, as a node that stopped
+// answering, without the hints for a node never reached (node_mac,
+// am_sources), which would send the user after a configuration mistake.
+func TestDeadNodeNamed(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{CtlTimeout: 300 * time.Millisecond})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	l2 := r.nodes["l2"]
+	l2.mu.Lock()
+	l2.silent[parser.CmdComplete], l2.silent[parser.CmdAbort] = true, true
+	l2.mu.Unlock()
+	for _, n := range []string{"s1", "l1"} {
+		fn := r.nodes[n]
+		fn.mu.Lock()
+		fn.final, fn.cause, fn.missing = parser.StateFailed, parser.FailPeer, parser.NoDetail
+		if n == "s1" {
+			fn.cause = parser.FailTimeout
+		}
+		fn.mu.Unlock()
+	}
+	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "leaf l1 reports the operation FAILED", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != "failed" || st.Error == nil || st.Error.Node != "l2" ||
+		!strings.Contains(st.Error.Message, "node l2 stopped answering CONTROL after it acknowledged this operation's setup") ||
+		strings.Contains(st.Error.Message, "am_sources") {
+		t.Fatalf("status %+v err %+v", st, st.Error)
+	}
+}
+
 // TestMismatchAndBadRequests: ranks that disagree fail the invocation for
 // every rank at once with mismatch (the rank already waiting too, not by a
 // barrier timeout); a rank that never comes times the barrier out, named;

@@ -400,10 +400,12 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	order := append([]string(nil), op.plan.order...)
 	tier := func(n string) int {
 		switch ns := op.nodes[n]; {
-		case ns.State == "FAILED" && ns.FailCause != "PEER_FAILED", ns.State == parser.StateNone.String():
+		case ns.State == "FAILED" && ns.FailCause != "PEER_FAILED", ns.State == parser.StateNone.String(),
+			ns.State == "UNREACHABLE" && ns.answered:
 			// A node that no longer holds a granted operation (its
-			// prismd restarted) is where the failure began as surely as
-			// one that timed out.
+			// prismd restarted), or that stopped answering after it
+			// acknowledged the setup (its prismd died), is where the
+			// failure began as surely as one that timed out.
 			return 0
 		case ns.State == "FAILED":
 			return 1
@@ -422,6 +424,13 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	for _, n := range order {
 		ns := op.nodes[n]
 		if ns.State == "COMPLETE" || ns.State == "RELEASED" {
+			continue
+		}
+		if ns.State == "UNREACHABLE" && ns.answered {
+			// The no-acknowledgement error's hints (node_mac, am_sources,
+			// the lab's topology file) are for a node never reached.
+			parts = append(parts, fmt.Sprintf("node %s stopped answering CONTROL after it acknowledged this operation's setup "+
+				"(its prismd may have stopped, or the path from the AM to it failed)", n))
 			continue
 		}
 		if ns.State == parser.StateNone.String() && ns.LastError != "" {

@@ -1,0 +1,92 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/control/am"
+)
+
+// A rank whose collective failed asks the AM for its diagnosis. When the AM
+// cannot be reached from the rank (its runtime channel crosses the switch
+// that died), the rank says so within diagnoseReach, instead of waiting the
+// whole diagnosis bound (timeout + 15 s) in silence.
+func TestDiagnosisUnreachableAMIsQuick(t *testing.T) {
+	f := newMemFabric(t, "single")
+	m, err := am.New(am.Config{Topology: f.topo, Conn: f.attach("h1"), RTO: 10 * time.Millisecond,
+		CtlTimeout: 3 * time.Second, Logf: t.Logf, DefaultTimeoutMS: 15000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	var cut atomic.Bool
+	h := m.Handler()
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cut.Load() {
+			select { // a path that swallows the request
+			case <-r.Context().Done():
+			case <-stop:
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // before srv.Close, which waits for handlers
+
+	const n = 200_000
+	const timeout = 500 * time.Millisecond
+	rs := make([]*rankRun, 2)
+	for r, host := range []string{"h1", "h2"} {
+		rr := &rankRun{conn: f.attach(host), send: vecFor(50, r, n), recv: make([]float32, n)}
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 50, Coordinator: srv.URL, Node: host}, rr.conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		rr.comm, rs[r] = c, rr
+	}
+	var wg sync.WaitGroup
+	for _, rr := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rr.err = rr.comm.AllReduce(context.Background(), rr.send, rr.recv, &Options{Timeout: timeout})
+			rr.ended = time.Now()
+		}()
+	}
+	// Once granted, the fabric loses every frame and the AM stops answering.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		if ops := m.Ops().Ops; len(ops) > 0 && ops[0].State == "active" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never granted")
+		}
+	}
+	f.mu.Lock()
+	f.loss, f.ctlLoss = 1, 1
+	f.mu.Unlock()
+	cut.Store(true)
+	cutAt := time.Now()
+	wg.Wait()
+	for r, rr := range rs {
+		var oe *OpError
+		if !errors.As(rr.err, &oe) || !errors.Is(rr.err, ErrTimeout) ||
+			!strings.Contains(oe.Diagnosis, "the AM did not answer within 3s") {
+			t.Errorf("rank %d: %v, want a timeout whose diagnosis says the AM did not answer", r, rr.err)
+		}
+		// timeout, then up to 3 s for the AM; 1.5 s for a loaded host.
+		if took := rr.ended.Sub(cutAt); took > timeout+diagnoseReach+1500*time.Millisecond {
+			t.Errorf("rank %d failed %v after the cut", r, took)
+		}
+	}
+}
