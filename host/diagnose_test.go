@@ -44,16 +44,7 @@ func TestDiagnosisUnreachableAMIsQuick(t *testing.T) {
 
 	const n = 200_000
 	const timeout = 500 * time.Millisecond
-	rs := make([]*rankRun, 2)
-	for r, host := range []string{"h1", "h2"} {
-		rr := &rankRun{conn: f.attach(host), send: vecFor(50, r, n), recv: make([]float32, n)}
-		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 50, Coordinator: srv.URL, Node: host}, rr.conn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		rr.comm, rs[r] = c, rr
-	}
+	rs := openRanks(t, f, srv.URL, 50, n, []string{"h1", "h2"})
 	var wg sync.WaitGroup
 	for _, rr := range rs {
 		wg.Add(1)

@@ -159,6 +159,12 @@ type Manager struct {
 	retired   []retiredOp
 	endedInvs []*invocation // invocations of ended operations, oldest first (ended)
 	nextOpID  map[opIDKey]uint16
+	// foreign holds the Operation IDs of persistent operations an earlier
+	// AM granted whose ranks still send keepalives here (Alive), with the
+	// last one's time: allocate skips them for foreignHold, because a
+	// STAGE of their ID would make this AM's rollback ABORT a collective
+	// that still runs (see retryOlder).
+	foreign   map[genKey]time.Time
 	lastGen   map[genKey]uint32
 	groupGen  map[opIDKey]groupInfo
 	capsCache map[string]capsEntry
@@ -199,7 +205,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, logf: cfg.Logf,
 		genBase: uint32(time.Now().Unix()),
 		invs:    map[invKey]*invocation{}, prep: map[invKey]*prepared{}, ops: map[string]*operation{}, byID: map[genKey]*operation{}, nextOpID: map[opIDKey]uint16{},
-		lastGen: map[genKey]uint32{}, groupGen: map[opIDKey]groupInfo{}, capsCache: map[string]capsEntry{}}
+		lastGen: map[genKey]uint32{}, foreign: map[genKey]time.Time{}, groupGen: map[opIDKey]groupInfo{}, capsCache: map[string]capsEntry{}}
 	m.metrics = newAMMetrics(m)
 	m.ctl = newCtlClient(cfg.Conn, cfg.RTO, cfg.CtlTimeout, m.metrics)
 	if m.logf == nil {
@@ -610,7 +616,14 @@ func (m *Manager) track(op *operation) {
 // second that was a scan of 60 000 operations, each under its lock, per
 // allocation.
 func (m *Manager) opIDBusy(gk opIDKey, id uint16) bool {
-	op := m.byID[genKey{gk.job, gk.group, id}]
+	k := genKey{gk.job, gk.group, id}
+	if t, ok := m.foreign[k]; ok {
+		if time.Since(t) < foreignHold {
+			return true
+		}
+		delete(m.foreign, k)
+	}
+	op := m.byID[k]
 	if op == nil {
 		return false
 	}

@@ -90,6 +90,10 @@ func (m *Manager) checkAlive(op *operation) {
 func (m *Manager) Alive(_ context.Context, id string, r AliveRequest) (OpStatus, error) {
 	op, aerr := m.lookup(id)
 	if aerr != nil {
+		if k, err := ParseOpKey(id); err == nil && aerr.Code == CodeNotFound && k.OpGen < m.genBase {
+			m.holdForeign(k, r.Rank)
+			aerr.Message += " (an earlier AM granted it; this AM keeps its Operation ID out of its own operations while its ranks send keepalives)"
+		}
 		return OpStatus{}, aerr
 	}
 	if !op.persistent {
@@ -104,6 +108,28 @@ func (m *Manager) Alive(_ context.Context, id string, r AliveRequest) (OpStatus,
 	}
 	op.mu.Unlock()
 	return op.status(), nil
+}
+
+// foreignHold is how long after an earlier AM's persistent operation's
+// last keepalive its Operation ID stays out of this AM's allocations: the
+// AM does not know that operation's timeout, and keepalives come every
+// half of it; the nodes expire a resting one 3 x timeout + 60 s after its
+// last DATA.
+const foreignHold = 5 * time.Minute
+
+// holdForeign notes a keepalive of rank for k, an operation of an earlier
+// AM (a generation older than this AM's first): a persistent collective that
+// runs on through the AM's restart.
+func (m *Manager) holdForeign(k OpIdentity, rank int) {
+	gk := genKey{k.Job, k.Group, k.OpID}
+	m.mu.Lock()
+	_, known := m.foreign[gk]
+	m.foreign[gk] = time.Now()
+	m.mu.Unlock()
+	if !known {
+		m.logf("am: rank %d keeps alive persistent operation %s, granted by an earlier AM: its Operation ID %d stays out of job %d group %d's new operations while keepalives come",
+			rank, k.Key(), k.OpID, k.Job, k.Group)
+	}
 }
 
 // endPersistent ends a persistent operation every rank freed: its nodes
