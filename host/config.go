@@ -38,8 +38,9 @@ type Config struct {
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
 	// Notify, when set, receives what the library has to say while a call
 	// waits for others (the ranks an AM barrier still waits for, every
-	// 15 s after the first 5): a job whose last rank never started says
-	// so instead of hanging silently until the barrier timeout.
+	// 15 s after the first 5: a job whose last rank never started says
+	// so instead of hanging silently until the barrier timeout), and that
+	// the AM no longer knows a finished collective (it restarted).
 	Notify func(msg string) `json:"-"`
 }
 

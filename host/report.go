@@ -10,6 +10,8 @@ package host
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prismd/prismd/control/am"
@@ -49,6 +51,17 @@ func (c *Comm) send(r doneReport) {
 	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
 	_, err := c.client.Done(ctx, r.id, r.req)
 	cancel()
+	var ae *am.APIError
+	if errors.As(err, &ae) && ae.Code == am.CodeNotFound {
+		// An AM restarted since the grant does not know the operation:
+		// nothing for the application to do, and its result is whole. The
+		// switches drop the operation when they expire it.
+		if n := c.cfg.Notify; n != nil {
+			n(fmt.Sprintf("rank %d: the AM no longer knows operation %s (restarted?); its result here is complete, and its switches will expire it",
+				c.cfg.Rank, r.id))
+		}
+		return
+	}
 	if err != nil {
 		c.mu.Lock()
 		if c.reportErr == nil {
