@@ -654,7 +654,8 @@ func TestSwitchLostOperationFailsFast(t *testing.T) {
 // done report reached the AM (the report goes out in the background), yet
 // every report arrives, in order, and Close returns only once they have:
 // after Close the AM has every rank's report for every operation and has
-// released each. A report the AM refuses comes back from Close.
+// released each. A report the AM refuses comes back from Close; one for an
+// operation it no longer knows does not.
 func TestDoneReportedAfterReturn(t *testing.T) {
 	f := newMemFabric(t, "single")
 	url := f.startAM("h1")
@@ -685,15 +686,26 @@ func TestDoneReportedAfterReturn(t *testing.T) {
 			t.Fatalf("op %s: ranks done %v after Close, want both", id, st.RanksDone)
 		}
 	}
-	// A report for an operation the AM does not know fails, and Close says so.
+	// A report the AM refuses comes back from Close. One for an operation
+	// the AM does not know (it restarted since the grant) is not an error:
+	// the result was whole; Notify hears it.
+	var notes []string
+	var notesMu sync.Mutex
 	rr := &rankRun{conn: f.attach("h1")}
-	c, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 9, Coordinator: url, Node: "h1"}, rr.conn)
+	c, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 9, Coordinator: url, Node: "h1",
+		Notify: func(m string) { notesMu.Lock(); notes = append(notes, m); notesMu.Unlock() }}, rr.conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.report(doneReport{id: "3-0-1-999-1", coll: "allreduce", req: am.DoneRequest{Rank: 0, OK: true}})
-	if err := c.Close(); err == nil || !strings.Contains(err.Error(), "3-0-1-999-1") {
-		t.Fatalf("Close after a refused report: %v, want an error naming the operation", err)
+	c.report(doneReport{id: ids[0], coll: "allreduce", req: am.DoneRequest{Rank: 7, OK: true}})
+	if err := c.Close(); err == nil || !strings.Contains(err.Error(), ids[0]) || strings.Contains(err.Error(), "3-0-1-999-1") {
+		t.Fatalf("Close after a refused report and an unknown one: %v, want an error naming %s only", err, ids[0])
+	}
+	notesMu.Lock()
+	defer notesMu.Unlock()
+	if len(notes) != 1 || !strings.Contains(notes[0], "no longer knows operation 3-0-1-999-1") {
+		t.Fatalf("Notify heard %q, want the unknown operation named", notes)
 	}
 }
 
