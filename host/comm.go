@@ -409,7 +409,6 @@ func (l *evLoop) dispatch(ops opTable, n int, now int64) {
 	}
 }
 
-// fail ends every running operation with err (socket gone).
 // linkDown notes that the interface was found down at now (event loop).
 func (c *Comm) linkDown(now int64) {
 	if c.downSince == 0 {
@@ -417,16 +416,18 @@ func (c *Comm) linkDown(now int64) {
 	}
 }
 
-// withLink adds to an operation's timeout that the interface has been down
-// (event loop): the silence it reports is the link's, not the switch's.
+// withLink adds to an operation's timeout that the interface went down and
+// nothing arrived since (event loop): the silence it reports is likely the
+// link's, not the switch's.
 func (c *Comm) withLink(now int64, err error) error {
 	if c.downSince == 0 || !errors.Is(err, ErrTimeout) {
 		return err
 	}
-	return fmt.Errorf("%w; interface %s has been down for %v (ip link shows it; bring it up, or check its cable and the switch port)",
+	return fmt.Errorf("%w; interface %s went down %v ago and no frame has arrived since (ip link shows it; bring it up, or check its cable and the switch port)",
 		err, c.cfg.Iface, time.Duration(now-c.downSince).Round(time.Millisecond))
 }
 
+// fail ends every running operation with err (socket gone).
 func (c *Comm) fail(err error) {
 	c.mu.Lock()
 	c.rxErr = err

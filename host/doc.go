@@ -19,7 +19,7 @@
 // unreachable, interface gone, ACCUMULATION_INEXACT). A link that goes down
 // (ENETDOWN) is ridden out: frames lost meanwhile are retransmitted once it
 // is back, and an operation whose timeout expires first says the interface
-// has been down and for how long.
+// went down and how long ago.
 //
 // It must not touch: switch-side state (packages engine, control), wire
 // layouts beyond calling package parser, arithmetic beyond converting an
