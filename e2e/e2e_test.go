@@ -128,7 +128,19 @@ func up(t *testing.T, topo, amHost string, cfg am.Config) *env {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Topology, cfg.Conn, cfg.Logf = lab.Topo, conn, t.Logf
+	// The AM's timers (a watchdog, a preparation) may log after the test
+	// returned, when t.Logf panics: it logs only while the test runs.
+	var logMu sync.Mutex
+	ended := false
+	t.Cleanup(func() { logMu.Lock(); ended = true; logMu.Unlock() })
+	cfg.Topology, cfg.Conn = lab.Topo, conn
+	cfg.Logf = func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		if !ended {
+			t.Logf(format, args...)
+		}
+	}
 	m, err := am.New(cfg)
 	if err != nil {
 		t.Fatal(err)

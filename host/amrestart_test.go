@@ -151,7 +151,7 @@ func newRestartableAM(t *testing.T, f *memFabric, prepare bool) *restartableAM {
 // start runs a new AM on h1 behind the URL.
 func (ra *restartableAM) start() *am.Manager {
 	m, err := am.New(am.Config{Topology: ra.f.topo, Conn: ra.f.attach("h1"), RTO: 10 * time.Millisecond,
-		CtlTimeout: 3 * time.Second, Logf: ra.t.Logf, DefaultTimeoutMS: 15000, Prepare: ra.prepare})
+		CtlTimeout: 3 * time.Second, Logf: amLogf(ra.t), DefaultTimeoutMS: 15000, Prepare: ra.prepare})
 	if err != nil {
 		ra.t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 func TestDiagnosisUnreachableAMIsQuick(t *testing.T) {
 	f := newMemFabric(t, "single")
 	m, err := am.New(am.Config{Topology: f.topo, Conn: f.attach("h1"), RTO: 10 * time.Millisecond,
-		CtlTimeout: 3 * time.Second, Logf: t.Logf, DefaultTimeoutMS: 15000})
+		CtlTimeout: 3 * time.Second, Logf: amLogf(t), DefaultTimeoutMS: 15000})
 	if err != nil {
 		t.Fatal(err)
 	}
