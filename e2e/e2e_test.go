@@ -26,6 +26,7 @@ import (
 	"github.com/prismd/prismd/deploy"
 	"github.com/prismd/prismd/deploy/labtest"
 	"github.com/prismd/prismd/host"
+	"github.com/prismd/prismd/internal/testlog"
 )
 
 func soak() bool { return os.Getenv("PRISMD_SOAK") == "1" }
@@ -129,18 +130,8 @@ func up(t *testing.T, topo, amHost string, cfg am.Config) *env {
 		t.Fatal(err)
 	}
 	// The AM's timers (a watchdog, a preparation) may log after the test
-	// returned, when t.Logf panics: it logs only while the test runs.
-	var logMu sync.Mutex
-	ended := false
-	t.Cleanup(func() { logMu.Lock(); ended = true; logMu.Unlock() })
-	cfg.Topology, cfg.Conn = lab.Topo, conn
-	cfg.Logf = func(format string, args ...any) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		if !ended {
-			t.Logf(format, args...)
-		}
-	}
+	// returned.
+	cfg.Topology, cfg.Conn, cfg.Logf = lab.Topo, conn, testlog.Until(t)
 	m, err := am.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/internal/testlog"
 )
 
 // An AM that dies during a collective leaves that operation and the one it
@@ -151,7 +152,7 @@ func newRestartableAM(t *testing.T, f *memFabric, prepare bool) *restartableAM {
 // start runs a new AM on h1 behind the URL.
 func (ra *restartableAM) start() *am.Manager {
 	m, err := am.New(am.Config{Topology: ra.f.topo, Conn: ra.f.attach("h1"), RTO: 10 * time.Millisecond,
-		CtlTimeout: 3 * time.Second, Logf: amLogf(ra.t), DefaultTimeoutMS: 15000, Prepare: ra.prepare})
+		CtlTimeout: 3 * time.Second, Logf: testlog.Until(ra.t), DefaultTimeoutMS: 15000, Prepare: ra.prepare})
 	if err != nil {
 		ra.t.Fatal(err)
 	}

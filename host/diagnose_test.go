@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/internal/testlog"
 )
 
 // A rank whose collective failed asks the AM for its diagnosis. When the AM
@@ -21,7 +22,7 @@ import (
 func TestDiagnosisUnreachableAMIsQuick(t *testing.T) {
 	f := newMemFabric(t, "single")
 	m, err := am.New(am.Config{Topology: f.topo, Conn: f.attach("h1"), RTO: 10 * time.Millisecond,
-		CtlTimeout: 3 * time.Second, Logf: amLogf(t), DefaultTimeoutMS: 15000})
+		CtlTimeout: 3 * time.Second, Logf: testlog.Until(t), DefaultTimeoutMS: 15000})
 	if err != nil {
 		t.Fatal(err)
 	}

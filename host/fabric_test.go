@@ -23,6 +23,7 @@ import (
 	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/deploy"
 	"github.com/prismd/prismd/engine"
+	"github.com/prismd/prismd/internal/testlog"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -266,25 +267,10 @@ func (f *memFabric) route(from string, frame []byte) {
 	}
 }
 
-// amLogf is t.Logf until t ends, then silent: an AM's timers (a watchdog,
-// a preparation) may log after the test returned, when t.Logf panics.
-func amLogf(t testing.TB) func(string, ...any) {
-	var mu sync.Mutex
-	ended := false
-	t.Cleanup(func() { mu.Lock(); ended = true; mu.Unlock() })
-	return func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !ended {
-			t.Logf(format, args...)
-		}
-	}
-}
-
 // startAM runs the AM on host amHost and serves its runtime channel.
 func (f *memFabric) startAM(amHost string) string {
 	m, err := am.New(am.Config{Topology: f.topo, Conn: f.attach(amHost), RTO: 10 * time.Millisecond,
-		CtlTimeout: 3 * time.Second, Logf: amLogf(f.t), DefaultTimeoutMS: 15000, Window: f.window})
+		CtlTimeout: 3 * time.Second, Logf: testlog.Until(f.t), DefaultTimeoutMS: 15000, Window: f.window})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -14,11 +14,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prismd/prismd/deploy"
+	"github.com/prismd/prismd/internal/testlog"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -50,27 +50,13 @@ func newRig(t *testing.T, topoName string, cfg Config) *rig {
 		cfg.CtlTimeout = 1500 * time.Millisecond
 	}
 	// The AM's background work (a preparation whose STAGE a test silenced,
-	// a keepalive check) may log after the test returned, when t.Logf
-	// panics: it logs only while the test runs.
-	var ended atomic.Bool
-	var logMu sync.Mutex
-	cfg.Logf = func(format string, args ...any) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		if !ended.Load() {
-			t.Logf(format, args...)
-		}
-	}
+	// a keepalive check) may log after the test returned.
+	cfg.Logf = testlog.Until(t)
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		logMu.Lock()
-		ended.Store(true)
-		logMu.Unlock()
-		m.Close()
-	})
+	t.Cleanup(func() { m.Close() })
 	r.m = m
 	return r
 }

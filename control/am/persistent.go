@@ -122,9 +122,20 @@ const foreignHold = 5 * time.Minute
 // runs on through the AM's restart.
 func (m *Manager) holdForeign(k OpIdentity, rank int) {
 	gk := genKey{k.Job, k.Group, k.OpID}
+	now := time.Now()
 	m.mu.Lock()
 	_, known := m.foreign[gk]
-	m.foreign[gk] = time.Now()
+	if !known {
+		// A new hold is rare (once per earlier AM's persistent operation):
+		// drop the expired ones here, which opIDBusy only does for IDs it
+		// is asked about.
+		for x, t := range m.foreign {
+			if now.Sub(t) >= foreignHold {
+				delete(m.foreign, x)
+			}
+		}
+	}
+	m.foreign[gk] = now
 	m.mu.Unlock()
 	if !known {
 		m.logf("am: rank %d keeps alive persistent operation %s, granted by an earlier AM: its Operation ID %d stays out of job %d group %d's new operations while keepalives come",
