@@ -42,8 +42,8 @@
 #                       every delivered frame wakes the rank, and the switch's
 #                       sendmmsg pays for that wakeup); "" for recvmmsg. With the
 #                       ring, contribute's --progress-lane auto reads PROGRESS on a
-#                       recvmmsg lane in a rank that receives no RESULT (REDUCE's
-#                       rank 1), where sparse PROGRESS waited for the block timeout
+#                       recvmmsg lane in every rank but REDUCE's root, so the
+#                       window's pacing does not wait for a ring block to fill
 #   BENCH_AGG_COUNT=16777216  FP32 elements per rank and operation in part 3
 #                       (default 4194304 with BENCH_AGG_SOURCE=ranks; QUICK: /4)
 #   BENCH_AGG_WINDOW=256  frames in flight per stream in part 3 (AM --window)

@@ -111,17 +111,21 @@ func (f *contribFlags) register(fs *flag.FlagSet) {
 	// port either way.
 	fs.BoolVar(&f.rxRing, "rx-ring", false, "read through the TPACKET_V3 ring instead of recvmmsg (fewer wakeups, up to 1 ms longer round trips)")
 	// With the ring, PROGRESS (the window's pacing) can take a lane of its
-	// own (dataplane.PortOptions.LaneProgress). It pays where PROGRESS is
-	// all a rank receives; where RESULT fills the ring, the lane's extra
-	// wakeups cost more than the shorter round trip gains. Measured in the
-	// SINGLE lab (16M FP32, 2 ranks, DATA frames/s per rank, lane vs
-	// none, 2 runs each): REDUCE 142-168k vs 124-129k, ALLREDUCE 73-90k vs
-	// 93-113k.
-	fs.StringVar(&f.progressLane, "progress-lane", "auto", "with --rx-ring, read PROGRESS on a recvmmsg socket of its own so the ring's block timeout does not delay it: on, off, or auto (on for a rank that receives no RESULT)")
+	// own (dataplane.PortOptions.LaneProgress), so it is read when it
+	// arrives rather than when its ring block fills or times out. It pays
+	// where PROGRESS is all a rank receives, and in ALLREDUCE, where both
+	// ranks wait for it and RESULT stalls with them: SINGLE lab, 16M FP32,
+	// 2 ranks, DATA frames/s per rank, lane vs none interleaved, 5 runs:
+	// ALLREDUCE 150-198k vs 119-160k, every run better; KULISCH ALLREDUCE
+	// 124-159k vs 119-148k. A REDUCE root, which gets every RESULT, gains
+	// nothing (3 runs: 213-217k vs 211-228k), so auto leaves it off there.
+	// (Commit f1a72f8 measured ALLREDUCE the other way, 73-90k vs 93-113k,
+	// on a data path that has since changed.)
+	fs.StringVar(&f.progressLane, "progress-lane", "auto", "with --rx-ring, read PROGRESS on a recvmmsg socket of its own so the ring's block timeout does not delay it: on, off, or auto (on except for a REDUCE root)")
 }
 
 // wantProgressLane resolves --progress-lane: auto puts PROGRESS on a lane
-// for a rank that receives no RESULT (a REDUCE rank other than the root).
+// for every rank but a REDUCE root.
 func (f *contribFlags) wantProgressLane() bool {
 	switch f.progressLane {
 	case "on":
@@ -129,7 +133,7 @@ func (f *contribFlags) wantProgressLane() bool {
 	case "off":
 		return false
 	}
-	return f.coll == "reduce" && f.rank != f.root
+	return f.coll != "reduce" || f.rank != f.root
 }
 
 // check says what is wrong with the flags and how to fix it.
