@@ -162,11 +162,17 @@ func up(t *testing.T, topo, amHost string, cfg am.Config) *env {
 // comm opens a rank's communicator inside node's namespace.
 func (e *env) comm(node string, rank, size int, job uint64) *host.Comm {
 	e.t.Helper()
+	return e.commShapes(node, rank, size, job, 0)
+}
+
+// commShapes is comm with Config.PersistentShapes set to shapes.
+func (e *env) commShapes(node string, rank, size int, job uint64, shapes int) *host.Comm {
+	e.t.Helper()
 	var c *host.Comm
 	if err := e.lab.Do(node, func() error {
 		var err error
 		c, err = host.NewComm(context.Background(), host.Config{Rank: rank, Size: size, Iface: "eth0", Job: job,
-			Coordinator: e.url, Node: node})
+			Coordinator: e.url, Node: node, PersistentShapes: shapes})
 		return err
 	}); err != nil {
 		e.t.Fatalf("rank %d on %s: %v", rank, node, err)
@@ -355,16 +361,37 @@ func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
 		})
 	}
 	t.Run("repeated-prepared", func(t *testing.T) {
+		// Ranks that keep no shape persistent: every call asks the AM,
+		// which prepares the next one.
+		ord := make([]*host.Comm, len(hosts))
+		for i, h := range hosts {
+			ord[i] = e.commShapes(h, i, len(hosts), 11, -1)
+		}
 		used0 := e.amCounter(`prismd_am_prepared_operations_total{outcome="used"}`)
 		for i := 0; i < 3; i++ {
 			seed++
-			r := collective(cs, "allreduce", 0, 1000, seed, &host.Options{Acc: "kulisch"})
+			r := collective(ord, "allreduce", 0, 1000, seed, &host.Options{Acc: "kulisch"})
 			r.check(t, "allreduce", 0)
 		}
-		// The first of the three follows a REDUCE: only the next two can
-		// have been prepared for.
+		// The first of the three is the job's first: only the next two
+		// can have been prepared for.
 		if used := e.amCounter(`prismd_am_prepared_operations_total{outcome="used"}`) - used0; used < 2 {
 			t.Errorf("%v of 3 identical collectives in a row were granted prepared operations, want at least 2", used)
+		}
+	})
+	t.Run("repeated-auto-persistent", func(t *testing.T) {
+		// The library's default: from the second identical call on, the
+		// Comm runs the shape as a persistent collective, and from the
+		// third no call waits for the AM.
+		for i := 0; i < 4; i++ {
+			seed++
+			r := collective(cs, "allreduce", 0, 1000, seed, &host.Options{Acc: "kulisch"})
+			r.check(t, "allreduce", 0)
+			for rank, st := range r.stats {
+				if want := i >= 1; st.AutoPersistent != want || (i >= 2) != (st.Setup == 0) {
+					t.Fatalf("call %d rank %d: auto-persistent %v (want %v), setup %v", i, rank, st.AutoPersistent, want, st.Setup)
+				}
+			}
 		}
 	})
 	t.Run("persistent", func(t *testing.T) {

@@ -41,8 +41,13 @@ type Options struct {
 	// contributor, the leaf or the RESULT may stay silent (0 = the AM's
 	// default, 5s).
 	Timeout time.Duration
-	// OpID pins the Operation ID (nil = the AM chooses).
+	// OpID pins the Operation ID (nil = the AM chooses). A call with one
+	// is never run on a persistent collective (Config.PersistentShapes).
 	OpID *uint16
+	// Ordinary runs the call as an ordinary collective through the AM even
+	// when its shape was called before (Config.PersistentShapes), and does
+	// not count it as a call of its shape. Every rank sets the same.
+	Ordinary bool
 }
 
 // Stats describe one finished collective.
@@ -57,6 +62,11 @@ type Stats struct {
 	// during the transfer because its receive buffer was full (all
 	// operations of the Comm; 0 when the Conn cannot tell).
 	KernelDrops uint64
+	// AutoPersistent says the Comm ran the call as an invocation of the
+	// persistent collective it keeps for the call's shape
+	// (Config.PersistentShapes); Setup is then zero but on the calls that
+	// set up its operation.
+	AutoPersistent bool
 }
 
 // Conn is how a Comm moves frames: NewComm's AF_PACKET socket pair on a
@@ -109,6 +119,8 @@ type Comm struct {
 	// persistents are the persistent collectives with a granted operation
 	// (keepalives running), under mu: Close frees those left open.
 	persistents map[*Persistent]struct{}
+	// auto is automatic persistence (auto.go), under mu.
+	auto autoShapes
 
 	// slabs holds the DATA replay buffers of finished collectives for the
 	// next ones (takeSlab), under slabMu.
@@ -522,13 +534,16 @@ func (c *Comm) ReduceAsync(ctx context.Context, send, recv any, root int, opts *
 }
 
 func (c *Comm) start(ctx context.Context, coll string, send, recv any, root int, opts *Options) *Request {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if r := c.autoStart(ctx, coll, send, recv, root, *opts); r != nil {
+		return r
+	}
 	// The sequence number is taken at call time: ranks match collectives
 	// in call order, as in MPI.
 	seq := c.seq.Add(1) - 1
 	r := &Request{done: make(chan struct{})}
-	if opts == nil {
-		opts = &Options{}
-	}
 	go func() {
 		defer close(r.done)
 		r.stats, r.err = c.run(ctx, seq, coll, send, recv, root, *opts)

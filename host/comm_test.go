@@ -205,11 +205,14 @@ func singlePair(t *testing.T, job uint64) []*Comm {
 	return comms
 }
 
-// TestReplayBuffersReused: collectives one after another on the same
-// communicators reuse the DATA replay buffers of the previous one (dirty
+// TestReplayBuffersReused: ordinary collectives one after another on the
+// same communicators reuse the DATA replay buffers of the previous one (dirty
 // with its frames) and still deliver exact sums.
 func TestReplayBuffersReused(t *testing.T) {
 	comms := singlePair(t, 6)
+	for _, c := range comms {
+		c.cfg.PersistentShapes = -1 // ordinary collectives: each has its own window
+	}
 	const k = 3
 	for j := 0; j < k; j++ {
 		sends, recvs := make([][]float32, 2), make([][]float32, 2)

@@ -36,6 +36,15 @@ type Config struct {
 	// ConnectTimeout bounds how long NewComm and each request retry an
 	// unreachable coordinator (default 10s).
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
+	// PersistentShapes is how many collective shapes the Comm keeps set up
+	// as persistent collectives (PRISM_PERSISTENT_SHAPES; 0: 4, negative:
+	// none). From the second call of a shape (collective, root, element
+	// type and count, Options) on, the call runs as the next invocation of
+	// that shape's persistent collective, with no AM round trip; calls of
+	// one shape then run one at a time, in call order. Each kept shape
+	// holds a context on every switch of its tree until the Comm closes or
+	// a newer shape takes its place. Every rank must set the same value.
+	PersistentShapes int `json:"persistent_shapes,omitempty"`
 	// Notify, when set, receives what the library has to say while a call
 	// waits for others (the ranks an AM barrier still waits for, every
 	// 15 s after the first 5: a job whose last rank never started says
@@ -45,7 +54,8 @@ type Config struct {
 }
 
 // ConfigFromEnv reads PRISM_RANK, PRISM_SIZE, PRISM_IFACE, PRISM_JOB,
-// PRISM_GROUP, PRISM_COORDINATOR, PRISM_NODE and PRISM_NODE_IFACE. If
+// PRISM_GROUP, PRISM_COORDINATOR, PRISM_NODE, PRISM_NODE_IFACE and
+// PRISM_PERSISTENT_SHAPES. If
 // PRISM_CONFIG names a JSON file, it is read first and the environment
 // overrides it.
 func ConfigFromEnv() (Config, error) {
@@ -59,7 +69,7 @@ func ConfigFromEnv() (Config, error) {
 	ints := []struct {
 		name string
 		dst  *int
-	}{{"PRISM_RANK", &c.Rank}, {"PRISM_SIZE", &c.Size}}
+	}{{"PRISM_RANK", &c.Rank}, {"PRISM_SIZE", &c.Size}, {"PRISM_PERSISTENT_SHAPES", &c.PersistentShapes}}
 	for _, e := range ints {
 		if v := os.Getenv(e.name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -93,7 +103,7 @@ func ConfigFromEnv() (Config, error) {
 }
 
 // LoadConfig reads a JSON file with the Config's keys (rank, size, iface,
-// job, group, coordinator, node, node_iface).
+// job, group, coordinator, node, node_iface, persistent_shapes).
 func LoadConfig(path string) (Config, error) {
 	var c Config
 	b, err := os.ReadFile(path)

@@ -9,6 +9,12 @@
 //	p, err := comm.AllReduceInit(send, recv, nil)     // persistent: set up once,
 //	err = p.Run(ctx)                                  // then run as often as needed
 //
+// A call whose shape (collective, root, element type and count, Options)
+// the Comm has run before runs as the next invocation of a persistent
+// collective the Comm keeps for that shape (auto.go,
+// Config.PersistentShapes), with no AM round trip: the decision depends on
+// the call sequence only, so every rank takes the same one.
+//
 // It owns the rank side of one collective: the barrier request to the Host
 // Coordinator over the runtime channel (package control/am's Client; while
 // the barrier holds it, Config.Notify hears which ranks it waits for), DATA

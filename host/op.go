@@ -55,7 +55,11 @@ type opRun struct {
 	n           uint32 // persistent: elements per invocation
 	// startReq is set (to the invocation's index + 1) by the goroutine
 	// of Persistent.Start and taken by the loop, which then runs it.
-	startReq       atomic.Uint32
+	startReq atomic.Uint32
+	// bufs, stored before startReq, are that invocation's buffers: the
+	// loop rebinds send and recv when it starts it (automatic persistence
+	// runs each call of a shape over that call's buffers).
+	bufs           atomic.Pointer[opBufs]
 	lastResult     int64
 	resultDeadline int64 // RESULT inactivity bound (ns)
 	progressAt     int64 // when the last PROGRESS for RESULT went out
@@ -108,8 +112,14 @@ func (op *opRun) finish(err error) {
 	op.state = opGone
 }
 
+// opBufs are one invocation's buffers.
+type opBufs struct{ send, recv elems }
+
 // startInvocation begins the invocation the Persistent asked for.
 func (op *opRun) startInvocation(now int64, inv uint32) {
+	if b := op.bufs.Swap(nil); b != nil {
+		op.send, op.recv = b.send, b.recv
+	}
 	op.base, op.limit = inv*op.n, (inv+1)*op.n
 	op.state = opRunning
 	op.lastResult, op.progressAt = now, now
@@ -208,8 +218,33 @@ func (c *Comm) await(ctx context.Context, op *opRun) opResult {
 		err := fmt.Errorf("cancelled: %w", ctx.Err())
 		op.cancel.Store(&err)
 		c.kick()
-		return <-op.result
+		select {
+		case res := <-op.result:
+			return res
+		case <-c.done:
+			return c.loopGone(op)
+		}
+	case <-c.done:
+		return c.loopGone(op)
 	}
+}
+
+// loopGone is op's outcome once the event loop ended: the one it reported
+// on the way out, or, for a persistent collective's invocation the loop
+// never took (it was resting when the Comm closed), the loop's error.
+func (c *Comm) loopGone(op *opRun) opResult {
+	select {
+	case res := <-op.result:
+		return res
+	default:
+	}
+	c.mu.Lock()
+	err := c.rxErr
+	c.mu.Unlock()
+	if err == nil {
+		err = ErrClosed
+	}
+	return opResult{err: err}
 }
 
 // checkBuffers checks a collective's buffers and views them as elements.

@@ -49,15 +49,18 @@ type Persistent struct {
 	n    uint32
 	k    uint32 // invocations one operation holds
 
-	mu      sync.Mutex // the fields below
-	op      *opRun     // nil: none granted (before the first Start, after K)
-	inv     uint32     // invocations run on op
-	total   int        // invocations started, over every operation
-	running bool
-	err     error // sticky: a failed invocation ends the collective
-	closed  bool
-	stopKA  chan struct{} // closes the current operation's keepalive loop
-	kaDone  chan struct{}
+	mu  sync.Mutex // the fields below
+	op  *opRun     // nil: none granted (before the first Start, after K)
+	inv uint32     // invocations run on op
+	// reserved counts the invocations Start (or the Comm's automatic
+	// persistence) took, at call time: every K-th sets up an operation.
+	reserved uint64
+	total    int // invocations started, over every operation
+	running  bool
+	err      error // sticky: a failed invocation ends the collective
+	closed   bool
+	stopKA   chan struct{} // closes the current operation's keepalive loop
+	kaDone   chan struct{}
 	// last is the operation's counters after the previous invocation: the
 	// loop reports them cumulated over the operation.
 	last opResult
@@ -121,25 +124,54 @@ func (p *Persistent) Start(ctx context.Context) *Request {
 		return r
 	}
 	p.running = true
-	// Taken at call time, like every collective's sequence number, but
-	// only when an operation must be set up (first Start, after K).
-	var seq uint64
-	renew := p.op == nil || p.inv == p.k
-	if renew {
-		seq = p.c.seq.Add(1) - 1
-	}
+	renew, seq := p.reserve()
+	send, recv := p.send, p.recv
 	p.mu.Unlock()
 	go func() {
 		defer close(r.done)
-		r.stats, r.err = p.invoke(ctx, renew, seq)
-		p.mu.Lock()
-		p.running = false
-		if r.err != nil && p.err == nil {
-			p.err = r.err
-		}
-		p.mu.Unlock()
+		r.stats, r.err = p.runInvocation(ctx, renew, seq, send, recv)
 	}()
 	return r
+}
+
+// reserve takes the next invocation at call time, under p.mu: whether it
+// sets up a new operation (first Start, after K), and then its sequence
+// number, taken now like every collective's, since ranks match setups in
+// call order.
+func (p *Persistent) reserve() (renew bool, seq uint64) {
+	renew = p.reserved%uint64(p.k) == 0
+	p.reserved++
+	if renew {
+		seq = p.c.seq.Add(1) - 1
+	}
+	return renew, seq
+}
+
+// runInvocation runs one reserved invocation over send and recv (the
+// buffers bound at init; a shape's buffers of the call for automatic
+// persistence) and records a failure as the collective's sticky error.
+func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, send, recv elems) (Stats, error) {
+	p.mu.Lock()
+	if err := p.err; err != nil {
+		p.mu.Unlock()
+		return Stats{}, err
+	}
+	if p.closed || !renew && p.op == nil {
+		// Closed (with its Comm) while this call waited for its turn.
+		p.mu.Unlock()
+		return Stats{}, &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: fmt.Errorf("%w: the persistent collective was closed", ErrClosed)}
+	}
+	p.running = true
+	p.send, p.recv = send, recv
+	p.mu.Unlock()
+	st, err := p.invoke(ctx, renew, seq)
+	p.mu.Lock()
+	p.running = false
+	if err != nil && p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+	return st, err
 }
 
 // invoke runs the next invocation, setting up the operation first if
@@ -192,6 +224,7 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 	p.inv++
 	p.total++
 	number := p.total
+	op.bufs.Store(&opBufs{send: p.send, recv: p.recv})
 	p.mu.Unlock()
 	st.Grant = op.g
 	drops0 := c.kernelDrops()

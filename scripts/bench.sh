@@ -17,7 +17,7 @@
 #      (KULISCH_SCALED partials, the fewest bytes; acc "kulisch-scaled").
 #   5. OpenMPI MPI_Allreduce, 4 namespaced hosts on a Linux bridge (MTU 1500)
 #      vs prismd on spine-leaf-jumbo (MTU 9000), 2, 1M and 16M FP32 (2: a small collective's latency),
-#      ordinary and persistent prismd collectives; both sum
+#      the library's default (repeated shapes kept persistent), ordinary and persistent prismd collectives; both sum
 #      small integers (MPI: (i + rank) % 1000; prismd: --data integral), and
 #      prismd KULISCH also on gradient-like data (kulisch-gradient: what exact
 #      sums of training gradients cost; MPI's time does not depend on data).
@@ -64,9 +64,12 @@
 #   BENCH_RANK_TIMEOUT=300   seconds before a rank process is killed
 #   BENCH_LAB_PREFIX=b  first letter(s) of part 5's lab names (<prefix>b/j<hex>),
 #                       so concurrent runs can keep their namespaces apart
-#   BENCH_MPI_ACCS="fp32 fp32-persistent kulisch kulisch-persistent kulisch-gradient"   prismd runs part 5
-#                       compares with MPI: accumulator, -persistent for a persistent collective (set up
-#                       once), -gradient for --data gradient instead of integral
+#   BENCH_MPI_ACCS="fp32 fp32-ordinary fp32-persistent kulisch kulisch-ordinary kulisch-persistent kulisch-gradient"
+#                       prismd runs part 5 compares with MPI: accumulator alone for the library's
+#                       default (repeated calls of a shape kept persistent from the second),
+#                       -ordinary for every call through the AM (--ordinary), -persistent for an
+#                       explicit persistent collective (set up once), -gradient for --data
+#                       gradient instead of integral
 #   (part 2 also honours DURATION, SIZES, ROUNDS: see scripts/bench-forward.sh)
 set -uo pipefail
 [[ $EUID -eq 0 ]] || { echo "bench: needs root (namespaces, AF_PACKET)"; exit 1; }
@@ -75,6 +78,7 @@ ROOT=$PWD
 BIN=${PRISMD_BIN:-$ROOT/bin}
 QUICK=${BENCH_QUICK:-0}
 PARTS=${BENCH_PARTS:-"1 2 3 4 5"}
+P5_RUNS="fp32 fp32-ordinary fp32-persistent kulisch kulisch-ordinary kulisch-persistent kulisch-gradient"
 AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
 AGG_WINDOW=${BENCH_AGG_WINDOW:-256}
 case $AGG_SOURCE in
@@ -462,9 +466,10 @@ part5() {
   f=
   if lab_up spine-leaf-jumbo "$lab" && f=$LAB_FILE && am_start "$lab"; then
     local run pers data
-    for run in ${BENCH_MPI_ACCS:-fp32 fp32-persistent kulisch kulisch-persistent kulisch-gradient}; do
-      acc=${run%-persistent} acc=${acc%-gradient} pers=() data=integral
+    for run in ${BENCH_MPI_ACCS:-$P5_RUNS}; do
+      acc=${run%-persistent} acc=${acc%-ordinary} acc=${acc%-gradient} pers=() data=integral
       [[ $run == *-persistent ]] && pers=(--persistent)
+      [[ $run == *-ordinary ]] && pers=(--ordinary)
       [[ $run == *-gradient ]] && data=gradient
       for c in $MPI_COUNTS; do
         local j0 j1; j0=$(p5_jiffies)
@@ -488,7 +493,7 @@ part5() {
   fi
   [[ -n ${f:-} ]] && lab_down "$f"
   echo
-  local runs=${BENCH_MPI_ACCS:-fp32 fp32-persistent kulisch kulisch-persistent kulisch-gradient}
+  local runs=${BENCH_MPI_ACCS:-$P5_RUNS}
   printf '%-10s %10s' FP32_elems mpi_ms
   for run in $runs; do printf ' %24s %7s' "prismd_${run}_ms" "mpi/it"; done
   echo
@@ -503,8 +508,9 @@ part5() {
     echo
     [[ -n $m ]] && MEASURED=1
   done
-  echo "(median of $MPI_REPS after $MPI_WARMUP warm-up runs; an ordinary prismd collective includes its setup (AM barrier, grant), a persistent one" \
-    "(prismctl bench --persistent, like MPI_Allreduce_init) was set up once in the warm-up; mpi/it > 1 = prismd faster;" \
+  echo "(median of $MPI_REPS after $MPI_WARMUP warm-up runs; a plain run is the library's default, which keeps a repeated shape as a" \
+    "persistent collective from its second call (set up in the warm-up); an -ordinary one (--ordinary) includes each call's setup" \
+    "(AM barrier, grant); a -persistent one (prismctl bench --persistent, like MPI_Allreduce_init) was set up once in the warm-up; mpi/it > 1 = prismd faster;" \
     "reference MPI at MTU 1500 on this machine class: 10.7 ms 1M, 208 ms 16M)"
 }
 

@@ -38,6 +38,7 @@ type rankFlags struct {
 	data                                string // input distribution (genSpec.data)
 	mtu                                 int
 	timeout                             time.Duration
+	ordinary                            bool
 	cpuprofile, memprofile              string
 	// envErr is what was wrong in PRISM_* (host.ConfigFromEnv), which
 	// check reports first: the variables after a bad one were not read.
@@ -63,6 +64,7 @@ func (f *rankFlags) register(fs *flag.FlagSet) {
 		"or integral (integers: exact in any order, default with --acc fp32)")
 	fs.IntVar(&f.mtu, "mtu", 1500, "PRISM MTU: 576, 1500 or 9000")
 	fs.DurationVar(&f.timeout, "timeout", 0, "operation inactivity timeout (0: the AM's default)")
+	fs.BoolVar(&f.ordinary, "ordinary", false, "run every repetition through the AM (barrier, grant, CONTROL) as an ordinary collective; by default the library runs a repeated shape as a persistent collective from its second call (host.Config.PersistentShapes)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the collectives to this file (go tool pprof)")
 	fs.StringVar(&f.memprofile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file at exit")
 }
@@ -186,7 +188,7 @@ func oneProc() {
 }
 
 func (f *rankFlags) options() *host.Options {
-	return &host.Options{Acc: f.acc, Output: f.output, MTU: f.mtu, Timeout: f.timeout}
+	return &host.Options{Acc: f.acc, Output: f.output, MTU: f.mtu, Timeout: f.timeout, Ordinary: f.ordinary}
 }
 
 func flagErr(fs *flag.FlagSet, err error) int {
@@ -225,6 +227,9 @@ func runAllReduce(args []string) int {
 	}
 	if *iters < 1 {
 		return flagErr(fs, fmt.Errorf("--iters %d: at least 1", *iters))
+	}
+	if *persistent && rf.ordinary {
+		return flagErr(fs, errors.New("--persistent and --ordinary exclude each other: pick one way to repeat the collective"))
 	}
 	if *verify && rf.acc == "fp32" && rf.data != "integral" {
 		return flagErr(fs, fmt.Errorf("--verify with --acc fp32 needs --data integral: FP32_ARRIVAL rounds in arrival order, so %s data has no single exact answer", rf.data))
@@ -265,9 +270,13 @@ func runAllReduce(args []string) int {
 		el := time.Since(t0)
 		s := q.Stats()
 		bytes := float64(*count * gen.width())
-		fmt.Printf("rank %d: %s of %d %s (%s) op %s tree %s: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel\n",
+		how := ""
+		if s.AutoPersistent {
+			how = " (repeated shape: an invocation of its persistent collective)"
+		}
+		fmt.Printf("rank %d: %s of %d %s (%s) op %s tree %s: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel%s\n",
 			rf.rank, coll, *count, rf.format, rf.acc, s.Grant.ID, s.Grant.Tree, el.Round(time.Microsecond),
-			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits, s.KernelDrops)
+			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits, s.KernelDrops, how)
 	}
 	if *verify && (coll == "allreduce" || rf.rank == *root) {
 		bad, first := gen.verify(recv, *count)

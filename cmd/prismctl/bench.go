@@ -94,6 +94,8 @@ func runBench(args []string) int {
 		return flagErr(fs, fmt.Errorf("-n must be >= 1 and -w >= 0"))
 	case *root >= rf.size:
 		return flagErr(fs, fmt.Errorf("--root %d is outside 0..%d", *root, rf.size-1))
+	case *persistent && rf.ordinary:
+		return flagErr(fs, fmt.Errorf("--persistent and --ordinary exclude each other: pick one way to repeat each size"))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -125,9 +127,12 @@ func runBench(args []string) int {
 		busFactor = 1
 	}
 	if rf.rank == 0 {
-		kind := coll
-		if *persistent {
+		kind := coll + " (repeated sizes kept persistent by the library)"
+		switch {
+		case *persistent:
 			kind = "persistent " + coll
+		case rf.ordinary:
+			kind = "ordinary " + coll + " (every call through the AM)"
 		}
 		input := rf.format + " input"
 		if rf.format == "fp32" {

@@ -59,7 +59,7 @@ var demoSteps = []demoStep{
 	{"ALLREDUCE of FP32 (1M default) with KULISCH_FIXED, verified bit for bit", demoAllReduceKulisch},
 	{"REDUCE of FP32 to h2 with KULISCH_FIXED, verified bit for bit", demoReduceKulisch},
 	{"ALLREDUCE of FP32 with FP32_ARRIVAL, checked against the error bound", demoAllReduceArrival},
-	{"small ALLREDUCEs, ordinary and as one persistent collective, verified bit for bit", demoPersistent},
+	{"small ALLREDUCEs: ordinary, repeated (kept persistent by the Comm) and persistent, verified bit for bit", demoPersistent},
 }
 
 func runDemo(args []string) int {
