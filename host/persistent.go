@@ -153,11 +153,13 @@ func (p *Persistent) reserve() (renew bool, seq uint64) {
 func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, send, recv elems) (Stats, error) {
 	p.mu.Lock()
 	if err := p.err; err != nil {
+		p.running = false
 		p.mu.Unlock()
 		return Stats{}, err
 	}
 	if p.closed || !renew && p.op == nil {
 		// Closed (with its Comm) while this call waited for its turn.
+		p.running = false
 		p.mu.Unlock()
 		return Stats{}, &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: fmt.Errorf("%w: the persistent collective was closed", ErrClosed)}
 	}
