@@ -24,7 +24,11 @@ import (
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 type rxFrame struct {
-	At      time.Time
+	At time.Time
+	// Kernel is the kernel's receive time (SO_TIMESTAMPNS; zero if none):
+	// spacing rules are checked on it, since At is when a reader goroutine
+	// that may wait for a core got the frame.
+	Kernel  time.Time
 	Eth     ethHdr
 	Payload []byte // after the Ethernet header
 }
@@ -79,6 +83,10 @@ func openNIC(t *testing.T, lab *deploy.Lab, node, iface string) *nic {
 		if err != nil {
 			return err
 		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+			unix.Close(fd)
+			return err
+		}
 		n.fd, n.ifindex = fd, ifi.Index
 		copy(n.mac[:], ifi.HardwareAddr)
 		return nil
@@ -109,6 +117,7 @@ func (n *nic) close() {
 func (n *nic) readLoop() {
 	defer close(n.done)
 	buf := make([]byte, 1<<16)
+	oob := make([]byte, 256)
 	for {
 		n.mu.Lock()
 		closed := n.closed
@@ -116,7 +125,7 @@ func (n *nic) readLoop() {
 		if closed {
 			return
 		}
-		k, from, err := unix.Recvfrom(n.fd, buf, 0)
+		k, oobn, _, from, err := unix.Recvmsg(n.fd, buf, oob, 0)
 		if err != nil {
 			continue // EAGAIN on the receive timeout
 		}
@@ -130,7 +139,7 @@ func (n *nic) readLoop() {
 		if err != nil || eh.Type != etherType {
 			continue
 		}
-		f := rxFrame{At: time.Now(), Eth: eh, Payload: append([]byte(nil), payload...)}
+		f := rxFrame{At: time.Now(), Kernel: kernelStamp(oob[:oobn]), Eth: eh, Payload: append([]byte(nil), payload...)}
 		n.mu.Lock()
 		hooks := append([]func(rxFrame) bool(nil), n.hooks...)
 		n.mu.Unlock()

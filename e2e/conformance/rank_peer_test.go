@@ -31,8 +31,9 @@ type rkFrame struct {
 }
 
 type rkProg struct {
-	At time.Time
-	P  progress
+	At     time.Time
+	Kernel time.Time // the kernel's receive time (rxFrame.Kernel)
+	P      progress
 }
 
 type rkRank struct {
@@ -168,7 +169,7 @@ func (k *rkRank) handleProgress(f rxFrame) {
 	if (p.Status == psFailed || p.Status == psUnknownOp || p.Status == psInvalid) && k.failedAt.IsZero() {
 		k.failedAt, k.failState = f.At, p.Status
 	}
-	k.progs = append(k.progs, rkProg{f.At, p})
+	k.progs = append(k.progs, rkProg{At: f.At, Kernel: f.Kernel, P: p})
 	select {
 	case k.progCh <- p:
 	default:

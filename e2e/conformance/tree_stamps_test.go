@@ -55,6 +55,22 @@ func openTrStamps(t *testing.T, lab *deploy.Lab, node, iface string) *trStamps {
 	return s
 }
 
+// kernelStamp is the SCM_TIMESTAMPNS receive time in oob (zero if none).
+func kernelStamp(oob []byte) time.Time {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return time.Time{}
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= 16 {
+			sec := int64(binary.NativeEndian.Uint64(m.Data[0:]))
+			nsec := int64(binary.NativeEndian.Uint64(m.Data[8:]))
+			return time.Unix(sec, nsec)
+		}
+	}
+	return time.Time{}
+}
+
 func (s *trStamps) loop() {
 	defer close(s.done)
 	buf := make([]byte, 1<<16)
@@ -73,16 +89,7 @@ func (s *trStamps) loop() {
 		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
 			continue
 		}
-		at := time.Time{}
-		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-			for _, m := range msgs {
-				if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= 16 {
-					sec := int64(binary.NativeEndian.Uint64(m.Data[0:]))
-					nsec := int64(binary.NativeEndian.Uint64(m.Data[8:]))
-					at = time.Unix(sec, nsec)
-				}
-			}
-		}
+		at := kernelStamp(oob[:oobn])
 		if at.IsZero() {
 			continue
 		}
