@@ -96,8 +96,8 @@ func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root 
 		return nil
 	}
 	sv, rv, err := c.checkBuffers(coll, send, recv, root, &o)
-	if err != nil || uint32(sv.n) > maxPersistentLen/2 {
-		return nil // the ordinary path reports it
+	if err != nil || sv.n > maxPersistentLen/2 {
+		return nil // the ordinary path reports it, or runs it
 	}
 	sh := shapeOf(coll, root, sv, o)
 	c.mu.Lock()
@@ -125,8 +125,7 @@ func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root 
 		}
 		done := make(chan struct{})
 		close(done)
-		slot = &autoSlot{tail: done, p: &Persistent{c: c, coll: coll, root: root, send: sv, recv: rv, opts: o,
-			n: uint32(sv.n), k: min(maxInvocations, maxPersistentLen/uint32(sv.n))}}
+		slot = &autoSlot{tail: done, p: c.newPersistent(coll, root, sv, rv, o)}
 		a.slots[sh] = slot
 	}
 	slot.used = a.clock
@@ -167,8 +166,8 @@ func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root 
 	return r
 }
 
-// evictLRU closes the least recently called shape's collective once the
-// calls queued on it finished. Under c.mu.
+// evictLRU retires the least recently called shape's collective. Under
+// c.mu.
 func (c *Comm) evictLRU() {
 	var (
 		old  shape
@@ -179,22 +178,25 @@ func (c *Comm) evictLRU() {
 			old, slot = sh, s
 		}
 	}
-	delete(c.auto.slots, old)
-	go func() {
-		<-slot.tail
-		_ = slot.p.Close()
-	}()
+	c.retireSlot(old, slot)
 }
 
-// dropSlot forgets a failed shape's collective (its next call sets up a
-// new one) and frees it once its queue drained.
+// dropSlot forgets a failed shape's collective: its next call sets up a
+// new one.
 func (c *Comm) dropSlot(sh shape, slot *autoSlot) {
 	c.mu.Lock()
+	c.retireSlot(sh, slot)
+	c.mu.Unlock()
+}
+
+// retireSlot takes slot out of the kept shapes (no call queues on it any
+// more) and closes its collective once the calls already queued finished.
+// Under c.mu.
+func (c *Comm) retireSlot(sh shape, slot *autoSlot) {
 	if c.auto.slots[sh] == slot {
 		delete(c.auto.slots, sh)
 	}
 	tail := slot.tail
-	c.mu.Unlock()
 	go func() {
 		<-tail
 		_ = slot.p.Close()

@@ -91,12 +91,22 @@ func (c *Comm) initPersistent(coll string, send, recv any, root int, opts *Optio
 	if err != nil {
 		return nil, oe(err)
 	}
-	n := uint32(sv.n)
-	if n > maxPersistentLen/2 {
-		return nil, oe(fmt.Errorf("%w: %d elements leave no room for a second invocation in one operation (at most %d)", ErrType, n, maxPersistentLen/2))
+	p := c.newPersistent(coll, root, sv, rv, *opts)
+	if p == nil {
+		return nil, oe(fmt.Errorf("%w: %d elements leave no room for a second invocation in one operation (at most %d)", ErrType, sv.n, maxPersistentLen/2))
 	}
-	return &Persistent{c: c, coll: coll, root: root, send: sv, recv: rv, opts: *opts, n: n,
-		k: min(maxInvocations, maxPersistentLen/n)}, nil
+	return p, nil
+}
+
+// newPersistent is a persistent collective over checked buffers, or nil if
+// one operation cannot hold two invocations of them.
+func (c *Comm) newPersistent(coll string, root int, sv, rv elems, o Options) *Persistent {
+	if sv.n > maxPersistentLen/2 {
+		return nil
+	}
+	n := uint32(sv.n)
+	return &Persistent{c: c, coll: coll, root: root, send: sv, recv: rv, opts: o, n: n,
+		k: min(maxInvocations, maxPersistentLen/n)}
 }
 
 // Run runs one invocation and waits for it.
