@@ -31,7 +31,7 @@
 // Up builds a lab on this host: one network namespace per node, veth pairs per
 // link, addresses, Linux bridges, and a prismd per switch node started with a
 // generated configuration (PrismdConfig) and its share of the machine's cores
-// as GOMAXPROCS (Options.SwitchProcs, SwitchProcsFor). Down removes all of it
+// (shared with the hosts' processes) as GOMAXPROCS (Options.SwitchProcs, SwitchProcsFor). Down removes all of it
 // and only it.
 //
 // What this package must not touch: it never imports the dataplane, engine or

@@ -56,25 +56,27 @@ type Options struct {
 	Log io.Writer
 	// SwitchProcs is the GOMAXPROCS each prismd of the lab runs with.
 	// 0 means: GOMAXPROCS from the environment if set, else the machine's
-	// CPUs shared out among the lab's switches (SwitchProcsFor).
+	// CPUs shared out among the lab's switches and its hosts (SwitchProcsFor).
 	SwitchProcs int
 }
 
 // SwitchProcsFor is the GOMAXPROCS a lab gives each of its n prismd when
-// neither Options.SwitchProcs nor the environment sets one: the cpus of
-// the machine shared out, at least 1. The lab's switches share the
-// machine's cores with each other and with the ranks; a Go process with
-// more Ps than its share of the cores hands goroutines between threads
-// that then wake each other across cores, and a cross-core wakeup is the
-// dearest thing on a virtual machine. Measured on spine-leaf-jumbo (3
-// switches, 4 ranks, a 2-core VM; 3 interleaved pairs, per operation):
-// 1M FP32 ALLREDUCE 55-59 ms with GOMAXPROCS=1 against 70-74 ms with 2,
-// 2 FP32 15.4-16.0 against 16.0-17.4 ms, 16M 500-630 against 639-648 ms.
+// neither Options.SwitchProcs nor the environment sets one: the machine's
+// cpus shared out among the n switches and, as one more party, the hosts'
+// processes (ranks, generators), at least 1. They all share the machine's
+// cores; a Go process with more Ps than its share of the cores hands
+// goroutines between threads that then wake each other across cores, and a
+// cross-core wakeup is the dearest thing on a virtual machine. Measured on
+// a 2-core VM: spine-leaf-jumbo (3 switches, 4 ranks; 3 interleaved pairs,
+// per operation) 1M FP32 ALLREDUCE 55-59 ms with GOMAXPROCS=1 against
+// 70-74 ms with 2, 2 FP32 15.4-16.0 against 16.0-17.4 ms, 16M 500-630
+// against 639-648 ms; the SINGLE lab (1 switch, 2 ranks; 5 interleaved
+// pairs of 3 s runs) forwarding 639-653k against 494-550k frames/s and
+// FP32 ALLREDUCE from two 'prismd-blast contribute' ranks 400-421k against
+// 341-362k DATA frames/s, and 2 'prismctl bench' ranks 4M FP32 71.8-73.0
+// against 77.7-79.0 ms, which is why the ranks count as a party.
 func SwitchProcsFor(cpus, n int) int {
-	if n < 1 {
-		return max(cpus, 1)
-	}
-	return max(cpus/n, 1)
+	return max(cpus/(max(n, 0)+1), 1)
 }
 
 func (o *Options) withDefaults() Options {

@@ -195,10 +195,10 @@ func TestSingleLabPing(t *testing.T) {
 // no namespace, no temporary link in the root namespace, no recorded
 // process, no state directory or lock file.
 // TestSwitchProcsFor: the lab shares the machine's cores out among its
-// switches, never below one.
+// switches and its hosts (one more party), never below one.
 func TestSwitchProcsFor(t *testing.T) {
 	for _, tc := range []struct{ cpus, n, want int }{
-		{2, 1, 2}, {2, 3, 1}, {8, 3, 2}, {16, 4, 4}, {1, 5, 1}, {4, 0, 4},
+		{2, 1, 1}, {2, 3, 1}, {4, 1, 2}, {8, 3, 2}, {16, 4, 3}, {1, 5, 1}, {4, 0, 4}, {64, 1, 32},
 	} {
 		if got := deploy.SwitchProcsFor(tc.cpus, tc.n); got != tc.want {
 			t.Errorf("SwitchProcsFor(%d cpus, %d switches) = %d, want %d", tc.cpus, tc.n, got, tc.want)

@@ -245,16 +245,30 @@ part3() {
   blast_size=1500
   # Forwarding peer: prismd-blast h1 -> h2 through sw1 for BLAST_SECS, full-size frames (DATA frames at MTU 1500 are full size).
   HZ=$(getconf CLK_TCK)
-  sw_jiffies() { awk '{print $14+$15}' /proc/"$(cat "$STATE/$lab/sw1.pid")"/stat 2>/dev/null || echo 0; }
-  cpu_ns() { awk -v j="$1" -v hz="$HZ" -v n="$2" 'BEGIN{printf "%.0f", (n > 0 ? j*1e9/hz/n : 0)}'; } # JIFFIES FRAMES -> ns/frame
+  # sw_jiffies -> "USER SYS BUSY": sw1's user and system jiffies, and the
+  # whole machine's busy jiffies (every CPU, idle and iowait left out): the
+  # ranks or blast peers share these cores, so what the machine spends per
+  # frame, not only sw1, sets the rate.
+  sw_jiffies() {
+    local us; us=$(awk '{print $14, $15}' /proc/"$(cat "$STATE/$lab/sw1.pid")"/stat 2>/dev/null) || us="0 0"
+    echo "$us $(awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat)"
+  }
+  # cpu_ns "J0" "J1" FRAMES -> "TOTAL USER SYS BUSY" ns per frame (sw1 user+sys, user, sys; machine busy)
+  cpu_ns() {
+    awk -v a="$1" -v b="$2" -v hz="$HZ" -v n="$3" 'BEGIN{split(a, x); split(b, y)
+      if (n <= 0) { print "0 0 0 0"; exit }
+      u = (y[1]-x[1])*1e9/hz/n; s = (y[2]-x[2])*1e9/hz/n; m = (y[3]-x[3])*1e9/hz/n
+      printf "%.0f %.0f %.0f %.0f\n", u+s, u, s, m }'
+  }
   fwd() {
     ip netns exec "$(ns "$lab" h2)" "$BIN/prismd-blast" recv --iface eth0 --duration $((BLAST_SECS + 1))s >"$TMP/p3.recv" 2>&1 &
     local rp=$!; PIDS+=("$rp"); sleep 0.3
-    local j0; j0=$(sw_jiffies)
+    local j0 j1 n; j0=$(sw_jiffies)
     ip netns exec "$(ns "$lab" h1)" "$BIN/prismd-blast" send --iface eth0 --dst "$h2mac" --size $blast_size --duration ${BLAST_SECS}s >"$TMP/p3.send" 2>&1
     wait $rp
-    local j1; j1=$(sw_jiffies)
-    awk -v d="$BLAST_SECS" -v j=$((j1 - j0)) -v hz="$HZ" '{printf "%.0f %.0f\n", $2/d, ($2 > 0 ? j*1e9/hz/$2 : 0)}' "$TMP/p3.recv"
+    j1=$(sw_jiffies)
+    n=$(awk '{print $2 + 0}' "$TMP/p3.recv")
+    echo "$(awk -v d="$BLAST_SECS" -v n="${n:-0}" 'BEGIN{printf "%.0f", n/d}') $(cpu_ns "$j0" "$j1" "${n:-0}")"
   }
   # agg_blast ACC COLL JOB -> "DATA_FRAMES SECONDS CPU_NS": two 'prismd-blast contribute' ranks (h1 rank 0, h2 rank 1;
   # REDUCE to rank 0) back to back for BLAST_SECS. DATA_FRAMES is sw1's prismd_frames_total{class="data"} delta,
@@ -273,7 +287,7 @@ part3() {
     (( rc == 0 )) || return 1
     t=$(sed -n 's/^contribute .* seconds=\([0-9.]*\) .*verified=yes.*/\1/p' "$out".[01] | awk '{s += $1; n++} END{if (n == 2) printf "%.6f", s / 2}')
     [[ -n $t ]] || { echo "no verified summary line from both ranks: $(cat "$out".[01])" >&2; return 1; }
-    echo "$((d1 - d0)) $t $(cpu_ns $((j1 - j0)) $((d1 - d0)))"
+    echo "$((d1 - d0)) $t $(cpu_ns "$j0" "$j1" $((d1 - d0)))"
   }
   # agg_ranks ACC COLL JOB -> the same through the host library: two 'prismctl allreduce' ranks, AGG_ITERS iterations;
   # SECONDS is the ranks' transfer time (grant to done) summed over iterations, mean of the 2 ranks.
@@ -287,7 +301,7 @@ part3() {
       function sec(s) { if (s ~ /ms$/) return substr(s,1,length(s)-2)/1e3; if (s ~ /µs$|us$/) return substr(s,1,length(s)-2)/1e6;
         if (s ~ /m[0-9.]+s$/) { split(s,a,"m"); return a[1]*60 + substr(a[2],1,length(a[2])-1) } return substr(s,1,length(s)-1)+0 }
       { tot += sec($1) } END { printf "%.6f\n", tot / 2 }')
-    echo "$((d1 - d0)) $t $(cpu_ns $((j1 - j0)) $((d1 - d0)))"
+    echo "$((d1 - d0)) $t $(cpu_ns "$j0" "$j1" $((d1 - d0)))"
   }
   # Interleave so drift hits both sides alike: fwd, every aggregation, then every aggregation in reverse, fwd.
   local runs=() order=() rows=() r i x a c fw res n t cpu fps
@@ -298,7 +312,8 @@ part3() {
     for x in "${order[@]}"; do
       if [[ $x == fwd ]]; then
         fw=$(fwd); rows+=("fwd - $fw")
-        echo "round $r forward: ${fw% *} fps, prismd CPU ${fw#* } ns/frame (prismd-blast ${blast_size}B, ${BLAST_SECS}s)"
+        read -r fps cpu <<<"$fw"
+        echo "round $r forward: $fps fps, ns/frame: prismd CPU (total user sys) and machine busy $cpu (prismd-blast ${blast_size}B, ${BLAST_SECS}s)"
         continue
       fi
       a=${x%%:*} c=${x##*:} job=$((job + 1))
@@ -306,7 +321,7 @@ part3() {
         read -r n t cpu <<<"$res"
         fps=$(awk -v n="$n" -v t="$t" 'BEGIN{ if (t > 0) printf "%.0f", n/t; else print 0 }')
         rows+=("$a $c $fps $cpu")
-        echo "round $r $a $c: $n DATA frames absorbed in $t s of data phase = $fps fps, prismd CPU $cpu ns/frame (whole run incl. setup)"
+        echo "round $r $a $c: $n DATA frames absorbed in $t s of data phase = $fps fps, ns/frame: prismd CPU (total user sys) and machine busy $cpu (whole run incl. setup)"
       else echo "round $r $a $c: failed"; fi
     done
   done
@@ -331,13 +346,23 @@ part3() {
     MEASURED=1
   done
   echo
-  printf '%-14s %-10s %18s %17s %17s\n' accumulator collective cpu_ns/data_frame cpu_ns/fwd_frame fwd_cpu/data_cpu
+  # mean of field F over the rows of A C
+  col() { awk -v a="$1" -v c="$2" -v f="$3" '$1==a && $2==c{s+=$f;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows"; }
+  printf '%-14s %-10s %18s %17s %17s %24s %22s %14s\n' accumulator collective cpu_ns/data_frame cpu_ns/fwd_frame fwd_cpu/data_cpu \
+    "user+sys/data_frame" "user+sys/fwd_frame" machine_ratio
+  local fu fs fm du ds dm
+  fu=$(col fwd - 5) fs=$(col fwd - 6) fm=$(col fwd - 7)
   for x in "${runs[@]}"; do
     a=${x%%:*} c=${x##*:}
-    v=$(awk -v a="$a" -v c="$c" '$1==a && $2==c{s+=$4;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
-    printf '%-14s %-10s %18s %17s %17s\n' $a "$c" "${v:-n/a}" "${fcpu:-n/a}" "$([[ -n $v && -n $fcpu ]] && ratio "$fcpu" "$v" || echo n/a)"
+    v=$(col "$a" "$c" 4) du=$(col "$a" "$c" 5) ds=$(col "$a" "$c" 6) dm=$(col "$a" "$c" 7)
+    printf '%-14s %-10s %18s %17s %17s %24s %22s %14s\n' $a "$c" "${v:-n/a}" "${fcpu:-n/a}" \
+      "$([[ -n $v && -n $fcpu ]] && ratio "$fcpu" "$v" || echo n/a)" "${du:-?}+${ds:-?}" "${fu:-?}+${fs:-?}" \
+      "$([[ -n $dm && -n $fm && $dm -gt 0 ]] && ratio "$fm" "$dm" || echo n/a)"
   done
-  echo "(CPU ratio = prismd's own cost per frame: the fraction of its forwarding rate it could absorb if fed and CPU-bound)"
+  echo "(CPU ratio = prismd's own cost per frame: the fraction of its forwarding rate it could absorb if fed and CPU-bound;"
+  echo " user+sys splits it: a kernel cost per frame close to forwarding's says the extra is the engine's user-space work;"
+  echo " machine_ratio = the whole machine's busy CPU per forwarded frame / per DATA frame, prismd plus its ranks or blast"
+  echo " peers on the same cores: the rate ratio a CPU-bound machine would show)"
   if [[ $AGG_SOURCE == blast ]]; then
     echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean data-phase time of the 2 'prismd-blast contribute' ranks," \
       "operations of $AGG_COUNT FP32 back to back for ${BLAST_SECS}s; REDUCE to rank 0; fwd_fps = mean of 2 blast runs received in h2)"
