@@ -34,12 +34,15 @@ const (
 	// sendto EBUSY: no carrier, veth peer backlog full). Also in the
 	// transmitted counters.
 	DropTxDriverDrop
+	// The egress link is down, gone or without carrier (ErrLinkDown): the
+	// frames of the batch from there on were dropped.
+	DropTxLinkDown
 	numDropReasons
 )
 
 var dropNames = [numDropReasons]string{"", "short_frame", "truncated", "bad_version", "unknown_class",
 	"bad_src_mac", "loopback", "hairpin", "oversize", "ring_full", "tx_queue_full", "tx_error", "unsupported",
-	"tx_ring_full", "tx_invalid_desc", "tx_driver_drop"}
+	"tx_ring_full", "tx_invalid_desc", "tx_driver_drop", "tx_link_down"}
 
 func (r DropReason) String() string {
 	if r > 0 && r < numDropReasons {

@@ -842,6 +842,8 @@ func txDropReason(err error) DropReason {
 		return 0
 	case errors.Is(err, ErrTxFull):
 		return DropTxRingFull
+	case errors.Is(err, ErrLinkDown):
+		return DropTxLinkDown
 	}
 	return DropTxError
 }

@@ -7,6 +7,8 @@ package dataplane
 import (
 	"errors"
 	"sync"
+
+	"github.com/prismd/prismd/dataplane/internal/afpacket"
 )
 
 // Port is one switch port. ReadBatch is called from one goroutine only;
@@ -25,7 +27,8 @@ type Port interface {
 	ReadBatch(bufs [][]byte, sizes []int) (n int, err error)
 	// WriteBatch transmits whole Ethernet frames and returns how many were
 	// sent. The dataplane counts the frames not sent as drops, reason
-	// tx_ring_full when err wraps ErrTxFull and tx_error otherwise.
+	// tx_ring_full when err wraps ErrTxFull, tx_link_down when it wraps
+	// ErrLinkDown, and tx_error otherwise.
 	WriteBatch(bufs [][]byte) (n int, err error)
 	// Stats returns cumulative counters kept below the dataplane.
 	Stats() PortStats
@@ -37,6 +40,12 @@ type Port interface {
 // transmit ring or queue had no room for the rest of the batch, so the
 // dataplane counts those frames as drop reason tx_ring_full, not tx_error.
 var ErrTxFull = errors.New("dataplane: transmit ring full")
+
+// ErrLinkDown is returned (possibly wrapped) by WriteBatch when the port's
+// link is down, gone or without carrier, so the frames not sent count as
+// drop reason tx_link_down: a port whose peer went away says so, and the
+// batch costs a system call or two, not one per frame.
+var ErrLinkDown = afpacket.ErrLinkDown
 
 // PortStats are counters a Port keeps itself. All are cumulative.
 type PortStats struct {

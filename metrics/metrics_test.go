@@ -81,6 +81,7 @@ prismd_port_drops_total{port="p1",reason="truncated"} 0
 prismd_port_drops_total{port="p1",reason="tx_driver_drop"} 8
 prismd_port_drops_total{port="p1",reason="tx_error"} 0
 prismd_port_drops_total{port="p1",reason="tx_invalid_desc"} 0
+prismd_port_drops_total{port="p1",reason="tx_link_down"} 0
 prismd_port_drops_total{port="p1",reason="tx_queue_full"} 0
 prismd_port_drops_total{port="p1",reason="tx_ring_full"} 0
 prismd_port_drops_total{port="p1",reason="unknown_class"} 0

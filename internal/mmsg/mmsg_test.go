@@ -95,6 +95,63 @@ func TestSendAll(t *testing.T) {
 	}
 }
 
+// deadLink accepts the first ok frames, then refuses every frame with
+// ENOBUFS, as the kernel does on a link without carrier; it counts calls.
+type deadLink struct {
+	ok, seen, calls int
+}
+
+func (d *deadLink) Sendmmsg(t *Send, want int) (int, unix.Errno) {
+	d.calls++
+	n := min(want, max(d.ok-d.seen, 0))
+	d.seen += n
+	if n < want {
+		if n > 0 {
+			return n, 0 // sendmmsg reports the frames before the refused one first
+		}
+		d.seen++
+		return 0, unix.ENOBUFS
+	}
+	return n, 0
+}
+func (d *deadLink) Closed() bool { return false }
+
+// A link that refuses every frame costs SendAll a bounded number of calls,
+// not one per frame: it gives up after the second refusal in a row and
+// reports ErrDeviceRefuses, having sent exactly the frames the link took.
+// One refused frame between accepted ones is still skipped alone (TestSendAll).
+func TestSendAllGivesUpOnDeadLink(t *testing.T) {
+	frames := make([][]byte, 64)
+	for i := range frames {
+		frames[i] = make([]byte, 60)
+	}
+	for _, ok := range []int{0, 1, 5, 40, 62} {
+		d := &deadLink{ok: ok}
+		n, err := SendAll(d, NewSend(16), frames, nil)
+		if n != ok {
+			t.Errorf("link taking %d frames: SendAll says %d sent", ok, n)
+		}
+		if !errors.Is(err, ErrDeviceRefuses) {
+			t.Errorf("link taking %d frames: err %v, want ErrDeviceRefuses", ok, err)
+		}
+		// Calls: those that sent (ceil(ok/16), one more when the refusal
+		// came mid chunk and was reported by the next call) plus the two refusals.
+		if max := (ok+15)/16 + 3; d.calls > max {
+			t.Errorf("link taking %d frames: %d sendmmsg calls for 64 frames, want at most %d", ok, d.calls, max)
+		}
+	}
+	// The last frame refused alone is that one frame's error.
+	d := &deadLink{ok: 63}
+	if n, err := SendAll(d, NewSend(16), frames, nil); n != 63 || !errors.Is(err, unix.ENOBUFS) || errors.Is(err, ErrDeviceRefuses) {
+		t.Fatalf("last frame refused: %d sent, err %v; want 63 and ENOBUFS", n, err)
+	}
+	// A link with room for every frame never trips it.
+	d = &deadLink{ok: 64}
+	if n, err := SendAll(d, NewSend(16), frames, nil); n != 64 || err != nil {
+		t.Fatalf("healthy link: %d sent, err %v", n, err)
+	}
+}
+
 // A batch prepares without allocating.
 func TestPrepareAllocs(t *testing.T) {
 	r, s := NewRecv(16), NewSend(16)

@@ -64,6 +64,27 @@ func (s *TxSocket) Sendmmsg(t *Send, want int) (int, unix.Errno) {
 	return t.Sendmmsg(s.fd, want)
 }
 
+// Running reports whether interface name (the one the socket is bound to)
+// is up and operationally running, which a link without carrier is not
+// (SIOCGIFFLAGS: IFF_UP and IFF_RUNNING; IFF_LOWER_UP does not fit its
+// 16 bits). It is asked only after the device refused a batch.
+func (s *TxSocket) Running(name string) (bool, error) {
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return false, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.fd < 0 {
+		return false, os.ErrClosed
+	}
+	if err := unix.IoctlIfreq(s.fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return false, os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
+	}
+	f := ifr.Uint16()
+	return f&unix.IFF_UP != 0 && f&unix.IFF_RUNNING != 0, nil
+}
+
 // Closed implements Sender.
 func (s *TxSocket) Closed() bool {
 	s.mu.RLock()

@@ -1,6 +1,7 @@
 package afpacket
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -404,15 +405,46 @@ func (s *Socket) Release() {
 	s.ringMu.Unlock()
 }
 
+// ErrLinkDown is what SendBatch returns when the frames it did not send met
+// a link that is down, gone or without carrier: the rest of the batch was
+// dropped without a system call per frame (mmsg.ErrDeviceRefuses).
+var ErrLinkDown = errors.New("link down or without carrier")
+
 // SendBatch transmits bufs in order and returns how many were sent; a frame
 // the kernel rejects is skipped (and the first such error returned) so one bad
-// frame does not cost the rest of the batch. It blocks while the socket send
-// buffer is full.
+// frame does not cost the rest of the batch. A link that is down, gone or
+// without carrier ends the batch at once (ErrLinkDown). It blocks while the
+// socket send buffer is full.
 func (s *Socket) SendBatch(bufs [][]byte) (int, error) {
 	t := s.txPool.Get().(*mmsg.Send)
 	defer s.txPool.Put(t)
-	return mmsg.SendAll(s.tx, t, bufs, nil)
+	n, err := mmsg.SendAll(s.tx, t, bufs, linkGone)
+	if err == nil {
+		return n, nil
+	}
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &errno) && linkGone(errno):
+		return n, &linkDownError{err}
+	case errors.Is(err, mmsg.ErrDeviceRefuses) || errors.Is(err, unix.ENOBUFS):
+		// No carrier, or a backlog full for a moment: the link's state
+		// tells (a batch of one frame is refused only once).
+		if up, e := s.tx.Running(s.ifi.Name); e == nil && !up {
+			return n, &linkDownError{err}
+		}
+	}
+	return n, err
 }
+
+// linkDownError is a send error that is also ErrLinkDown, so a caller can
+// still ask for the errno (ENODEV: the interface is gone for good).
+type linkDownError struct{ err error }
+
+func (e *linkDownError) Error() string   { return ErrLinkDown.Error() + ": " + e.err.Error() }
+func (e *linkDownError) Unwrap() []error { return []error{ErrLinkDown, e.err} }
+
+// linkGone: the interface is down or gone; no frame of the batch can go.
+func linkGone(e syscall.Errno) bool { return e == unix.ENETDOWN || e == unix.ENXIO || e == unix.ENODEV }
 
 // txTimeout bounds how long a send blocks on a full send buffer, so Close
 // (which waits for senders) and a closed port are noticed.
