@@ -4,6 +4,7 @@
 package dataplane
 
 import (
+	"github.com/prismd/prismd/internal/prefetch"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -101,6 +102,15 @@ func (w *worker) pending() bool {
 	return false
 }
 
+// prefetchAhead is how many frames ahead of the one being handled runInline
+// asks the CPU to load. Measured in the SINGLE lab, FP32 ALLREDUCE from two
+// 'prismd-blast contribute' ranks, 3 interleaved rounds: the switch's user
+// time per DATA frame 403-418 ns without prefetching, 366-391 ns one or two
+// frames ahead, 351-365 ns with the ring's block prefetch too (package
+// afpacket, ring.enter); the content hash fell from 20% of the user-space
+// profile to under 3%.
+const prefetchAhead = 2
+
 // inlineRounds bounds how many rounds an RX goroutine runs a worker's
 // handler before going back to its own port: the frames of another port
 // may keep the worker busy, and past this the worker goroutine takes over.
@@ -133,7 +143,17 @@ func (w *worker) runInline(in int, held [][]byte) bool {
 			if in < len(s.ports) {
 				w.drainRing(s.ports[in].rings[w.id], ringSize)
 			}
-			for _, f := range held {
+			// Start loading the frame two ahead while this one is
+			// handled: the kernel wrote it from another core, and the
+			// first code to read its body (the content hash) stalled on
+			// every line, a fifth of the switch's user time.
+			for i := 0; i < prefetchAhead && i < len(held); i++ {
+				prefetch.Bytes(held[i])
+			}
+			for i, f := range held {
+				if i+prefetchAhead < len(held) {
+					prefetch.Bytes(held[i+prefetchAhead])
+				}
 				w.h.Handle(w.d.Now(), in, f, &w.tx)
 			}
 			held = nil

@@ -10,6 +10,7 @@ package afpacket
 // too.
 
 import (
+	"github.com/prismd/prismd/internal/prefetch"
 	"os"
 	"sync/atomic"
 	"time"
@@ -143,6 +144,18 @@ func (r *ring) enter(lending bool) bool {
 		bh := (*unix.TpacketHdrV1)(unsafe.Pointer(&r.mem[r.cur*r.bs+blockStatusOff]))
 		r.owned, r.left, r.off = true, bh.Num_pkts, bh.Offset_to_first_pkt
 		if r.left > 0 {
+			if lending {
+				// Load the whole retired block now: the walk of its
+				// frame headers is a chain of dependent cache misses
+				// (each header names the next), and the bodies are
+				// read next, by the engine or by the kernel copying
+				// a forwarded frame out (SINGLE lab, 3 interleaved
+				// pairs: forwarding 632-696k against 591-658k
+				// frames/s, the engine's user time per DATA frame
+				// 351-365 against 366-391 ns).
+				b := r.cur * r.bs
+				prefetch.Bytes(r.mem[b : b+min(int(bh.Blk_len), r.bs)])
+			}
 			return true
 		}
 		if lending {
