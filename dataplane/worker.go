@@ -4,10 +4,11 @@
 package dataplane
 
 import (
-	"github.com/prismd/prismd/internal/prefetch"
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/prismd/prismd/internal/prefetch"
 )
 
 // Idler is an optional interface of a Handler. A Handler whose Idle returns

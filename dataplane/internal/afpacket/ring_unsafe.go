@@ -10,13 +10,14 @@ package afpacket
 // too.
 
 import (
-	"github.com/prismd/prismd/internal/prefetch"
 	"os"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/prismd/prismd/internal/prefetch"
 )
 
 const (
