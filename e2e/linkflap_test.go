@@ -15,8 +15,14 @@ import (
 // setLink takes node's eth0 down or up, inside its namespace.
 func (e *env) setLink(node string, up bool) {
 	e.t.Helper()
+	e.setIface(node, "eth0", up)
+}
+
+// setIface takes node's interface iface down or up, inside its namespace.
+func (e *env) setIface(node, iface string, up bool) {
+	e.t.Helper()
 	if err := e.lab.Do(node, func() error {
-		l, err := netlink.LinkByName("eth0")
+		l, err := netlink.LinkByName(iface)
 		if err != nil {
 			return err
 		}
@@ -25,7 +31,7 @@ func (e *env) setLink(node string, up bool) {
 		}
 		return netlink.LinkSetDown(l)
 	}); err != nil {
-		e.t.Fatalf("%s eth0 up=%v: %v", node, up, err)
+		e.t.Fatalf("%s %s up=%v: %v", node, iface, up, err)
 	}
 }
 
@@ -49,7 +55,10 @@ func (e *env) afterGrant(job uint64, settle time.Duration, f func()) {
 // than the operation's timeout, the collective rides it out (the rank's
 // socket reports ENETDOWN once; lost frames are retransmitted) and is
 // exact. Down for good, every rank fails within the timeout: the rank on
-// the dead link says its interface went down, the others name it.
+// the dead link says its interface went down, the others name it. The
+// same when it is the switch's end that goes down: the rank's interface
+// stays up without carrier, its frames vanish without an error, and the
+// rank's timeout says the interface has no carrier.
 func TestLinkFlap(t *testing.T) {
 	e := up(t, "spine-leaf", "h1", am.Config{})
 	hosts := []string{"h1", "h2", "h3", "h4"}
@@ -93,5 +102,32 @@ func TestLinkFlap(t *testing.T) {
 	}
 	if took > timeout+killSlack {
 		t.Errorf("ranks failed %v after the link went down; the bound is the timeout (%v) plus %v", took, timeout, killSlack)
+	}
+
+	// The leaf's port to h3 (l2:p2) goes down: h3's eth0 loses its carrier.
+	e.setLink("h3", true)
+	cs = e.comms(33, hosts...)
+	go func() { done <- collective(cs, "allreduce", 0, vec, 33, &host.Options{Timeout: timeout}) }()
+	e.afterGrant(33, 50*time.Millisecond, func() {
+		e.setIface("l2", "p2", false)
+		downAt = time.Now()
+	})
+	t.Cleanup(func() { e.setIface("l2", "p2", true) })
+	r = <-done
+	took = time.Since(downAt)
+	for i, err := range r.errs {
+		var oe *host.OpError
+		want := "rank 2 (h3) stopped contributing"
+		if i == 2 {
+			want = "interface eth0 has no carrier"
+		}
+		if err == nil || !errors.As(err, &oe) || !strings.Contains(err.Error(), want) {
+			t.Errorf("switch end down, rank %d: %v, want an error with %q", i, err, want)
+			continue
+		}
+		t.Logf("switch end down, rank %d: %v", i, err)
+	}
+	if took > timeout+killSlack {
+		t.Errorf("ranks failed %v after the switch's end of the link went down; the bound is the timeout (%v) plus %v", took, timeout, killSlack)
 	}
 }

@@ -432,7 +432,19 @@ func (c *Comm) linkDown(now int64) {
 // nothing arrived since (event loop): the silence it reports is likely the
 // link's, not the switch's.
 func (c *Comm) withLink(now int64, err error) error {
-	if c.downSince == 0 || !errors.Is(err, ErrTimeout) {
+	if !errors.Is(err, ErrTimeout) {
+		return err
+	}
+	if c.downSince == 0 {
+		// A link without carrier (its cable, or the switch port at the
+		// far end, is down) reports nothing: the frames sent to it
+		// vanish. Its state says so now.
+		if ls, ok := c.conn.(linkStater); ok {
+			if up, e := ls.Running(); e == nil && !up {
+				return fmt.Errorf("%w; interface %s has no carrier (ip link shows NO-CARRIER or DOWN): check its cable and the switch port at its other end",
+					err, c.cfg.Iface)
+			}
+		}
 		return err
 	}
 	return fmt.Errorf("%w; interface %s went down %v ago and no frame has arrived since (ip link shows it; bring it up, or check its cable and the switch port)",

@@ -25,7 +25,9 @@
 // unreachable, interface gone, ACCUMULATION_INEXACT). A link that goes down
 // (ENETDOWN) is ridden out: frames lost meanwhile are retransmitted once it
 // is back, and an operation whose timeout expires first says the interface
-// went down and how long ago.
+// went down and how long ago, or that it has no carrier (the switch's end
+// of the link is down: frames vanish without an error, so the timeout asks
+// the interface's flags).
 //
 // It must not touch: switch-side state (packages engine, control), wire
 // layouts beyond calling package parser, arithmetic beyond converting an

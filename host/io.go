@@ -88,6 +88,12 @@ func (p *packetConn) Close() error                            { return p.s.Close
 // receive buffer was full).
 func (p *packetConn) KernelDrops() uint64 { return p.s.KernelDrops() }
 
+// Running implements linkStater.
+func (p *packetConn) Running() (bool, error) { return p.s.Running() }
+
+// linkStater is a Conn that can tell whether its link is up with carrier.
+type linkStater interface{ Running() (bool, error) }
+
 func (p *packetConn) ReadFrame(b []byte) (int, error) {
 	p.one[0] = b
 	n, err := p.s.RecvBatch(p.one[:], p.sz[:])

@@ -202,6 +202,12 @@ func (s *Socket) SendBatch(frames [][]byte) (int, error) {
 	return mmsg.SendAll(s.tx, t, frames, ifaceGone)
 }
 
+// Running reports whether the interface is up and has carrier (IFF_UP and
+// IFF_RUNNING). A rank's frames to a link without carrier vanish without an
+// error (the veth or NIC drops them), so this is how a rank learns that its
+// cable, or the switch port at its far end, is down.
+func (s *Socket) Running() (bool, error) { return s.tx.Running(s.ifi.Name) }
+
 // ifaceGone: a rank's interface went away; retrying cannot help.
 func ifaceGone(e unix.Errno) bool { return e == unix.ENETDOWN || e == unix.ENXIO || e == unix.ENODEV }
 
