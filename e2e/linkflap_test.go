@@ -78,56 +78,41 @@ func TestLinkFlap(t *testing.T) {
 	t.Logf("flap of 600 ms ridden out: collective took %v, rank 2 retransmitted %d DATA frames",
 		r.took.Round(time.Millisecond), r.stats[2].Retransmits)
 
-	cs = e.comms(32, hosts...)
-	go func() { done <- collective(cs, "allreduce", 0, vec, 32, &host.Options{Timeout: timeout}) }()
-	var downAt time.Time
-	e.afterGrant(32, 50*time.Millisecond, func() {
-		e.setLink("h3", false)
-		downAt = time.Now()
-	})
-	t.Cleanup(func() { e.setLink("h3", true) })
-	r = <-done
-	took := time.Since(downAt)
-	for i, err := range r.errs {
-		var oe *host.OpError
-		want := "rank 2 (h3) stopped contributing"
-		if i == 2 {
-			want = "interface eth0 went down"
+	// Down for good: h3's own interface, then the leaf's port to h3 (l2:p2),
+	// which leaves h3's eth0 up without carrier.
+	for _, c := range []struct {
+		job         uint64
+		what        string
+		node, iface string
+		want        string // in rank 2's error
+	}{
+		{32, "h3's eth0 down", "h3", "eth0", "interface eth0 went down"},
+		{33, "the switch's end (l2:p2) down", "l2", "p2", "interface eth0 has no carrier"},
+	} {
+		cs = e.comms(c.job, hosts...)
+		go func() { done <- collective(cs, "allreduce", 0, vec, c.job, &host.Options{Timeout: timeout}) }()
+		var downAt time.Time
+		e.afterGrant(c.job, 50*time.Millisecond, func() {
+			e.setIface(c.node, c.iface, false)
+			downAt = time.Now()
+		})
+		r = <-done
+		took := time.Since(downAt)
+		e.setIface(c.node, c.iface, true)
+		for i, err := range r.errs {
+			var oe *host.OpError
+			want := "rank 2 (h3) stopped contributing"
+			if i == 2 {
+				want = c.want
+			}
+			if err == nil || !errors.As(err, &oe) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: rank %d: %v, want an error with %q", c.what, i, err, want)
+				continue
+			}
+			t.Logf("%s: rank %d: %v", c.what, i, err)
 		}
-		if err == nil || !errors.As(err, &oe) || !strings.Contains(err.Error(), want) {
-			t.Errorf("rank %d: %v, want an error with %q", i, err, want)
-			continue
+		if took > timeout+killSlack {
+			t.Errorf("%s: ranks failed %v after it; the bound is the timeout (%v) plus %v", c.what, took, timeout, killSlack)
 		}
-		t.Logf("rank %d: %v", i, err)
-	}
-	if took > timeout+killSlack {
-		t.Errorf("ranks failed %v after the link went down; the bound is the timeout (%v) plus %v", took, timeout, killSlack)
-	}
-
-	// The leaf's port to h3 (l2:p2) goes down: h3's eth0 loses its carrier.
-	e.setLink("h3", true)
-	cs = e.comms(33, hosts...)
-	go func() { done <- collective(cs, "allreduce", 0, vec, 33, &host.Options{Timeout: timeout}) }()
-	e.afterGrant(33, 50*time.Millisecond, func() {
-		e.setIface("l2", "p2", false)
-		downAt = time.Now()
-	})
-	t.Cleanup(func() { e.setIface("l2", "p2", true) })
-	r = <-done
-	took = time.Since(downAt)
-	for i, err := range r.errs {
-		var oe *host.OpError
-		want := "rank 2 (h3) stopped contributing"
-		if i == 2 {
-			want = "interface eth0 has no carrier"
-		}
-		if err == nil || !errors.As(err, &oe) || !strings.Contains(err.Error(), want) {
-			t.Errorf("switch end down, rank %d: %v, want an error with %q", i, err, want)
-			continue
-		}
-		t.Logf("switch end down, rank %d: %v", i, err)
-	}
-	if took > timeout+killSlack {
-		t.Errorf("ranks failed %v after the switch's end of the link went down; the bound is the timeout (%v) plus %v", took, timeout, killSlack)
 	}
 }
