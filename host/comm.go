@@ -429,8 +429,8 @@ func (c *Comm) linkDown(now int64) {
 }
 
 // withLink adds to an operation's timeout that the interface went down and
-// nothing arrived since (event loop): the silence it reports is likely the
-// link's, not the switch's.
+// nothing arrived since, or that it has no carrier now (event loop): the
+// silence it reports is likely the link's, not the switch's.
 func (c *Comm) withLink(now int64, err error) error {
 	if !errors.Is(err, ErrTimeout) {
 		return err
