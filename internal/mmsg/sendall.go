@@ -29,6 +29,11 @@ type Sender interface {
 // state.
 var ErrDeviceRefuses = errors.New("the device refused two frames in a row (ENOBUFS); the rest of the batch was not sent")
 
+// LinkGone is SendAll's fatal for a socket bound to one interface: the
+// interface is down or gone (ENETDOWN, ENXIO, ENODEV), so no frame of the
+// batch can go and retrying frame by frame cannot help.
+func LinkGone(e unix.Errno) bool { return e == unix.ENETDOWN || e == unix.ENXIO || e == unix.ENODEV }
+
 // SendAll transmits frames in order through t and returns how many were
 // sent. sendmmsg stops at the first frame the kernel rejects (EMSGSIZE, or
 // ENOBUFS when a peer's backlog is full): that one frame is skipped and the

@@ -418,13 +418,13 @@ var ErrLinkDown = errors.New("link down or without carrier")
 func (s *Socket) SendBatch(bufs [][]byte) (int, error) {
 	t := s.txPool.Get().(*mmsg.Send)
 	defer s.txPool.Put(t)
-	n, err := mmsg.SendAll(s.tx, t, bufs, linkGone)
+	n, err := mmsg.SendAll(s.tx, t, bufs, mmsg.LinkGone)
 	if err == nil {
 		return n, nil
 	}
 	var errno syscall.Errno
 	switch {
-	case errors.As(err, &errno) && linkGone(errno):
+	case errors.As(err, &errno) && mmsg.LinkGone(errno):
 		return n, &linkDownError{err}
 	case errors.Is(err, mmsg.ErrDeviceRefuses) || errors.Is(err, unix.ENOBUFS):
 		// No carrier, or a backlog full for a moment: the link's state
@@ -442,9 +442,6 @@ type linkDownError struct{ err error }
 
 func (e *linkDownError) Error() string   { return ErrLinkDown.Error() + ": " + e.err.Error() }
 func (e *linkDownError) Unwrap() []error { return []error{ErrLinkDown, e.err} }
-
-// linkGone: the interface is down or gone; no frame of the batch can go.
-func linkGone(e syscall.Errno) bool { return e == unix.ENETDOWN || e == unix.ENXIO || e == unix.ENODEV }
 
 // txTimeout bounds how long a send blocks on a full send buffer, so Close
 // (which waits for senders) and a closed port are noticed.

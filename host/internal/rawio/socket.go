@@ -199,7 +199,7 @@ func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (int, error) {
 func (s *Socket) SendBatch(frames [][]byte) (int, error) {
 	t := s.txPool.Get().(*mmsg.Send)
 	defer s.txPool.Put(t)
-	return mmsg.SendAll(s.tx, t, frames, ifaceGone)
+	return mmsg.SendAll(s.tx, t, frames, mmsg.LinkGone)
 }
 
 // Running reports whether the interface is up and has carrier (IFF_UP and
@@ -207,9 +207,6 @@ func (s *Socket) SendBatch(frames [][]byte) (int, error) {
 // error (the veth or NIC drops them), so this is how a rank learns that its
 // cable, or the switch port at its far end, is down.
 func (s *Socket) Running() (bool, error) { return s.tx.Running(s.ifi.Name) }
-
-// ifaceGone: a rank's interface went away; retrying cannot help.
-func ifaceGone(e unix.Errno) bool { return e == unix.ENETDOWN || e == unix.ENXIO || e == unix.ENODEV }
 
 // KernelDrops returns how many frames the kernel dropped on the receive
 // socket since Open because its buffer was full.
