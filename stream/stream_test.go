@@ -294,6 +294,55 @@ func (l *link) recv(now int64) (out [][]byte) {
 	return out
 }
 
+// putTestFrame writes the test links' 20-byte frame: Packet ID, range and
+// 8 bytes of content derived from the range.
+func putTestFrame(b []byte, pid, first, count uint32) {
+	binary.BigEndian.PutUint32(b[0:], pid)
+	binary.BigEndian.PutUint32(b[4:], first)
+	binary.BigEndian.PutUint32(b[8:], count)
+	binary.BigEndian.PutUint64(b[12:], uint64(first)*31+uint64(count))
+}
+
+func parseTestFrame(f []byte) (pid, first, count uint32, hash uint64) {
+	return binary.BigEndian.Uint32(f[0:]), binary.BigEndian.Uint32(f[4:]), binary.BigEndian.Uint32(f[8:]), Hash(f[12:20])
+}
+
+// progressMsg is the test links' PROGRESS: what rw answers to frame pid
+// with verdict v.
+func progressMsg(rw *RecvWindow, pid uint32, v Verdict) []byte {
+	var hs [MaxHoles]Hole
+	k := rw.Holes(hs[:])
+	ci, cb := rw.Credits()
+	p := make([]byte, 17+8*k)
+	p[16+8*k] = byte(v)
+	binary.BigEndian.PutUint32(p[0:], pid)
+	binary.BigEndian.PutUint32(p[4:], rw.Committed())
+	binary.BigEndian.PutUint32(p[8:], uint32(ci))
+	binary.BigEndian.PutUint32(p[12:], cb)
+	for i := 0; i < k; i++ {
+		binary.BigEndian.PutUint32(p[16+8*i:], hs[i].Start)
+		binary.BigEndian.PutUint32(p[20+8*i:], hs[i].End)
+	}
+	return p
+}
+
+type progressFields struct {
+	pid, committed uint32
+	holes          []Hole
+	ci, cb         int
+	v              Verdict
+}
+
+func parseProgressMsg(p []byte) progressFields {
+	k := (len(p) - 17) / 8
+	m := progressFields{pid: binary.BigEndian.Uint32(p[0:]), committed: binary.BigEndian.Uint32(p[4:]),
+		ci: int(binary.BigEndian.Uint32(p[8:])), cb: int(binary.BigEndian.Uint32(p[12:])), v: Verdict(p[len(p)-1])}
+	for i := 0; i < k; i++ {
+		m.holes = append(m.holes, Hole{binary.BigEndian.Uint32(p[16+8*i:]), binary.BigEndian.Uint32(p[20+8*i:])})
+	}
+	return m
+}
+
 // TestSendRecvLossy runs a sender and a receiver over lossy links in both
 // directions and checks, against the oracle, that every element is applied
 // exactly once and that both ends finish.
@@ -309,7 +358,6 @@ func TestSendRecvLossy(t *testing.T) {
 		applied := make([]int, n)
 		o := newOracle(n)
 		next := uint32(0)
-		var hs [MaxHoles]Hole
 		now := int64(0)
 		for step := 0; ; step++ {
 			now += 1e6
@@ -323,10 +371,7 @@ func TestSendRecvLossy(t *testing.T) {
 				if !ok {
 					break
 				}
-				binary.BigEndian.PutUint32(buf[0:], pid)
-				binary.BigEndian.PutUint32(buf[4:], next)
-				binary.BigEndian.PutUint32(buf[8:], c)
-				binary.BigEndian.PutUint64(buf[12:], uint64(next)*31+uint64(c))
+				putTestFrame(buf, pid, next, c)
 				fwd.send(now, sw.Commit(now, 20))
 				next += c
 			}
@@ -338,10 +383,7 @@ func TestSendRecvLossy(t *testing.T) {
 				fwd.send(now, f)
 			}
 			for _, f := range fwd.recv(now) {
-				pid := binary.BigEndian.Uint32(f[0:])
-				first := binary.BigEndian.Uint32(f[4:])
-				c := binary.BigEndian.Uint32(f[8:])
-				h := Hash(f[12:20])
+				pid, first, c, h := parseTestFrame(f)
 				want := o.verdict(pid, first, first+c, h)
 				v := rw.Admit(pid, first, c, len(f), h)
 				switch v {
@@ -367,33 +409,16 @@ func TestSendRecvLossy(t *testing.T) {
 				// Release with a lag, as an engine waiting on another
 				// contributor would.
 				rw.Release(rw.Committed() - min(rw.Committed(), uint32(rng.IntN(50))))
-				k := rw.Holes(hs[:])
-				ci, cb := rw.Credits()
-				p := make([]byte, 17+8*k)
-				p[16+8*k] = byte(v)
-				binary.BigEndian.PutUint32(p[0:], pid)
-				binary.BigEndian.PutUint32(p[4:], rw.Committed())
-				binary.BigEndian.PutUint32(p[8:], uint32(ci))
-				binary.BigEndian.PutUint32(p[12:], cb)
-				for i := 0; i < k; i++ {
-					binary.BigEndian.PutUint32(p[16+8*i:], hs[i].Start)
-					binary.BigEndian.PutUint32(p[20+8*i:], hs[i].End)
-				}
-				back.send(now, p)
+				back.send(now, progressMsg(rw, pid, v))
 			}
 			if rw.Done() {
 				rw.Release(n)
 			}
 			for _, p := range back.recv(now) {
-				k := (len(p) - 17) / 8
-				var hh [MaxHoles]Hole
-				for i := 0; i < k; i++ {
-					hh[i] = Hole{binary.BigEndian.Uint32(p[16+8*i:]), binary.BigEndian.Uint32(p[20+8*i:])}
-				}
-				sw.OnProgress(now, binary.BigEndian.Uint32(p[0:]), binary.BigEndian.Uint32(p[4:]), hh[:k],
-					int(binary.BigEndian.Uint32(p[8:])), int(binary.BigEndian.Uint32(p[12:])))
-				if Verdict(p[len(p)-1]) == NoCredit {
-					sw.OnRejected(binary.BigEndian.Uint32(p[0:]))
+				m := parseProgressMsg(p)
+				sw.OnProgress(now, m.pid, m.committed, m.holes, m.ci, m.cb)
+				if m.v == NoCredit {
+					sw.OnRejected(m.pid)
 				}
 			}
 			if rw.Done() && sw.Idle() && next == n {
