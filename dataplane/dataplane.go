@@ -396,6 +396,14 @@ type rx struct {
 	lane bool
 	// prodLocked: this loop holds ps.prodMu until the end of the batch.
 	prodLocked bool
+	// tally counts the batch's frames, bytes and classes; process adds it
+	// to the port's counters once per batch. Three locked adds per frame
+	// were 2% of a switch's CPU (perf annotate), each waiting for the
+	// stores before it to drain.
+	tally struct {
+		frames, bytes uint64
+		classes       [numFrameClasses]uint64
+	}
 }
 
 // unlockProd ends lockProd at the end of a batch.
@@ -589,6 +597,7 @@ func (r *rx) process(n int) {
 		}
 		r.ingress(s, tab, in, now, f)
 	}
+	r.publish()
 	r.flush(s)
 	for w, woke := range r.woke {
 		if !woke {
@@ -620,10 +629,23 @@ func (r *rx) process(n int) {
 	}
 }
 
+// publish adds the batch's tally to the port's counters.
+func (r *rx) publish() {
+	t, c := &r.tally, &r.ps.ctr
+	c.rxFrames.Add(t.frames)
+	c.rxBytes.Add(t.bytes)
+	for i, v := range t.classes {
+		if v != 0 {
+			c.classes[i].Add(v)
+		}
+	}
+	t.frames, t.bytes, t.classes = 0, 0, [numFrameClasses]uint64{}
+}
+
 func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
-	c := &r.ps.ctr
-	c.rxFrames.Add(1)
-	c.rxBytes.Add(uint64(len(f)))
+	c, t := &r.ps.ctr, &r.tally
+	t.frames++
+	t.bytes += uint64(len(f))
 	if len(f) < 14 {
 		c.drops[DropShortFrame].Add(1)
 		return
@@ -646,16 +668,16 @@ func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
 			if uint16(f[12])<<8|uint16(f[13]) != parser.EtherType {
 				// The host stack receives its own frames from the NIC
 				// directly; bridging them would flood them to every port.
-				c.classes[ClassHost].Add(1)
+				t.classes[ClassHost]++
 				return
 			}
 			r.local(s, in, f)
 			return
 		}
 		if uint16(f[12])<<8|uint16(f[13]) == parser.EtherType {
-			c.classes[ClassTransit].Add(1)
+			t.classes[ClassTransit]++
 		} else {
-			c.classes[ClassL2].Add(1)
+			t.classes[ClassL2]++
 		}
 		if out, ok := tab.lookup(dst, now, s.aging); ok && out < len(r.txq) {
 			if out == in {
@@ -666,9 +688,9 @@ func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
 			return
 		}
 	} else if uint16(f[12])<<8|uint16(f[13]) == parser.EtherType {
-		c.classes[ClassTransit].Add(1)
+		t.classes[ClassTransit]++
 	} else {
-		c.classes[ClassL2].Add(1)
+		t.classes[ClassL2]++
 	}
 	for out := range r.txq {
 		if out != in {
@@ -679,13 +701,13 @@ func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
 
 // local hands a locally addressed PRISM frame to the worker owning its shard.
 func (r *rx) local(s *snapshot, in int, f []byte) {
-	c := &r.ps.ctr
+	c, t := &r.ps.ctr, &r.tally
 	class, reason := classifyLocal(f)
 	if reason != 0 {
 		c.drops[reason].Add(1)
 		return
 	}
-	c.classes[class].Add(1)
+	t.classes[class]++
 	w := int(shardHash(f) % uint32(len(r.d.workers)))
 	if r.held != nil {
 		r.held[w] = append(r.held[w], f)

@@ -10,7 +10,7 @@ import (
 // TestCoalescedProgress: with CoalesceProgress, accepted frames are not
 // acknowledged one by one; Flush sends exactly one PROGRESS per stream that
 // carries the newest watermark and the last Packet ID, and a duplicate is
-// still answered at once.
+// still answered at once. The batch's frame counts reach Metrics at Flush.
 func TestCoalescedProgress(t *testing.T) {
 	r := newRig(t, kulisch.FP32Arrival, 1<<20)
 	r.e.cfg.CoalesceProgress = true
@@ -41,7 +41,21 @@ func TestCoalescedProgress(t *testing.T) {
 	if p := progressOn(); len(p) != 0 {
 		t.Fatalf("PROGRESS sent before Flush: %+v", p)
 	}
+	// The batch's counts reach Metrics with Flush, all of them.
+	m := r.e.Metrics()
+	counts := func() [4]uint64 {
+		return [4]uint64{m.Frames[parser.ClassData].Load(), m.Frames[parser.ClassProgress].Load(),
+			m.FramesSent[parser.ClassResult].Load(), m.ElementsDone.Load()}
+	}
+	if c := counts(); c != [4]uint64{} {
+		t.Fatalf("counts published before Flush: %v", c)
+	}
 	r.e.Flush(r.now, r.tx)
+	// Every step: a DATA frame from each rank, a RESULT frame to each and
+	// a PROGRESS from each for it; count elements completed once.
+	if c, want := counts(), [4]uint64{2 * frames, 2 * frames, 2 * frames, frames * uint64(r.count)}; c != want {
+		t.Fatalf("after Flush: DATA, PROGRESS admitted, RESULT sent, elements %v, want %v", c, want)
+	}
 	got := progressOn()
 	for i, s := range []uint16{10, 11} {
 		p, ok := got[s]

@@ -91,6 +91,9 @@ type Engine struct {
 	// BenchmarkAbsorbFP32ArrivalByRef. Remove clears it.
 	last *op
 
+	// t counts what every frame moves until it is added to m (tally).
+	t tally
+
 	// Scratch reused by every frame: decoding and encoding never allocate.
 	d     parser.Data
 	p     parser.Progress
@@ -503,6 +506,13 @@ func (e *Engine) lookup(key parser.OpKey) *op {
 
 // HandleData admits one DATA or RESULT frame that arrived on port in.
 func (e *Engine) HandleData(now int64, in int, frame []byte, tx dataplane.Sender) {
+	e.admitData(now, in, frame, tx)
+	if !e.cfg.CoalesceProgress {
+		e.t.publish(e.m) // no batch: no Flush to publish it
+	}
+}
+
+func (e *Engine) admitData(now int64, in int, frame []byte, tx dataplane.Sender) {
 	if len(frame) < parser.DataBodyOff {
 		e.m.decodeDrop(errShortData)
 		return
@@ -531,6 +541,13 @@ func (e *Engine) HandleData(now int64, in int, frame []byte, tx dataplane.Sender
 
 // HandleProgress admits one PROGRESS frame that arrived on port in.
 func (e *Engine) HandleProgress(now int64, in int, frame []byte, tx dataplane.Sender) {
+	e.admitProgress(now, in, frame, tx)
+	if !e.cfg.CoalesceProgress {
+		e.t.publish(e.m)
+	}
+}
+
+func (e *Engine) admitProgress(now int64, in int, frame []byte, tx dataplane.Sender) {
 	if len(frame) < parser.HdrOff+parser.ProgressHdrLen {
 		e.m.decodeDrop(errShortProgress)
 		return
@@ -565,6 +582,7 @@ func (e *Engine) Tick(now int64, tx dataplane.Sender) {
 			o.logFailure()
 		}
 	}
+	e.t.publish(e.m)
 	if now-e.lastSnap >= int64(SnapshotInterval) {
 		e.publish(now)
 	}
@@ -586,7 +604,8 @@ func (e *Engine) dropPools() {
 
 // Flush sends the PROGRESS deferred during the batch (CoalesceProgress):
 // one per stream, carrying the newest state and the last Packet ID
-// accepted. It implements dataplane.Flusher through package control.
+// accepted, and publishes the batch's counts to Metrics. It implements
+// dataplane.Flusher through package control.
 func (e *Engine) Flush(now int64, tx dataplane.Sender) {
 	for i := 0; i < e.nOwed; i++ {
 		w := e.owed[i]
@@ -597,6 +616,7 @@ func (e *Engine) Flush(now int64, tx dataplane.Sender) {
 		}
 	}
 	e.nOwed = 0
+	e.t.publish(e.m)
 }
 
 // send hands a frame to the dataplane and counts a full queue.

@@ -317,17 +317,27 @@ func TestAdmission(t *testing.T) {
 
 func benchData(b *testing.B, acc kulisch.Policy) { benchDataTx(b, acc, false) }
 
+// benchBatch is the steps (4 frames each: 2 DATA, 2 PROGRESS) per batch in
+// the benchmarks: about the batches prismd sees in part 3 of make bench.
+const benchBatch = 16
+
 // benchDataTx: with byRef the sink takes RESULT frames by reference, as
 // the dataplane's worker does (dataplane.RefSender), and drops them at the
-// end of the step instead of copying each into its TX batch.
+// end of the step instead of copying each into its TX batch. The engine
+// runs as in prismd: coalescing, flushed every benchBatch steps.
 func benchDataTx(b *testing.B, acc kulisch.Policy, byRef bool) {
 	r := newRig(b, acc, 1<<31)
+	r.e.cfg.CoalesceProgress = true
 	r.tx.byRef = byRef
 	b.ReportAllocs()
 	b.SetBytes(int64(2 * len(r.data[0])))
 	b.ResetTimer()
+	i := 0
 	for b.Loop() {
 		r.step()
+		if i++; i%benchBatch == 0 {
+			r.e.Flush(r.now, r.tx)
+		}
 		r.tx.refs, r.tx.refPorts = r.tx.refs[:0], r.tx.refPorts[:0]
 	}
 	b.ReportMetric(float64(2*b.N)/b.Elapsed().Seconds(), "dataframes/s")

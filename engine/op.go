@@ -475,7 +475,8 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 	}
 	ib.lastActive = now
 	if d.Flags&parser.FlagInexact != 0 {
-		m.Frames[d.Class].Add(1)
+		o.e.t.frames[d.Class]++
+		o.e.t.dirty = true
 		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusOK, tx)
 		if o.state != parser.StateActive {
 			return
@@ -541,7 +542,8 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 	v := ib.rw.Admit(d.PacketID, first, count, n, stream.Hash(d.Body))
 	switch v {
 	case stream.Accepted:
-		m.Frames[d.Class].Add(1)
+		o.e.t.frames[d.Class]++
+		o.e.t.dirty = true
 		if d.Flags&parser.FlagPush != 0 {
 			ib.pushAt = max(ib.pushAt, first+count)
 		}
@@ -665,7 +667,8 @@ func (o *op) sendCopy(now int64, ob *outbound, frame []byte, first, count uint32
 	h.SetDstEP(ob.b.PeerEP)
 	h.SetFlags(h.Flags() &^ parser.FlagRetransmit)
 	o.e.sendReplay(tx, ob.b.Port, ob.sw.Commit(now, len(frame)))
-	o.e.m.FramesSent[parser.Class(buf[parser.CWOff+1])].Add(1)
+	o.e.t.sent[parser.Class(buf[parser.CWOff+1])]++
+	o.e.t.dirty = true
 }
 
 // advance recomputes the frontier and emits what completed.
@@ -862,7 +865,8 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		}
 		o.resetRing(o.emitted, count)
 		o.emitted = end
-		o.e.m.ElementsDone.Add(uint64(count))
+		o.e.t.elements += uint64(count)
+		o.e.t.dirty = true
 		if f64 {
 			// Nothing was compared: the scaled and AUTO streaks stand.
 			o.emitSeq++
@@ -1044,8 +1048,9 @@ func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulis
 	}
 	fr := ob.sw.Commit(now, len(b.Finish()))
 	o.e.sendReplay(tx, ob.b.Port, fr)
-	o.e.m.FramesSent[o.emitClass].Add(1)
-	o.e.m.countFormats(formats)
+	o.e.t.sent[o.emitClass]++
+	o.e.t.countFormats(formats)
+	o.e.t.dirty = true
 	return fr, nil
 }
 
@@ -1204,7 +1209,8 @@ func (o *op) sendTerminal(now int64, outs []*outbound, class parser.Class, tx da
 		}
 		fr := b.Finish()
 		o.e.sendReplay(tx, ob.b.Port, ob.sw.Commit(now, len(fr)))
-		o.e.m.FramesSent[class].Add(1)
+		o.e.t.sent[class]++
+		o.e.t.dirty = true
 	}
 	return true
 }
@@ -1230,7 +1236,8 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 		return
 	}
 	if p.Status == parser.ProgressStatusFailed || p.Status == parser.ProgressStatusUnknownOperation || p.Status == parser.ProgressStatusInvalid {
-		m.Frames[parser.ClassProgress].Add(1)
+		o.e.t.frames[parser.ClassProgress]++
+		o.e.t.dirty = true
 		// The receiver of this transfer has given up on the operation
 		// (its context FAILED), no longer has it, or refused one of our
 		// frames as invalid (it can never take that range from us):
@@ -1251,7 +1258,8 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 		m.drop(DropStaleProgress)
 		return
 	}
-	m.Frames[parser.ClassProgress].Add(1)
+	o.e.t.frames[parser.ClassProgress]++
+	o.e.t.dirty = true
 	o.retransmit(now, ob, tx)
 	if o.state != parser.StateActive {
 		return
