@@ -484,12 +484,19 @@ func (r *rx) portReader() (read func() (int, error), done func()) {
 
 // copyReader reads batches into the rx's own buffers with read.
 func (r *rx) copyReader(read func(bufs [][]byte, sizes []int) (int, error)) func() (int, error) {
+	return CopyingReader(read, r.bufs, r.sizes, r.frames)
+}
+
+// CopyingReader returns a batch reader with ReadLent's shape over a copying
+// read (ReadBatch, ReadLane): it reads into bufs and sizes and sets
+// frames[:n] to the frames received, nil for one to skip (size 0).
+func CopyingReader(read func(bufs [][]byte, sizes []int) (int, error), bufs [][]byte, sizes []int, frames [][]byte) func() (int, error) {
 	return func() (int, error) {
-		n, err := read(r.bufs, r.sizes)
+		n, err := read(bufs, sizes)
 		for i := 0; i < n; i++ {
-			r.frames[i] = r.bufs[i][:r.sizes[i]]
-			if r.sizes[i] == 0 {
-				r.frames[i] = nil
+			frames[i] = bufs[i][:sizes[i]]
+			if sizes[i] == 0 {
+				frames[i] = nil
 			}
 		}
 		return n, err

@@ -63,19 +63,30 @@ func summaryLine(out string) (map[string]string, bool) {
 // TestBlastContribute runs 'prismd-blast contribute' as the two ranks of
 // the SINGLE lab (processes in h1 and h2, the AM on h1) for about a second
 // of back-to-back operations per case: ALLREDUCE with FP32_ARRIVAL and
-// KULISCH_FIXED, and a REDUCE. Both ranks must verify every RESULT against
+// KULISCH_FIXED, and a REDUCE, each read with recvmmsg and through the
+// TPACKET_V3 ring (frames lent in place, PROGRESS on a lane but at a REDUCE
+// root: make bench's setup). Both ranks must verify every RESULT against
 // the exact sum and agree on the operations run, and the switch must have
 // received exactly the DATA frames they say they sent.
 func TestBlastContribute(t *testing.T) {
 	bin := prismdBlast(t)
 	e := up(t, "single", "h1", am.Config{})
 	hosts := []string{"h1", "h2"}
-	for i, c := range []struct{ coll, acc, root string }{
-		{"allreduce", "fp32", "0"},
-		{"allreduce", "kulisch", "0"},
-		{"reduce", "fp32", "1"},
+	for i, c := range []struct {
+		coll, acc, root string
+		ring            bool
+	}{
+		{"allreduce", "fp32", "0", false},
+		{"allreduce", "kulisch", "0", false},
+		{"reduce", "fp32", "1", false},
+		{"allreduce", "fp32", "0", true},
+		{"reduce", "fp32", "1", true},
 	} {
-		t.Run(c.coll+"-"+c.acc, func(t *testing.T) {
+		name := c.coll + "-" + c.acc
+		if c.ring {
+			name += "-ring"
+		}
+		t.Run(name, func(t *testing.T) {
 			job := 20 + i
 			d0 := dataFrames(t, e.lab, "sw1")
 			outs := make([]bytes.Buffer, len(hosts))
@@ -83,7 +94,7 @@ func TestBlastContribute(t *testing.T) {
 			for r, h := range hosts {
 				cmds[r] = e.lab.Exec(h, bin, "contribute", "--coordinator", e.lurl, "--rank", fmt.Sprint(r), "--size", "2",
 					"--job", fmt.Sprint(job), "--node", h, "--iface", "eth0", "--coll", c.coll, "--root", c.root, "--acc", c.acc,
-					"--count", "2000000", "--duration", "1s", "--timeout", "2s")
+					"--count", "2000000", "--duration", "1s", "--timeout", "2s", fmt.Sprintf("--rx-ring=%v", c.ring))
 				cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
 				if err := cmds[r].Start(); err != nil {
 					t.Fatal(err)

@@ -46,7 +46,7 @@
 #                       window's pacing does not wait for a ring block to fill
 #   BENCH_AGG_COUNT=16777216  FP32 elements per rank and operation in part 3
 #                       (default 4194304 with BENCH_AGG_SOURCE=ranks; QUICK: /4)
-#   BENCH_AGG_WINDOW=256  frames in flight per stream in part 3 (AM --window)
+#   BENCH_AGG_WINDOW=1024  frames in flight per stream in part 3 (AM --window)
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
 #   BENCH_TRAFFIC_COUNTS="65536 1048576 4194304"  vector sizes (elements), part 4
@@ -80,7 +80,7 @@ QUICK=${BENCH_QUICK:-0}
 PARTS=${BENCH_PARTS:-"1 2 3 4 5"}
 P5_RUNS="fp32 fp32-ordinary fp32-persistent kulisch kulisch-ordinary kulisch-persistent kulisch-gradient"
 AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
-AGG_WINDOW=${BENCH_AGG_WINDOW:-256}
+AGG_WINDOW=${BENCH_AGG_WINDOW:-1024}
 case $AGG_SOURCE in
   blast) agg_count=16777216 ;;
   ranks) agg_count=4194304 ;;
@@ -239,6 +239,12 @@ part3() {
   # A window of AGG_WINDOW frames per stream: at the AM's default of 64 a
   # contributor waits for PROGRESS every 64 frames, and that round trip
   # through two processes on 2 cores, not the switch's work, sets the rate.
+  # A REDUCE's root also takes every RESULT, and at 256 its loop still set
+  # the rate: 2 runs each, 256 vs 1024, REDUCE FP32 0.676-0.706 vs
+  # 0.794-0.802 of forwarding (KULISCH 0.620-0.626 vs 0.715-0.743),
+  # ALLREDUCE, where the switch's CPU is the bound, the same (0.615-0.627
+  # vs 0.596-0.610). One lab, one switch, no tree: the AM's default stays
+  # 64 (control/am: deep windows burst on spurious timeouts in trees).
   am_start "$lab" --window "$AGG_WINDOW" || { lab_down "$f"; return 1; }
   local h2mac blast_size job=10
   h2mac=$(ip netns exec "$(ns "$lab" h2)" cat /sys/class/net/eth0/address)

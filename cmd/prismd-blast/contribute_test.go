@@ -83,7 +83,7 @@ func testOp(t testing.TB, n uint32) (*contributor, *op) {
 	t.Helper()
 	c := &contributor{f: contribFlags{rank: 0, size: 2, coll: "allreduce", acc: "fp32"},
 		mac: [6]byte{0x02, 0, 0, 0, 0, 0x10}, tx: make([][]byte, 0, batchMax)}
-	c.readers = []*reader{newReader(nil, 1514)}
+	c.readers = []*reader{newReader(1514)}
 	g := &am.Grant{ID: "9-0-1-4-1", Op: am.OpIdentity{Job: 9, GroupGen: 1, OpID: 4, OpGen: 1}, Rank: 0, Size: 2,
 		Collective: "allreduce", InputFormat: "fp32", AccPolicy: "fp32", VectorLen: n, MTU: 1500, TimeoutMS: 1000,
 		Data:   am.StreamBinding{StreamID: 3, SrcEndpoint: 100, DstEndpoint: 1},
