@@ -52,6 +52,12 @@
 // the peer advertised, and the frame ends within Elements of the peer's
 // committed watermark (0 = unbounded).
 //
+// A PROGRESS costs the frames it releases, not the window: the replay
+// buffer is a ring in Packet ID order, and while a stream is sent in element
+// order with no resent frame outstanding (every switch's and rank's stream
+// without loss) what it releases, and what it can mark held or lost, is a
+// prefix; otherwise it takes the general pass over every frame in flight.
+//
 // # RecvWindow (receiver side)
 //
 //	r := stream.NewRecvWindow(stream.RecvConfig{...})
