@@ -2,7 +2,6 @@ package stream
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -24,21 +23,33 @@ func newTwin(t *testing.T, cfg SendConfig) *twin {
 	return tw
 }
 
-// state is everything a user of a SendWindow can observe.
-func state(w *SendWindow, now int64, probe uint32) string {
-	rf, rb := w.Room()
-	uf, ub := w.Unacked()
-	from, to := w.Outstanding()
-	ci, cb := w.Credits()
-	re, to2 := w.Stats()
-	return fmt.Sprintf("room %d/%d unacked %d/%d out [%d,%d) committed %d credits %d/%d stats %d/%d next %d can %v rto %d srtt %d",
-		rf, rb, uf, ub, from, to, w.Committed(), ci, cb, re, to2, w.NextPacketID(), w.CanSend(now, probe, 20), w.RTO(), w.SRTT())
+// view is everything a user of a SendWindow can observe.
+type view struct {
+	roomF, roomB, unackF, unackB int
+	from, to, committed          uint32
+	ci, cb                       int
+	retx, timeouts               uint64
+	next                         uint32
+	can                          bool
+	rto, srtt                    int64
+}
+
+func state(w *SendWindow, now int64, probe uint32) view {
+	var v view
+	v.roomF, v.roomB = w.Room()
+	v.unackF, v.unackB = w.Unacked()
+	v.from, v.to = w.Outstanding()
+	v.committed = w.Committed()
+	v.ci, v.cb = w.Credits()
+	v.retx, v.timeouts = w.Stats()
+	v.next, v.can, v.rto, v.srtt = w.NextPacketID(), w.CanSend(now, probe, 20), w.RTO(), w.SRTT()
+	return v
 }
 
 func (tw *twin) same(now int64, probe uint32, what string) {
 	tw.t.Helper()
 	if a, b := state(tw.fast, now, probe), state(tw.gen, now, probe); a != b {
-		tw.t.Fatalf("after %s:\nshortcuts %s\ngeneral   %s", what, a, b)
+		tw.t.Fatalf("after %s:\nshortcuts %+v\ngeneral   %+v", what, a, b)
 	}
 }
 
@@ -114,7 +125,7 @@ func TestSendShortcutsMatchGeneral(t *testing.T) {
 		for step := 0; ; step++ {
 			now += 1e6
 			if step > 300000 {
-				t.Fatalf("seed %d: no progress: committed %d/%d; depth %d credit %d plan %v next %d; sender %s", seed, rw.Committed(), n, depth, credit, plan, next, state(tw.fast, now, next))
+				t.Fatalf("seed %d: no progress: committed %d/%d; depth %d credit %d plan %v next %d; sender %+v", seed, rw.Committed(), n, depth, credit, plan, next, state(tw.fast, now, next))
 			}
 			for {
 				if len(plan) == 0 && next < n {
@@ -244,4 +255,81 @@ func TestProgressCostIndependentOfWindow(t *testing.T) {
 	if glarge < 20*gsmall {
 		t.Fatalf("the general path did not grow with the window (%v vs %v): the comparison measures nothing", glarge, gsmall)
 	}
+}
+
+// FuzzSendShortcuts drives twin windows (shortcuts on and off) with any
+// sequence of sends (in element order or behind it, as a relay), valid
+// PROGRESS (a watermark that only the peer's view bounds, sorted holes above
+// it, any named frame, credits), refusals, retransmission rounds and clock
+// steps, and requires the same answers from both after every call.
+func FuzzSendShortcuts(f *testing.F) {
+	f.Add([]byte{0, 10, 0, 10, 0, 10, 1, 15, 2, 0, 3, 1, 4, 200, 0, 5, 1, 30, 7})
+	f.Add([]byte{0, 5, 0, 5, 5, 3, 0, 9, 2, 12, 1, 3, 3, 2, 4, 255, 4, 255, 1, 40, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tw := newTwin(t, SendConfig{Name: "fuzz", ReplayDepth: 16, FrameSize: 64, Intervals: 12, Bytes: 12 * 20,
+			Elements: 400, Deadline: -1, MinRetransmitGap: 1e6})
+		now, next := int64(1e9), uint32(0)
+		var pids []uint32 // every Packet ID sent
+		var hs []Hole
+		for len(b) >= 2 {
+			op, v := b[0]%6, b[1]
+			b = b[2:]
+			switch op {
+			case 0, 5: // a new frame: at next, or (5) behind it, as a relay sends
+				first := next
+				if op == 5 && next > uint32(v) {
+					first = next - uint32(v)
+				}
+				c := 1 + uint32(v%20)
+				if _, ok := tw.send(now, first, c); ok {
+					pids = append(pids, tw.fast.NextPacketID()-1)
+					next = max(next, first+c)
+				}
+			case 1, 2: // PROGRESS (2: the named frame was accepted)
+				if len(b) < 2 {
+					return
+				}
+				committed := min(uint32(v)*4, next)
+				var pid uint32
+				if len(pids) > 0 && b[0]%4 != 0 {
+					pid = pids[int(b[0])%len(pids)]
+				}
+				// Holes: sorted, disjoint, above the watermark, below next.
+				hs = hs[:0]
+				at := committed
+				for k := 0; k < int(b[1]%4) && at+2 < next; k++ {
+					s := at + 1 + uint32(b[1]>>2)%8
+					e := min(s+1+uint32(k), next)
+					if s >= e {
+						break
+					}
+					hs = append(hs, Hole{s, e})
+					at = e
+				}
+				ci, cb := int(b[0]%16), int(b[1])*2
+				for _, w := range []*SendWindow{tw.fast, tw.gen} {
+					if op == 2 {
+						w.OnProgressAccepted(now, pid, committed, hs, ci, cb)
+					} else {
+						w.OnProgress(now, pid, committed, hs, ci, cb)
+					}
+				}
+				b = b[2:]
+			case 3: // the newest PROGRESS refused a frame
+				if len(pids) > 0 {
+					pid := pids[int(v)%len(pids)]
+					tw.fast.OnRejected(pid)
+					tw.gen.OnRejected(pid)
+				}
+			case 4: // time passes; a retransmission round
+				now += int64(v) * 1e6
+				for {
+					if _, ok := tw.retransmit(now); !ok {
+						break
+					}
+				}
+			}
+			tw.same(now, next+1, "a fuzzed call")
+		}
+	})
 }
