@@ -475,8 +475,7 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 	}
 	ib.lastActive = now
 	if d.Flags&parser.FlagInexact != 0 {
-		o.e.t.frames[d.Class]++
-		o.e.t.dirty = true
+		o.e.t.frame(d.Class)
 		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusOK, tx)
 		if o.state != parser.StateActive {
 			return
@@ -542,8 +541,7 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 	v := ib.rw.Admit(d.PacketID, first, count, n, stream.Hash(d.Body))
 	switch v {
 	case stream.Accepted:
-		o.e.t.frames[d.Class]++
-		o.e.t.dirty = true
+		o.e.t.frame(d.Class)
 		if d.Flags&parser.FlagPush != 0 {
 			ib.pushAt = max(ib.pushAt, first+count)
 		}
@@ -667,8 +665,7 @@ func (o *op) sendCopy(now int64, ob *outbound, frame []byte, first, count uint32
 	h.SetDstEP(ob.b.PeerEP)
 	h.SetFlags(h.Flags() &^ parser.FlagRetransmit)
 	o.e.sendReplay(tx, ob.b.Port, ob.sw.Commit(now, len(frame)))
-	o.e.t.sent[parser.Class(buf[parser.CWOff+1])]++
-	o.e.t.dirty = true
+	o.e.t.sentFrame(parser.Class(buf[parser.CWOff+1]))
 }
 
 // advance recomputes the frontier and emits what completed.
@@ -865,8 +862,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		}
 		o.resetRing(o.emitted, count)
 		o.emitted = end
-		o.e.t.elements += uint64(count)
-		o.e.t.dirty = true
+		o.e.t.completed(count)
 		if f64 {
 			// Nothing was compared: the scaled and AUTO streaks stand.
 			o.emitSeq++
@@ -1048,9 +1044,8 @@ func (o *op) encode(now int64, ob *outbound, first, count uint32, groups []kulis
 	}
 	fr := ob.sw.Commit(now, len(b.Finish()))
 	o.e.sendReplay(tx, ob.b.Port, fr)
-	o.e.t.sent[o.emitClass]++
+	o.e.t.sentFrame(o.emitClass)
 	o.e.t.countFormats(formats)
-	o.e.t.dirty = true
 	return fr, nil
 }
 
@@ -1209,8 +1204,7 @@ func (o *op) sendTerminal(now int64, outs []*outbound, class parser.Class, tx da
 		}
 		fr := b.Finish()
 		o.e.sendReplay(tx, ob.b.Port, ob.sw.Commit(now, len(fr)))
-		o.e.t.sent[class]++
-		o.e.t.dirty = true
+		o.e.t.sentFrame(class)
 	}
 	return true
 }
@@ -1236,8 +1230,7 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 		return
 	}
 	if p.Status == parser.ProgressStatusFailed || p.Status == parser.ProgressStatusUnknownOperation || p.Status == parser.ProgressStatusInvalid {
-		o.e.t.frames[parser.ClassProgress]++
-		o.e.t.dirty = true
+		o.e.t.frame(parser.ClassProgress)
 		// The receiver of this transfer has given up on the operation
 		// (its context FAILED), no longer has it, or refused one of our
 		// frames as invalid (it can never take that range from us):
@@ -1258,8 +1251,7 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 		m.drop(DropStaleProgress)
 		return
 	}
-	o.e.t.frames[parser.ClassProgress]++
-	o.e.t.dirty = true
+	o.e.t.frame(parser.ClassProgress)
 	o.retransmit(now, ob, tx)
 	if o.state != parser.StateActive {
 		return
