@@ -34,6 +34,9 @@ func TestIdle(t *testing.T) {
 	if r.w.Idle() {
 		t.Fatal("idle right after a frame")
 	}
+	if d := r.w.TickEvery(); d != 0 {
+		t.Fatalf("TickEvery with a staged context: %v, want 0 (TickInterval)", d)
+	}
 	for i := 0; i < 2*idleAfterTicks; i++ {
 		r.w.Tick(r.now, r.tx)
 	}
@@ -55,6 +58,10 @@ func TestIdleAfterPoolsDropped(t *testing.T) {
 	if r.w.eng.Len() != 0 || !r.w.eng.Pooled() {
 		t.Fatalf("after RELEASE: %d contexts, pooled %v; want none, pooled", r.w.eng.Len(), r.w.eng.Pooled())
 	}
+	// Only the pool's 30 s timer is armed: ticks every pooledTick will do.
+	if d := r.w.TickEvery(); d != pooledTick {
+		t.Fatalf("TickEvery with only pooled memory: %v, want %v", d, pooledTick)
+	}
 	for i := 0; i < 2*idleAfterTicks; i++ {
 		r.w.Tick(r.now, r.tx)
 	}
@@ -67,5 +74,8 @@ func TestIdleAfterPoolsDropped(t *testing.T) {
 	}
 	if r.w.eng.Pooled() || !r.w.Idle() {
 		t.Fatalf("PoolIdle after the last STAGE: pooled %v, idle %v; want the memory given back and the worker idle", r.w.eng.Pooled(), r.w.Idle())
+	}
+	if d := r.w.TickEvery(); d != 0 {
+		t.Fatalf("TickEvery with nothing pooled: %v, want 0 (the ticks that count towards Idle)", d)
 	}
 }
