@@ -15,18 +15,28 @@ const idleAfterTicks = 250
 // dataplane may stop ticking it until the next frame.
 func (w *Worker) Idle() bool { return w.idleTicks >= idleAfterTicks }
 
-// pooledTick is how often a worker with no context but pooled accumulator
-// memory is ticked: its only timer is the engine's PoolIdle (30 s) to give
-// the memory back, which ticking at 1 kHz cost 3% of a core for those 30 s
-// after every last operation.
-const pooledTick = 100 * time.Millisecond
+// slowTick is how often a worker is ticked while its only timers are
+// coarse: with no context but pooled accumulator memory (the engine's
+// PoolIdle, 30 s, gives it back), or with every context quiet for
+// restAfterTicks (engine.Quiet: a persistent collective between
+// invocations, contexts waiting for COMMIT or RELEASE; their expiry is
+// checked each second). Ticking at 1 kHz cost 3% of a core for the 30 s
+// after every last operation, and as much for as long as a job rested
+// between its collectives.
+const slowTick = 100 * time.Millisecond
 
-// TickEvery implements dataplane.Pacer: pooledTick while the worker only
-// holds pooled memory; otherwise the dataplane's own TickInterval (a
-// context's timers, or the ticks that count towards Idle).
+// restAfterTicks is how many consecutive quiet ticks (at 1 ms) slow the
+// worker down: a persistent collective run back to back rests for
+// microseconds between invocations, and slowing the ticker there would
+// cost a wakeup of the worker goroutine at every next invocation.
+const restAfterTicks = 50
+
+// TickEvery implements dataplane.Pacer: slowTick while the worker's timers
+// are all coarse; otherwise the dataplane's own TickInterval (a context's
+// timers, or the ticks that count towards Idle).
 func (w *Worker) TickEvery() time.Duration {
-	if w.eng.Len() == 0 && w.bm.Len() == 0 && w.eng.Pooled() {
-		return pooledTick
+	if w.restTicks >= restAfterTicks || (w.eng.Len() == 0 && w.bm.Len() == 0 && w.eng.Pooled()) {
+		return slowTick
 	}
 	return 0
 }
@@ -40,7 +50,15 @@ func (w *Worker) noteTick() {
 		if w.idleTicks < idleAfterTicks {
 			w.idleTicks++
 		}
+		w.restTicks = 0
 		return
 	}
 	w.idleTicks = 0
+	if w.eng.Len() > 0 && w.bm.Len() == 0 && w.eng.Quiet() {
+		if w.restTicks < restAfterTicks {
+			w.restTicks++
+		}
+		return
+	}
+	w.restTicks = 0
 }

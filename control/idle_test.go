@@ -58,9 +58,9 @@ func TestIdleAfterPoolsDropped(t *testing.T) {
 	if r.w.eng.Len() != 0 || !r.w.eng.Pooled() {
 		t.Fatalf("after RELEASE: %d contexts, pooled %v; want none, pooled", r.w.eng.Len(), r.w.eng.Pooled())
 	}
-	// Only the pool's 30 s timer is armed: ticks every pooledTick will do.
-	if d := r.w.TickEvery(); d != pooledTick {
-		t.Fatalf("TickEvery with only pooled memory: %v, want %v", d, pooledTick)
+	// Only the pool's 30 s timer is armed: ticks every slowTick will do.
+	if d := r.w.TickEvery(); d != slowTick {
+		t.Fatalf("TickEvery with only pooled memory: %v, want %v", d, slowTick)
 	}
 	for i := 0; i < 2*idleAfterTicks; i++ {
 		r.w.Tick(r.now, r.tx)
@@ -77,5 +77,33 @@ func TestIdleAfterPoolsDropped(t *testing.T) {
 	}
 	if d := r.w.TickEvery(); d != 0 {
 		t.Fatalf("TickEvery with nothing pooled: %v, want 0 (the ticks that count towards Idle)", d)
+	}
+}
+
+// TestSlowTickWhileQuiet: a worker whose every context is quiet
+// (engine.Quiet: here STAGED, waiting for COMMIT) for restAfterTicks asks
+// for slowTick; the next frame, and a COMMIT that starts the contributors'
+// inactivity clocks, bring TickInterval back for as long as they run.
+func TestSlowTickWhileQuiet(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	if st, _ := r.ack(stageFrame(t, ruleKey, r.nextTxn(), goodCtx(), goodBindings())); st != parser.StatusOK {
+		t.Fatalf("STAGE: %v", st)
+	}
+	for i := 0; i < restAfterTicks-1; i++ {
+		r.w.Tick(r.now, r.tx)
+	}
+	if d := r.w.TickEvery(); d != 0 {
+		t.Fatalf("quiet for %d ticks: TickEvery %v, want 0 until %d", restAfterTicks-1, d, restAfterTicks)
+	}
+	r.w.Tick(r.now, r.tx)
+	if d := r.w.TickEvery(); d != slowTick {
+		t.Fatalf("quiet for %d ticks: TickEvery %v, want %v", restAfterTicks, d, slowTick)
+	}
+	r.expect(r.cmd(ruleKey, parser.CmdCommit), parser.StatusOK, parser.StateActive)
+	for i := 0; i < 2*restAfterTicks; i++ {
+		if d := r.w.TickEvery(); d != 0 {
+			t.Fatalf("ACTIVE, no DATA yet, tick %d: TickEvery %v, want 0 (the contributors' deadlines run)", i, d)
+		}
+		r.w.Tick(r.now, r.tx)
 	}
 }

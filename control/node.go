@@ -234,6 +234,7 @@ type Worker struct {
 	bm  *bitmap.Shard // BITMAP contexts (Collective 3)
 
 	idleTicks int // consecutive ticks with no context (see Idle)
+	restTicks int // consecutive ticks with every context quiet (see TickEvery)
 	// expireAt is when Tick next looks for abandoned contexts (expire).
 	expireAt int64
 
@@ -251,7 +252,7 @@ func (w *Worker) Engine() *engine.Engine { return w.eng }
 
 // Handle implements dataplane.Handler.
 func (w *Worker) Handle(now int64, in int, frame []byte, tx dataplane.Sender) {
-	w.idleTicks = 0
+	w.idleTicks, w.restTicks = 0, 0
 	if len(frame) < parser.EthLen+parser.CWLen {
 		w.n.cm.drop(reasonMalformed)
 		return

@@ -591,6 +591,25 @@ func (e *Engine) Tick(now int64, tx dataplane.Sender) {
 	}
 }
 
+// Quiet reports whether every installed context only waits: for its ranks'
+// next invocation (a persistent collective resting at its PUSH boundaries
+// with everything it sent acknowledged), for its COMMIT, or for its AM's
+// RELEASE; and no PROGRESS is owed. No retransmission, inactivity deadline
+// or keepalive is then due, and the worker may tick slowly
+// (control.Worker.TickEvery) until the next frame: a timer would only be
+// late by that pace, never missed.
+func (e *Engine) Quiet() bool {
+	if e.nOwed > 0 {
+		return false
+	}
+	for _, o := range e.ops {
+		if !o.quiet() {
+			return false
+		}
+	}
+	return true
+}
+
 // Pooled reports whether removed operations' banks or replay slabs wait
 // for reuse. The worker keeps ticking while they do (control.Worker.Idle),
 // so that Tick drops them PoolIdle after the last Stage.

@@ -67,6 +67,41 @@ func (o *op) resting() bool {
 	return true
 }
 
+// quiet reports whether the context has no timer the worker's 1 ms tick
+// serves armed (Engine.Quiet): STAGED (its expiry is checked each second),
+// COMPLETE with everything it sent acknowledged, or ACTIVE and resting
+// between invocations with nothing outstanding, no terminal frame pending
+// and no result stream's inactivity clock running. A FAILED context
+// announces itself on the tick.
+func (o *op) quiet() bool {
+	switch o.state {
+	case parser.StateStaged:
+		return true
+	case parser.StateComplete:
+		return o.sendersIdle()
+	case parser.StateActive:
+		if o.terminalPending || o.relayPending || !o.resting() || !o.sendersIdle() {
+			return false
+		}
+		r := o.result
+		return r == nil || !r.armed || r.rw.Done() || o.resultInexact
+	}
+	return false
+}
+
+// sendersIdle reports whether every frame the context sent is acknowledged.
+func (o *op) sendersIdle() bool {
+	if o.parent != nil && !o.parent.sw.Idle() {
+		return false
+	}
+	for i := range o.outs {
+		if !o.outs[i].sw.Idle() {
+			return false
+		}
+	}
+	return true
+}
+
 // outbound is a sending binding: the parent (DATA out) or a result path out
 // (RESULT_OUT).
 type outbound struct {

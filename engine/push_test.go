@@ -287,3 +287,46 @@ func TestExpireComplete(t *testing.T) {
 	expire(rest, rest.now+ttl-1, parser.StateNone, "resting after an invocation")
 	expire(rest, rest.now+ttl+1, parser.StateAborted, "resting, a ttl of silence")
 }
+
+// TestQuiet: Engine.Quiet holds exactly while no timer the 1 ms tick serves
+// is armed: a STAGED context, and a persistent collective resting between
+// invocations with its RESULT acknowledged; not while RESULT frames await
+// their ACK, not while a rank that another went past is waited for, and
+// not once the context FAILED (it announces itself on the tick).
+func TestQuiet(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	e := New(Config{Logger: quiet()})
+	spec := singleSpec(parser.OpKey{Job: 9, Group: 1, Op: 1, OpGen: 1}, kulisch.FP32Arrival, 100, 1500, 8192)
+	if err := e.Stage(1e9, &spec, 4); err != nil {
+		t.Fatal(err)
+	}
+	if !e.Quiet() {
+		t.Fatal("a STAGED context: not quiet")
+	}
+
+	r := newPushRig(t, kulisch.FP32Arrival, 5, 4, timeout)
+	if r.e.Quiet() {
+		t.Fatal("COMMITted, no rank arrived yet (their inactivity clocks run): quiet")
+	}
+	r.contribute(t, 0, 0, true)
+	r.contribute(t, 1, 0, true)
+	if r.e.Quiet() {
+		t.Fatal("RESULT sent, not acknowledged: quiet")
+	}
+	r.ack(t, 5)
+	if !r.e.Quiet() {
+		t.Fatal("resting between invocations with everything acknowledged: not quiet")
+	}
+	r.contribute(t, 0, 1, true) // rank 1 is now waited for
+	if r.e.Quiet() {
+		t.Fatal("rank 0 went past rank 1, which is waited for: quiet")
+	}
+	r.now += int64(2 * timeout)
+	r.e.Tick(r.now, r.tx)
+	if s, _ := r.e.Status(r.key); s.State != parser.StateFailed {
+		t.Fatalf("state %v after rank 1 stayed away for 2 timeouts, want FAILED", s.State)
+	}
+	if r.e.Quiet() {
+		t.Fatal("FAILED: quiet")
+	}
+}
