@@ -259,9 +259,10 @@ func TestProgressCostIndependentOfWindow(t *testing.T) {
 
 // FuzzSendShortcuts drives twin windows (shortcuts on and off) with any
 // sequence of sends (in element order or behind it, as a relay), valid
-// PROGRESS (a watermark that only the peer's view bounds, sorted holes above
-// it, any named frame, credits), refusals, retransmission rounds and clock
-// steps, and requires the same answers from both after every call.
+// PROGRESS (a watermark that only the peer's view bounds, sorted holes
+// above it, any named frame or one never sent, credits), refusals,
+// retransmission rounds and clock steps, and requires the same answers
+// from both after every call.
 func FuzzSendShortcuts(f *testing.F) {
 	f.Add([]byte{0, 10, 0, 10, 0, 10, 1, 15, 2, 0, 3, 1, 4, 200, 0, 5, 1, 30, 7})
 	f.Add([]byte{0, 5, 0, 5, 5, 3, 0, 9, 2, 12, 1, 3, 3, 2, 4, 255, 4, 255, 1, 40, 0})
@@ -291,7 +292,10 @@ func FuzzSendShortcuts(f *testing.F) {
 				}
 				committed := min(uint32(v)*4, next)
 				var pid uint32
-				if len(pids) > 0 && b[0]%4 != 0 {
+				switch {
+				case b[0]%8 == 1: // a Packet ID never sent (a peer's mistake or a forgery)
+					pid = uint32(b[1])<<24 | uint32(b[0])
+				case len(pids) > 0 && b[0]%4 != 0:
 					pid = pids[int(b[0])%len(pids)]
 				}
 				// Holes: sorted, disjoint, above the watermark, below next.
