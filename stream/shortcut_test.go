@@ -170,14 +170,9 @@ func TestSendShortcutsMatchGeneral(t *testing.T) {
 						applied[i]++
 					}
 				}
-				rw.Release(rw.Committed() - min(rw.Committed(), uint32(rng.IntN(50))))
-				back.send(now, progressMsg(rw, pid, v))
+				back.send(now, answer(rw, rng, pid, v))
 			}
-			if rw.Done() {
-				rw.Release(n)
-			}
-			for _, p := range back.recv(now) {
-				m := parseProgressMsg(p)
+			for _, m := range recvProgress(back, rw, now) {
 				if rng.IntN(5) == 0 {
 					m.pid = 0 // a timer-driven PROGRESS
 				}

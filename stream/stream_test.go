@@ -307,6 +307,27 @@ func parseTestFrame(f []byte) (pid, first, count uint32, hash uint64) {
 	return binary.BigEndian.Uint32(f[0:]), binary.BigEndian.Uint32(f[4:]), binary.BigEndian.Uint32(f[8:]), Hash(f[12:20])
 }
 
+// answer is the test receiver's reply to frame pid with verdict v: it
+// releases rw with a lag first, as an engine waiting on another
+// contributor would.
+func answer(rw *RecvWindow, rng *rand.Rand, pid uint32, v Verdict) []byte {
+	rw.Release(rw.Committed() - min(rw.Committed(), uint32(rng.IntN(50))))
+	return progressMsg(rw, pid, v)
+}
+
+// recvProgress ends a step of the test receiver (a complete stream is
+// released whole) and returns the PROGRESS that arrive at the sender now.
+func recvProgress(back *link, rw *RecvWindow, now int64) []progressFields {
+	if rw.Done() {
+		rw.Release(rw.cfg.VectorLen)
+	}
+	var ms []progressFields
+	for _, p := range back.recv(now) {
+		ms = append(ms, parseProgressMsg(p))
+	}
+	return ms
+}
+
 // progressMsg is the test links' PROGRESS: what rw answers to frame pid
 // with verdict v.
 func progressMsg(rw *RecvWindow, pid uint32, v Verdict) []byte {
@@ -406,16 +427,9 @@ func TestSendRecvLossy(t *testing.T) {
 				default:
 					t.Fatalf("seed %d: %v for a clean stream", seed, v)
 				}
-				// Release with a lag, as an engine waiting on another
-				// contributor would.
-				rw.Release(rw.Committed() - min(rw.Committed(), uint32(rng.IntN(50))))
-				back.send(now, progressMsg(rw, pid, v))
+				back.send(now, answer(rw, rng, pid, v))
 			}
-			if rw.Done() {
-				rw.Release(n)
-			}
-			for _, p := range back.recv(now) {
-				m := parseProgressMsg(p)
+			for _, m := range recvProgress(back, rw, now) {
 				sw.OnProgress(now, m.pid, m.committed, m.holes, m.ci, m.cb)
 				if m.v == NoCredit {
 					sw.OnRejected(m.pid)
