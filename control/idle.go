@@ -19,10 +19,12 @@ func (w *Worker) Idle() bool { return w.idleTicks >= idleAfterTicks }
 // coarse: with no context but pooled accumulator memory (the engine's
 // PoolIdle, 30 s, gives it back), or with every context quiet for
 // restAfterTicks (engine.Quiet: a persistent collective between
-// invocations, contexts waiting for COMMIT or RELEASE; their expiry is
-// checked each second). Ticking at 1 kHz cost 3% of a core for the 30 s
-// after every last operation, and as much for as long as a job rested
-// between its collectives.
+// invocations, contexts waiting for COMMIT or RELEASE, their expiry checked
+// each second; bitmap.Shard.Quiet: BITMAP contexts with no aggregation or
+// soft state open, such as a registered MoE job between batches). Ticking
+// at 1 kHz cost 3% of a core for the 30 s after every last operation, and
+// as much for as long as a job rested between its collectives or kept a
+// BITMAP registration.
 const slowTick = 100 * time.Millisecond
 
 // restAfterTicks is how many consecutive quiet ticks (at 1 ms) slow the
@@ -54,7 +56,7 @@ func (w *Worker) noteTick() {
 		return
 	}
 	w.idleTicks = 0
-	if w.eng.Len() > 0 && w.bm.Len() == 0 && w.eng.Quiet() {
+	if w.eng.Quiet() && w.bm.Quiet() {
 		if w.restTicks < restAfterTicks {
 			w.restTicks++
 		}

@@ -236,6 +236,25 @@ func (s *Shard) Tick(now int64, tx dataplane.Sender) {
 	}
 }
 
+// Quiet reports whether no timer Tick serves is armed: no ACTIVE context
+// holds an open aggregation or C-BM soft state, the only things that time
+// out (their deadline is the context Timeout, 200 ms by default for MoE
+// registrations). An ACTIVE context with nothing open is forwarding state
+// that waits for its job's next token, indefinitely (it never expires), and
+// a STAGED one waits for COMMIT (Expire checks it each second); neither
+// needs a tick every millisecond. The worker may then tick slowly
+// (control.Worker.TickEvery) until the next frame, which is what opens an
+// aggregation or soft state and brings the fast tick back before its
+// deadline can pass.
+func (s *Shard) Quiet() bool {
+	for _, c := range s.ops {
+		if c.state == parser.StateActive && c.live() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // send hands a frame to the dataplane and counts a full queue.
 func (s *Shard) send(tx dataplane.Sender, port int, frame []byte) {
 	if !tx.Send(port, frame) {
