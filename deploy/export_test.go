@@ -4,4 +4,5 @@ package deploy
 var (
 	TmpPrefix = tmpPrefix
 	Alive     = alive
+	ListLinks = listLinks
 )

@@ -773,7 +773,7 @@ func (l *Lab) down() error {
 // state directory.
 func (l *Lab) cleanup() error {
 	var errs []error
-	links, err := netlink.LinkList()
+	links, err := listLinks(netlink.LinkList)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -789,6 +789,28 @@ func (l *Lab) cleanup() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// dumpRetries bounds the retries of a netlink dump that another process's
+// link changes interrupted.
+const dumpRetries = 10
+
+// listLinks runs list (a netlink link dump) again while the kernel reports
+// the dump interrupted (NLM_F_DUMP_INTR: links were added or removed while
+// it ran, as other labs and tests on the host do), so one lab's Down or
+// Status does not fail because another lab was coming up. After
+// dumpRetries interrupted dumps the last one is used: the links it lists
+// exist, and only a link created meanwhile can be missing.
+func listLinks(list func() ([]netlink.Link, error)) ([]netlink.Link, error) {
+	for i := 0; ; i++ {
+		links, err := list()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return links, err
+		}
+		if i == dumpRetries {
+			return links, nil
+		}
+	}
 }
 
 func deleteNS(name string) error {

@@ -86,7 +86,7 @@ func assertGone(t *testing.T, topo *deploy.Topology, stateDir string, pids []int
 			t.Errorf("namespace %s left behind", e.Name())
 		}
 	}
-	links, err := netlink.LinkList()
+	links, err := deploy.ListLinks(netlink.LinkList)
 	if err != nil {
 		t.Fatal(err)
 	}

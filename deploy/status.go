@@ -66,7 +66,7 @@ func (l *Lab) ifaces(node string) ([]IfaceStatus, error) {
 		return nil, err
 	}
 	defer nh.Close()
-	links, err := nh.LinkList()
+	links, err := listLinks(nh.LinkList)
 	if err != nil {
 		return nil, err
 	}
