@@ -16,8 +16,9 @@ import (
 // egress (frames the dataplane transmits); Ingress impairs the frames the
 // port receives. The zero value is no fault.
 type Fault struct {
-	// ReorderPercent (0..100) is the probability that a frame is held back.
-	ReorderPercent int
+	// ReorderPercent (0..100, fractions allowed) is the probability that a
+	// frame is held back.
+	ReorderPercent float64
 	// ReorderDepth is how many later frames overtake a held frame (>= 1 when
 	// ReorderPercent > 0). A held frame is also released after reorderIdle
 	// without traffic, so it is late rather than lost.
@@ -58,8 +59,9 @@ type faultPort struct {
 	q    chan faultItem
 	quit chan struct{}
 	done chan struct{}
-	// dropped counts frames refused for a full queue (any writer).
-	dropped atomic.Uint64
+	// dropped counts frames refused for a full queue (any writer);
+	// reordered the frames run held back.
+	dropped, reordered atomic.Uint64
 	// txDrops counts, by reason, frames the wrapped port failed to send
 	// from run: WriteBatch had already reported them sent, so the
 	// dataplane cannot see these failures itself.
@@ -113,6 +115,7 @@ func (fp *faultPort) WriteBatch(bufs [][]byte) (int, error) {
 func (fp *faultPort) Stats() PortStats {
 	s := fp.Port.Stats()
 	s.Fault.EgressDrops += fp.dropped.Load()
+	s.Fault.EgressReordered += fp.reordered.Load()
 	for r := range fp.txDrops {
 		s.Drops[r] += fp.txDrops[r].Load()
 	}
@@ -171,8 +174,9 @@ func (fp *faultPort) run() {
 			if d := time.Until(it.due); d > 0 {
 				time.Sleep(d)
 			}
-			if fp.f.ReorderPercent > 0 && rng.IntN(100) < fp.f.ReorderPercent {
+			if fp.f.ReorderPercent > 0 && rng.Float64()*100 < fp.f.ReorderPercent {
 				held = append(held, heldFrame{buf: it.buf, left: fp.f.ReorderDepth})
+				fp.reordered.Add(1)
 			} else {
 				send(it.buf)
 				k := 0

@@ -149,7 +149,7 @@ type ingressPort struct {
 	// Added to by the consumer once per batch of decisions (admit) or of
 	// delivered frames (emit), read by Stats: frames dropped (drop_percent)
 	// and extra copies delivered (duplicate_percent).
-	drops, dups atomic.Uint64
+	drops, dups, reordered atomic.Uint64
 
 	// Consumer (ReadBatch) state.
 	rng         *rand.Rand
@@ -287,7 +287,7 @@ func (fp *ingressPort) pushReady(i int) {
 
 // admit applies the decisions to every frame the reader handed over.
 func (fp *ingressPort) admit(now int64) {
-	var dropped uint64
+	var dropped, reordered uint64
 	released := false
 	for {
 		i, ok := fp.arrived.pop()
@@ -310,6 +310,7 @@ func (fp *ingressPort) admit(now int64) {
 		fp.dup[i] = hit(uDup, fp.thrDup)
 		if hit(uReorder, fp.thrReorder) {
 			fp.held = append(fp.held, heldSlot{idx: i, left: fp.depth})
+			reordered++
 			continue
 		}
 		fp.pushReady(i)
@@ -326,6 +327,9 @@ func (fp *ingressPort) admit(now int64) {
 	}
 	if dropped > 0 {
 		fp.drops.Add(dropped)
+	}
+	if reordered > 0 {
+		fp.reordered.Add(reordered)
 	}
 	if released {
 		// A reader that ran out of slots waits for this signal; without it
@@ -376,6 +380,7 @@ func (fp *ingressPort) Stats() PortStats {
 	s := fp.Port.Stats()
 	s.Fault.IngressDrops += fp.drops.Load()
 	s.Fault.IngressDuplicates += fp.dups.Load()
+	s.Fault.IngressReordered += fp.reordered.Load()
 	return s
 }
 

@@ -73,6 +73,21 @@ func ingressCounts(n int, f dataplane.IngressFault) (drops, dups uint64) {
 	return uint64(n - len(distinct) - len(held)), uint64(len(out) - len(distinct))
 }
 
+// ingressReordered counts the frames of 0..n-1 that ingressModel holds
+// back: those that arrive after a higher sequence number, plus those still
+// held at the end (the idle timer releases them after the last).
+func ingressReordered(n int, f dataplane.IngressFault) uint64 {
+	out, held := ingressModel(n, f)
+	late, hi := map[int]bool{}, -1
+	for _, seq := range out {
+		if seq < hi {
+			late[seq] = true
+		}
+		hi = max(hi, seq)
+	}
+	return uint64(len(late) + len(held))
+}
+
 func seqFrame(seq int) []byte {
 	p := make([]byte, 46)
 	binary.BigEndian.PutUint32(p, uint32(seq))
@@ -346,6 +361,8 @@ func TestIngressFaultCounters(t *testing.T) {
 		{DropPercent: 100, Seed: 3},
 		{DuplicatePercent: 100, Seed: 4},
 		{DropPercent: 0.5, DuplicatePercent: 50, Delay: time.Millisecond, Seed: 6},
+		{DropPercent: 2, DuplicatePercent: 2, ReorderPercent: 10, ReorderDepth: 5, Seed: 7},
+		{ReorderPercent: 100, ReorderDepth: 1, Seed: 8},
 	} {
 		t.Run(fmt.Sprintf("%+v", f), func(t *testing.T) {
 			const n = 3000
@@ -384,7 +401,7 @@ func TestIngressFaultCounters(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			want := dataplane.FaultStats{IngressDrops: wantDrops, IngressDuplicates: wantDups}
+			want := dataplane.FaultStats{IngressDrops: wantDrops, IngressDuplicates: wantDups, IngressReordered: ingressReordered(n, f)}
 			if st != want {
 				t.Fatalf("Stats().Fault = %+v, want %+v (the draw rule's counts)", st, want)
 			}

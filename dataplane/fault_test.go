@@ -33,7 +33,7 @@ func TestFaultReorder(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := make([]bool, n)
-	late := 0
+	late, overtaken, hi := 0, 0, -1
 	for i, f := range got {
 		s := seqOf(f)
 		if seen[s] {
@@ -43,11 +43,22 @@ func TestFaultReorder(t *testing.T) {
 		if s < i {
 			late++
 		}
+		if s < hi {
+			overtaken++
+		}
+		hi = max(hi, s)
 	}
 	// 30% of 200 held back: expect roughly 60 late frames; a wide band keeps
 	// the test deterministic for the fixed seed yet catches "no reordering".
 	if late < 20 || late > 120 {
 		t.Fatalf("%d of %d frames arrived late, want about 60", late, n)
+	}
+	// The counter counts the frames held back: every frame a later one
+	// overtook, plus those held after the last frame that went straight
+	// through (the idle timer releases them in order; a run of more than
+	// ten held in a row has odds of 0.3^10).
+	if r := p.Stats().Fault.EgressReordered; r < uint64(overtaken) || r > uint64(overtaken)+10 {
+		t.Fatalf("EgressReordered %d, want %d overtaken frames plus at most a short tail", r, overtaken)
 	}
 }
 

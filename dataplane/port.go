@@ -86,6 +86,10 @@ type FaultStats struct {
 	// its queue (faultQueue frames delayed or held) was full; they are in
 	// no transmit counter.
 	EgressDrops uint64
+	// IngressReordered and EgressReordered count the frames a fault held
+	// back (reorder_percent) for later ones to overtake: what a lab's
+	// reordering really did, not only what it was configured to do.
+	IngressReordered, EgressReordered uint64
 }
 
 // FrameSize returns the buffer length for a port MTU: the Ethernet header

@@ -20,7 +20,14 @@
 // nodes only and apply to every port of the node: the generated prismd
 // configuration carries them on each ports entry. kulisch_partials (f64, the
 // default, scaled or plain; prismd nodes only) is how the switch sends exact
-// partials to its parent, prismd's top-level key of that name. Unknown keys
+// partials to its parent, prismd's top-level key of that name. fault (prismd
+// nodes only; tests and labs) impairs every port of the node with prismd's
+// per-port fault option in its ingress/egress form, for example
+// fault: {ingress: {drop_percent: 1, duplicate_percent: 1, reorder_percent:
+// 5, reorder_depth: 8}, egress: {reorder_percent: 5, reorder_depth: 4,
+// delay_us: 20}}; each port gets seeds of its own (PortSeed), derived from
+// the node's name unless seed is given, so a lab is reproducible and its
+// ports do not drop and reorder in step. Unknown keys
 // and values are errors naming the file, the line and the valid choices. From a
 // parsed Topology this package derives everything other tools must agree on
 // without talking to each other: the MAC of every interface (MAC), the port

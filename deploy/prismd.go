@@ -26,6 +26,8 @@ type PrismdPort struct {
 	// every port; omitted when the topology leaves prismd's default.
 	Backend string `yaml:"backend,omitempty"`
 	XDPMode string `yaml:"xdp_mode,omitempty"`
+	// Fault is the node's (Node.Fault) with this port's seeds (PortSeed).
+	Fault *Fault `yaml:"fault,omitempty"`
 }
 
 // PrismdConfig is the configuration file a lab writes for each prismd node,
@@ -62,8 +64,8 @@ func NewPrismdConfig(t *Topology, node, labDir string) (*PrismdConfig, error) {
 		AMSources:       []string{},
 		KulischPartials: n.KulischPartials,
 	}
-	for _, a := range t.Neighbors(node) {
-		c.Ports = append(c.Ports, PrismdPort{Name: a.Iface, MTU: a.MTU, Backend: n.Backend, XDPMode: n.XDPMode})
+	for i, a := range t.Neighbors(node) {
+		c.Ports = append(c.Ports, PrismdPort{Name: a.Iface, MTU: a.MTU, Backend: n.Backend, XDPMode: n.XDPMode, Fault: portFault(n, i)})
 	}
 	for _, m := range t.HostMACs() {
 		c.AMSources = append(c.AMSources, HardwareAddr(m).String())
@@ -74,6 +76,26 @@ func NewPrismdConfig(t *Topology, node, labDir string) (*PrismdConfig, error) {
 		return nil, fmt.Errorf("deploy: control socket path %s is longer than 107 bytes; use a shorter state directory", c.ControlListen)
 	}
 	return c, nil
+}
+
+// portFault is node n's fault for its port index port: the same
+// impairment on every port, each with seeds of its own.
+func portFault(n *Node, port int) *Fault {
+	if n.Fault == nil {
+		return nil
+	}
+	f := &Fault{}
+	if in := n.Fault.Ingress; in != nil {
+		c := *in
+		c.Seed = PortSeed(n.Name, in.Seed, port)
+		f.Ingress = &c
+	}
+	if e := n.Fault.Egress; e != nil {
+		c := *e
+		c.Seed = PortSeed(n.Name, e.Seed, port) ^ 0x5bd1e995 // not the ingress draws again
+		f.Egress = &c
+	}
+	return f
 }
 
 // Marshal renders the configuration as YAML.

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -100,8 +101,76 @@ type Node struct {
 	// kulisch_partials; empty leaves prismd's default (f64). Only prismd
 	// nodes have one.
 	KulischPartials string
+	// Fault impairs every port of a prismd node (tests and labs); nil for
+	// none. Only prismd nodes have one.
+	Fault *Fault
 	// Line is where the node is defined in the file (0 if built in code).
 	Line int
+}
+
+// Fault is prismd's per-port fault key (cmd/prismd, tests and labs) in its
+// ingress/egress form, given once for a node and written to each of its
+// ports: ingress loss, duplication, reordering and delay of the frames a
+// port receives, egress reordering and delay of those it sends. Each port
+// gets a seed of its own (PortSeed), so that a node's ports do not drop
+// and reorder in step.
+type Fault struct {
+	Ingress *IngressFault `yaml:"ingress,omitempty"`
+	Egress  *EgressFault  `yaml:"egress,omitempty"`
+}
+
+// IngressFault impairs received frames; percentages may have fractions.
+type IngressFault struct {
+	DropPercent      float64 `yaml:"drop_percent,omitempty"`      // 0..100
+	DuplicatePercent float64 `yaml:"duplicate_percent,omitempty"` // 0..100
+	ReorderPercent   float64 `yaml:"reorder_percent,omitempty"`   // 0..100
+	ReorderDepth     int     `yaml:"reorder_depth,omitempty"`     // 1..1000 when reorder_percent > 0
+	DelayUS          int     `yaml:"delay_us,omitempty"`          // 0..1000000
+	Seed             uint64  `yaml:"seed,omitempty"`
+}
+
+// EgressFault impairs transmitted frames.
+type EgressFault struct {
+	ReorderPercent float64 `yaml:"reorder_percent,omitempty"` // 0..100
+	ReorderDepth   int     `yaml:"reorder_depth,omitempty"`   // 1..1000 when reorder_percent > 0
+	DelayUS        int     `yaml:"delay_us,omitempty"`        // 0..1000000
+	Seed           uint64  `yaml:"seed,omitempty"`
+}
+
+// flow renders f in YAML flow style, its non-zero keys only.
+func (f *Fault) flow() string {
+	var secs []string
+	kv := func(keys []string, vals []any) string {
+		var parts []string
+		for i, k := range keys {
+			if fmt.Sprint(vals[i]) != "0" {
+				parts = append(parts, fmt.Sprintf("%s: %v", k, vals[i]))
+			}
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	}
+	if in := f.Ingress; in != nil {
+		secs = append(secs, "ingress: "+kv([]string{"drop_percent", "duplicate_percent", "reorder_percent", "reorder_depth", "delay_us", "seed"},
+			[]any{in.DropPercent, in.DuplicatePercent, in.ReorderPercent, in.ReorderDepth, in.DelayUS, in.Seed}))
+	}
+	if e := f.Egress; e != nil {
+		secs = append(secs, "egress: "+kv([]string{"reorder_percent", "reorder_depth", "delay_us", "seed"},
+			[]any{e.ReorderPercent, e.ReorderDepth, e.DelayUS, e.Seed}))
+	}
+	return "{" + strings.Join(secs, ", ") + "}"
+}
+
+// PortSeed is the seed a node's fault gives its port index port in one
+// direction: the configured seed (or, for 0, one derived from the node's
+// name) mixed with the index, so the lab is reproducible and no two ports
+// draw alike.
+func PortSeed(node string, seed uint64, port int) uint64 {
+	if seed == 0 {
+		h := fnv.New64a()
+		h.Write([]byte(node))
+		seed = h.Sum64()
+	}
+	return seed ^ uint64(port+1)*0x9e3779b97f4a7c15
 }
 
 // Port backends and XDP attach modes of a prismd node (Node.Backend,
@@ -213,12 +282,49 @@ type fileNode struct {
 	Backend string `yaml:"backend"`
 	XDPMode string `yaml:"xdp_mode"`
 	// KulischPartials is prismd's kulisch_partials for the node.
-	KulischPartials string `yaml:"kulisch_partials"`
+	KulischPartials string     `yaml:"kulisch_partials"`
+	Fault           *fileFault `yaml:"fault"`
 	line            int
 	// Lines of the backend, xdp_mode and kulisch_partials values, so an
 	// error points at the key rather than at the node (a block mapping
 	// spans several lines).
 	backendLine, xdpModeLine, kulischLine int
+}
+
+// fileFault is a node's fault key: each level checks its keys, so a typo
+// is reported with the valid ones and the line.
+type fileFault struct {
+	Fault
+	line int
+}
+
+func (f *fileFault) UnmarshalYAML(n *yaml.Node) error {
+	if err := checkKeys(n, "fault", "ingress", "egress"); err != nil {
+		return err
+	}
+	f.line = n.Line
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		v := n.Content[i+1]
+		switch n.Content[i].Value {
+		case "ingress":
+			if err := checkKeys(v, "fault.ingress", "drop_percent", "duplicate_percent", "reorder_percent", "reorder_depth", "delay_us", "seed"); err != nil {
+				return err
+			}
+			f.Ingress = &IngressFault{}
+			if err := v.Decode(f.Ingress); err != nil {
+				return err
+			}
+		case "egress":
+			if err := checkKeys(v, "fault.egress", "reorder_percent", "reorder_depth", "delay_us", "seed"); err != nil {
+				return err
+			}
+			f.Egress = &EgressFault{}
+			if err := v.Decode(f.Egress); err != nil {
+				return errAt(v.Line, "fault.egress: %v (egress percentages are whole numbers)", err)
+			}
+		}
+	}
+	return nil
 }
 
 type fileLink struct {
@@ -277,7 +383,7 @@ func (f *fileTopology) UnmarshalYAML(n *yaml.Node) error {
 }
 
 func (f *fileNode) UnmarshalYAML(n *yaml.Node) error {
-	if err := checkKeys(n, "a node", "kind", "ipv4", "backend", "xdp_mode", "kulisch_partials"); err != nil {
+	if err := checkKeys(n, "a node", "kind", "ipv4", "backend", "xdp_mode", "kulisch_partials", "fault"); err != nil {
 		return err
 	}
 	type plain fileNode
@@ -381,6 +487,13 @@ func Parse(src []byte) (*Topology, error) {
 		if err := checkKulischPartials(n, fn.kulischLine); err != nil {
 			return nil, err
 		}
+		if fn.Fault != nil {
+			f := fn.Fault.Fault
+			n.Fault = &f
+			if err := checkFault(n, fn.Fault.line); err != nil {
+				return nil, err
+			}
+		}
 		nodes = append(nodes, n)
 	}
 	links := make([]Link, 0, len(f.Topology.Links))
@@ -473,6 +586,59 @@ func checkKulischPartials(n *Node, line int) error {
 		n.Name, n.KulischPartials, KulischF64, KulischScaled, KulischPlain)
 }
 
+// checkFault validates a node's fault with prismd's own rules (cmd/prismd
+// checks them again when it starts); line is where the key is written.
+func checkFault(n *Node, line int) error {
+	f := n.Fault
+	if f == nil {
+		return nil
+	}
+	if n.Kind != KindPrismd {
+		return errAt(line, "node %s: fault is only for kind prismd (it impairs the switch's ports), not %v; remove it", n.Name, n.Kind)
+	}
+	if f.Ingress == nil && f.Egress == nil {
+		return errAt(line, "node %s: fault has neither ingress nor egress; add one, e.g. fault: {ingress: {drop_percent: 1}}", n.Name)
+	}
+	pct := func(key string, v float64) error {
+		if !(v >= 0 && v <= 100) {
+			return errAt(line, "node %s: fault.%s %v is not a percentage; use 0..100", n.Name, key, v)
+		}
+		return nil
+	}
+	reorder := func(dir string, p float64, depth, delay int) error {
+		if err := pct(dir+".reorder_percent", p); err != nil {
+			return err
+		}
+		if depth < 0 || depth > 1000 {
+			return errAt(line, "node %s: fault.%s.reorder_depth %d is out of range; use 1..1000", n.Name, dir, depth)
+		}
+		if p > 0 && depth == 0 {
+			return errAt(line, "node %s: fault.%s.reorder_depth must be >= 1 when reorder_percent > 0 (how many later frames overtake a held one)", n.Name, dir)
+		}
+		if delay < 0 || delay > 1_000_000 {
+			return errAt(line, "node %s: fault.%s.delay_us %d is out of range; use 0..1000000 microseconds", n.Name, dir, delay)
+		}
+		return nil
+	}
+	if in := f.Ingress; in != nil {
+		if err := pct("ingress.drop_percent", in.DropPercent); err != nil {
+			return err
+		}
+		if err := pct("ingress.duplicate_percent", in.DuplicatePercent); err != nil {
+			return err
+		}
+		if err := reorder("ingress", in.ReorderPercent, in.ReorderDepth, in.DelayUS); err != nil {
+			return err
+		}
+	}
+	if e := f.Egress; e != nil {
+		if err := reorder("egress", e.ReorderPercent, e.ReorderDepth, e.DelayUS); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func build(name string, mtu int, nodes []*Node, links []Link) (*Topology, error) {
 	if !labNameRE.MatchString(name) || len(name) > MaxLabName {
 		return nil, errAt(0, "lab name %q: use only a-z, 0-9 and -, at most %d characters (it prefixes namespace names)", name, MaxLabName)
@@ -516,6 +682,9 @@ func build(name string, mtu int, nodes []*Node, links []Link) (*Topology, error)
 			return nil, err
 		}
 		if err := checkKulischPartials(n, n.Line); err != nil {
+			return nil, err
+		}
+		if err := checkFault(n, n.Line); err != nil {
 			return nil, err
 		}
 		t.Nodes[n.Name] = n
@@ -790,6 +959,9 @@ func (t *Topology) Marshal() []byte {
 		}
 		if n.KulischPartials != "" {
 			fmt.Fprintf(&b, ", kulisch_partials: %s", n.KulischPartials)
+		}
+		if n.Fault != nil {
+			fmt.Fprintf(&b, ", fault: %s", n.Fault.flow())
 		}
 		b.WriteString("}\n")
 	}

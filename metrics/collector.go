@@ -22,13 +22,14 @@ type Collector struct {
 	rxFrames, rxBytes, txFrames, txBytes *prometheus.Desc
 	ringWaits                            *prometheus.Desc
 	drops, kernelDrops, frames, macs     *prometheus.Desc
-	faultDrops, faultDups                *prometheus.Desc
+	faultDrops, faultDups, faultReorders *prometheus.Desc
 	laneAll, laneSwitches                *prometheus.Desc
 }
 
 // Fault injection (config fault:, tests and labs) has its own families,
-// prismd_port_fault_drops_total{port,direction} and
-// prismd_port_fault_duplicates_total{port}, rather than reasons in
+// prismd_port_fault_drops_total{port,direction},
+// prismd_port_fault_duplicates_total{port} and
+// prismd_port_fault_reordered_total{port,direction}, rather than reasons in
 // prismd_port_drops_total:
 //   - those losses are wanted: an alert on prismd_port_drops_total must not
 //     fire because a lab injects loss, yet the lab must see exactly how much;
@@ -64,6 +65,8 @@ func NewCollector(src Source) *Collector {
 			"ingress frames were lost before prismd counted them as received; egress frames did not fit the fault's queue and are not counted as transmitted.",
 			[]string{"port", "direction"}),
 		faultDups: d("port_fault_duplicates_total", "Extra copies of received frames the port's ingress fault injection delivered; each copy is counted as received.", port),
+		faultReorders: d("port_fault_reordered_total", "Frames the port's fault injection (tests and labs) held back for later frames to overtake (reorder_percent), by direction.",
+			[]string{"port", "direction"}),
 		ringWaits: d("port_ring_waits_total", "Local PRISM frames the port's receive loop held (up to dataplane.RingWait) until a busy engine worker had room, "+
 			"instead of dropping them as ring_full.", port),
 		laneAll: d("port_lane_all", "1 while every frame the port receives is read on its lane (traffic below rx_sparse_fps: no ring block wait), "+
@@ -76,7 +79,7 @@ func NewCollector(src Source) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.ringWaits, c.laneAll, c.laneSwitches} {
+	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches} {
 		ch <- d
 	}
 }
@@ -102,6 +105,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		cnt(c.faultDrops, p.Fault.IngressDrops, p.Name, dirIngress)
 		cnt(c.faultDrops, p.Fault.EgressDrops, p.Name, dirEgress)
 		cnt(c.faultDups, p.Fault.IngressDuplicates, p.Name)
+		cnt(c.faultReorders, p.Fault.IngressReordered, p.Name, dirIngress)
+		cnt(c.faultReorders, p.Fault.EgressReordered, p.Name, dirEgress)
 		all := 0.0
 		if p.LaneAll {
 			all = 1

@@ -25,7 +25,7 @@ func TestCollectorExposition(t *testing.T) {
 	p.Drops[dataplane.DropHairpin] = 2
 	p.Drops[dataplane.DropUnsupported] = 5
 	p.Drops[dataplane.DropTxDriverDrop] = 8
-	p.Fault = dataplane.FaultStats{IngressDrops: 11, IngressDuplicates: 4, EgressDrops: 13}
+	p.Fault = dataplane.FaultStats{IngressDrops: 11, IngressDuplicates: 4, EgressDrops: 13, IngressReordered: 21, EgressReordered: 8}
 	p.LaneAll, p.LaneSwitches = true, 6
 	st.Ports = append(st.Ports, p)
 	st.Classes[dataplane.ClassL2] = 4
@@ -56,6 +56,10 @@ prismd_port_fault_drops_total{direction="ingress",port="p1"} 11
 # HELP prismd_port_fault_duplicates_total Extra copies of received frames the port's ingress fault injection delivered; each copy is counted as received.
 # TYPE prismd_port_fault_duplicates_total counter
 prismd_port_fault_duplicates_total{port="p1"} 4
+# HELP prismd_port_fault_reordered_total Frames the port's fault injection (tests and labs) held back for later frames to overtake (reorder_percent), by direction.
+# TYPE prismd_port_fault_reordered_total counter
+prismd_port_fault_reordered_total{direction="egress",port="p1"} 8
+prismd_port_fault_reordered_total{direction="ingress",port="p1"} 21
 # HELP prismd_mac_table_entries Live (not aged out) entries in the MAC learning table.
 # TYPE prismd_mac_table_entries gauge
 prismd_mac_table_entries 9
@@ -101,7 +105,7 @@ prismd_port_lane_switches_total{port="p1"} 6
 	names := []string{"prismd_port_receive_frames_total", "prismd_port_receive_bytes_total",
 		"prismd_port_transmit_frames_total", "prismd_port_transmit_bytes_total", "prismd_port_kernel_drops_total",
 		"prismd_mac_table_entries", "prismd_frames_total", "prismd_port_drops_total",
-		"prismd_port_fault_drops_total", "prismd_port_fault_duplicates_total"}
+		"prismd_port_fault_drops_total", "prismd_port_fault_duplicates_total", "prismd_port_fault_reordered_total"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ import (
 //	    backend: afpacket           # optional; afpacket (default) or afxdp (XDP program + AF_XDP sockets)
 //	    xdp_mode: generic           # optional, afxdp only; generic (default, any driver) or native (driver XDP)
 //	    fault:                      # optional, tests/labs only (egress of this port)
-//	      reorder_percent: 0        # 0..100
+//	      reorder_percent: 0        # 0..100, fractions allowed
 //	      reorder_depth: 3
 //	      delay_us: 0
 //	      ingress:                  # optional; received frames, before classification
@@ -146,7 +146,7 @@ func (p PortConfig) Options() dataplane.PortOptions {
 // Ingress and Egress are in config_fault.go; the keys directly under fault
 // are the original egress form.
 type FaultConfig struct {
-	ReorderPercent int                 `yaml:"reorder_percent"`
+	ReorderPercent float64             `yaml:"reorder_percent"`
 	ReorderDepth   int                 `yaml:"reorder_depth"`
 	DelayUS        int                 `yaml:"delay_us"`
 	Ingress        *IngressFaultConfig `yaml:"ingress"`
@@ -292,7 +292,7 @@ func (c *Config) Validate(file string) error {
 		}
 		if p.Fault != nil {
 			if p.Fault.ReorderPercent < 0 || p.Fault.ReorderPercent > 100 {
-				return bad(f+".fault.reorder_percent", "%d is not a percentage; use 0..100", p.Fault.ReorderPercent)
+				return bad(f+".fault.reorder_percent", "%v is not a percentage; use 0..100", p.Fault.ReorderPercent)
 			}
 			if p.Fault.ReorderDepth < 0 || p.Fault.ReorderDepth > 1000 {
 				return bad(f+".fault.reorder_depth", "%d is out of range; use 1..1000", p.Fault.ReorderDepth)

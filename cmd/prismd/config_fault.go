@@ -14,10 +14,10 @@ import (
 // EgressFaultConfig impairs frames transmitted on the port: the keys that
 // may also sit directly under fault, plus seed.
 type EgressFaultConfig struct {
-	ReorderPercent int    `yaml:"reorder_percent"` // 0..100
-	ReorderDepth   int    `yaml:"reorder_depth"`   // 1..1000 when reorder_percent > 0
-	DelayUS        int    `yaml:"delay_us"`        // 0..1000000
-	Seed           uint64 `yaml:"seed"`            // reproducible decisions; 0 = a fixed seed
+	ReorderPercent float64 `yaml:"reorder_percent"` // 0..100; a float, as yaml would truncate 0.5 into an int's 0
+	ReorderDepth   int     `yaml:"reorder_depth"`   // 1..1000 when reorder_percent > 0
+	DelayUS        int     `yaml:"delay_us"`        // 0..1000000
+	Seed           uint64  `yaml:"seed"`            // reproducible decisions; 0 = a fixed seed
 }
 
 // IngressFaultConfig impairs frames received on the port, before the
@@ -40,7 +40,7 @@ func (f *FaultConfig) validateSections(field string, bad badFunc) error {
 		if f.ReorderPercent != 0 || f.ReorderDepth != 0 || f.DelayUS != 0 {
 			return bad(field+".egress", "egress keys are also given directly under fault; use one form (fault.egress, or the keys under fault)")
 		}
-		if err := checkReorder(field+".egress", float64(e.ReorderPercent), e.ReorderDepth, bad); err != nil {
+		if err := checkReorder(field+".egress", e.ReorderPercent, e.ReorderDepth, bad); err != nil {
 			return err
 		}
 		if err := checkDelay(field+".egress", e.DelayUS, bad); err != nil {

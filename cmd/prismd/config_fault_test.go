@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/deploy"
 )
 
 func TestFaultSections(t *testing.T) {
@@ -76,5 +77,55 @@ func TestFaultSectionErrors(t *testing.T) {
 				t.Fatalf("error %q does not contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestLabFaultConfig: the configuration a lab generates for a prismd node
+// with a fault key (package deploy) is read by prismd's own loader into
+// the same impairment on every port, fractions included (egress reorder
+// 2.5%: an int field read 0.5 as 0, silently), each port with its own
+// seeds.
+func TestLabFaultConfig(t *testing.T) {
+	tp, err := deploy.Parse([]byte(`name: t1
+topology:
+  nodes:
+    h1: {kind: host, ipv4: 10.0.0.1/24}
+    h2: {kind: host, ipv4: 10.0.0.2/24}
+    sw1: {kind: prismd, fault: {ingress: {drop_percent: 0.5, duplicate_percent: 1, reorder_percent: 5, reorder_depth: 8, delay_us: 10}, egress: {reorder_percent: 2.5, reorder_depth: 4, delay_us: 20}}}
+  links:
+    - endpoints: ["h1:eth0", "sw1:p1"]
+    - endpoints: ["h2:eth0", "sw1:p2"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := deploy.NewPrismdConfig(tp, "sw1", "/run/prismd-lab/t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := gen.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig("sw1.yaml", b)
+	if err != nil {
+		t.Fatalf("prismd refuses the lab's config: %v\n%s", err, b)
+	}
+	if len(c.Ports) != 2 {
+		t.Fatalf("%d ports", len(c.Ports))
+	}
+	seeds := map[uint64]bool{}
+	for i, p := range c.Ports {
+		f := p.fault()
+		seeds[f.Seed], seeds[f.Ingress.Seed] = true, true
+		f.Seed, f.Ingress.Seed = 0, 0
+		want := dataplane.Fault{ReorderPercent: 2.5, ReorderDepth: 4, Delay: 20 * time.Microsecond,
+			Ingress: dataplane.IngressFault{DropPercent: 0.5, DuplicatePercent: 1, ReorderPercent: 5, ReorderDepth: 8, Delay: 10 * time.Microsecond}}
+		if f != want {
+			t.Errorf("ports[%d] fault (seeds aside):\n got %+v\nwant %+v", i, f, want)
+		}
+	}
+	if len(seeds) != 4 || seeds[0] {
+		t.Errorf("seeds %v: want 4 distinct non-zero ones (2 ports x 2 directions)", seeds)
 	}
 }
