@@ -99,6 +99,9 @@ func TestParseFaultErrors(t *testing.T) {
 		{"fault: {egress: {reorder_percent: 1, reorder_depth: 1001}}", "6: node sw1: fault.egress.reorder_depth 1001 is out of range; use 1..1000"},
 		{"fault: {egress: {delay_us: -1}}", "6: node sw1: fault.egress.delay_us -1 is out of range; use 0..1000000 microseconds"},
 		{"fault: [1]", "6: fault must be a mapping"},
+		{"fault: {ingress: {reorder_percent: 5, reorder_depth: 2.5}}", "6: fault.ingress.reorder_depth 2.5 is not a whole number"},
+		{"fault: {egress: {delay_us: 0.5}}", "6: fault.egress.delay_us 0.5 is not a whole number"},
+		{"fault: {ingress: {drop_percent: many}}", "6: fault.ingress: "},
 	} {
 		t.Run(tc.keys, func(t *testing.T) {
 			_, err := Parse([]byte(strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, "+tc.keys+"}", 1)))

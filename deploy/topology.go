@@ -160,10 +160,10 @@ func (f *Fault) flow() string {
 	return "{" + strings.Join(secs, ", ") + "}"
 }
 
-// PortSeed is the seed a node's fault gives its port index port in one
-// direction: the configured seed (or, for 0, one derived from the node's
-// name) mixed with the index, so the lab is reproducible and no two ports
-// draw alike.
+// PortSeed is the seed a node's fault gives its port index port: the
+// configured seed (or, for 0, one derived from the node's name) mixed with
+// the index, so the lab is reproducible and no two ports draw alike (the
+// generated config flips bits of it for the egress direction).
 func PortSeed(node string, seed uint64, port int) uint64 {
 	if seed == 0 {
 		h := fnv.New64a()
@@ -304,24 +304,29 @@ func (f *fileFault) UnmarshalYAML(n *yaml.Node) error {
 	}
 	f.line = n.Line
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		v := n.Content[i+1]
-		switch n.Content[i].Value {
+		dir, v := n.Content[i].Value, n.Content[i+1]
+		keys := []string{"reorder_percent", "reorder_depth", "delay_us", "seed"}
+		var dst any
+		switch dir {
 		case "ingress":
-			if err := checkKeys(v, "fault.ingress", "drop_percent", "duplicate_percent", "reorder_percent", "reorder_depth", "delay_us", "seed"); err != nil {
-				return err
-			}
+			keys = append([]string{"drop_percent", "duplicate_percent"}, keys...)
 			f.Ingress = &IngressFault{}
-			if err := v.Decode(f.Ingress); err != nil {
-				return err
-			}
+			dst = f.Ingress
 		case "egress":
-			if err := checkKeys(v, "fault.egress", "reorder_percent", "reorder_depth", "delay_us", "seed"); err != nil {
-				return err
-			}
 			f.Egress = &EgressFault{}
-			if err := v.Decode(f.Egress); err != nil {
-				return errAt(v.Line, "fault.egress: %v (egress percentages are whole numbers)", err)
+			dst = f.Egress
+		}
+		if err := checkKeys(v, "fault."+dir, keys...); err != nil {
+			return err
+		}
+		// yaml decodes 2.5 into an int field as 2, silently.
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			if k, x := v.Content[j].Value, v.Content[j+1]; !strings.HasSuffix(k, "_percent") && x.Tag == "!!float" {
+				return errAt(x.Line, "fault.%s.%s %s is not a whole number", dir, k, x.Value)
 			}
+		}
+		if err := v.Decode(dst); err != nil {
+			return errAt(v.Line, "fault.%s: %v", dir, err)
 		}
 	}
 	return nil
