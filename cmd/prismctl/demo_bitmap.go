@@ -55,7 +55,8 @@ func (d *demo) bitmapRegister(node string, plan *bitmapam.Plan) (func(), error) 
 	}); err != nil {
 		return nil, fmt.Errorf("registrar socket on %s:eth0: %w", node, err)
 	}
-	reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{Timeout: 10 * time.Second}) // generous: a loaded box answers late
+	reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{Timeout: 10 * time.Second, // generous: a loaded box answers late
+		Logf: func(format string, args ...any) { fmt.Fprintf(d.out, "   ("+format+")\n", args...) }})
 	ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
 	defer cancel()
 	if err := reg.Register(ctx, plan); err != nil {

@@ -365,7 +365,9 @@ func registerPlan(ctx context.Context, iface string, plan *bitmapam.Plan) (relea
 	if err != nil {
 		return nil, err
 	}
-	reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{})
+	reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{Logf: func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "prismctl mcast: "+format+"\n", args...)
+	}})
 	if err := reg.Register(ctx, plan); err != nil {
 		reg.Close()
 		return nil, fmt.Errorf("registration: %w", err)

@@ -1,9 +1,12 @@
 // This file owns 'prismctl moe': MoE expert-parallel dispatch/combine through
 // the bitmap framework (host/bitmap MoE). 'register' plans the job (one
-// operation per token source) and registers it from this host; 'run' is one
-// host's part: it hosts its experts (a fixed demo function), dispatches its
-// own random tokens with random top-K and checks the combined outputs bit
-// for bit against the unicast reference (bitmap.ReferenceMoE).
+// operation per token source) and registers it from this host (replacing
+// the job's earlier registration, if the switches still hold one); 'run' is
+// one host's part: it hosts its experts (a fixed demo function), dispatches
+// its own random tokens with random top-K and checks the combined outputs
+// bit for bit against the unicast reference (bitmap.ReferenceMoE);
+// 'release' frees the job's switch contexts (a registered BITMAP context
+// never expires: it is forwarding state, like a route).
 
 package main
 
@@ -31,15 +34,99 @@ func init() {
 }
 
 func runMoE(args []string) int {
-	if len(args) == 0 || (args[0] != "register" && args[0] != "run") {
+	if len(args) == 0 || (args[0] != "register" && args[0] != "run" && args[0] != "release") {
 		fmt.Fprintln(os.Stderr, "usage: prismctl moe register --spec F --topology T --node H --hosts h1,h2,... [--experts-per-host 2 --topk 2 --hidden 64]")
 		fmt.Fprintln(os.Stderr, "       prismctl moe run --spec F --topology T --node H [--tokens 64 --seed 1] [--auth-key-file K]")
+		fmt.Fprintln(os.Stderr, "       prismctl moe release --spec F --topology T --node H")
 		return 2
 	}
-	if args[0] == "register" {
+	switch args[0] {
+	case "register":
 		return moeRegister(args[1:])
+	case "release":
+		return moeRelease(args[1:])
 	}
 	return moeRun(args[1:])
+}
+
+// readSpec reads the job spec 'moe register --spec' wrote.
+func readSpec(path string) (bitmapam.JobSpec, error) {
+	var js bitmapam.JobSpec
+	if path == "" {
+		return js, errors.New("--spec is required: the file 'moe register --spec' wrote")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return js, fmt.Errorf("--spec: %v", err)
+	}
+	if err := json.Unmarshal(b, &js); err != nil {
+		return js, fmt.Errorf("--spec %s: %v", path, err)
+	}
+	return js, nil
+}
+
+// loadPlan reads the spec at path and plans it on topo for 'moe cmd': nil
+// and the exit status when it cannot (2 for a bad --spec, 1 for a plan
+// that fails).
+func loadPlan(fs *flag.FlagSet, cmd, path string, topo *deploy.Topology) (*bitmapam.Plan, int) {
+	js, err := readSpec(path)
+	if err != nil {
+		return nil, flagErr(fs, err)
+	}
+	plan, err := bitmapam.Compute(topo, js)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl moe %s: %v\n", cmd, err)
+		return nil, 1
+	}
+	return plan, 0
+}
+
+// moeRelease frees every switch context of the job 'moe register' wrote
+// the spec of.
+func moeRelease(args []string) int {
+	fs := flag.NewFlagSet("moe release", flag.ContinueOnError)
+	var mf mcastFlags
+	mf.register(fs)
+	spec := fs.String("spec", "", "the spec 'moe register' wrote")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	topo, err := mf.load()
+	if err != nil {
+		return flagErr(fs, err)
+	}
+	plan, rc := loadPlan(fs, "release", *spec, topo)
+	if plan == nil {
+		return rc
+	}
+	js := plan.Spec
+	conn, err := am.OpenConn(mf.iface)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl moe release: %v\n", err)
+		return 1
+	}
+	reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{})
+	defer reg.Close()
+	ctx, cancel := signalContext(30 * time.Second)
+	defer cancel()
+	gone, err := reg.ReleaseReport(ctx, plan)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "prismctl moe release: %v\n", err)
+		return 1
+	}
+	n := 0
+	for _, o := range plan.Ops {
+		n += len(o.Switches)
+	}
+	switch {
+	case gone == n:
+		fmt.Printf("MoE job %d: none of its %d switch contexts was installed any more: released before, or replaced by a later 'moe register' of the job (release with that one's spec)\n", js.Op.Job, n)
+	case gone > 0:
+		fmt.Printf("released MoE job %d: %d of its %d switch contexts (the other %d were gone already)\n", js.Op.Job, n-gone, n, gone)
+	default:
+		fmt.Printf("released MoE job %d: %d switch contexts of %d operations\n", js.Op.Job, n, len(plan.Ops))
+	}
+	return 0
 }
 
 // demoExpert is expert e's function in 'moe run': deterministic, so every
@@ -88,7 +175,9 @@ func moeRegister(args []string) int {
 		fmt.Fprintf(os.Stderr, "prismctl moe register: %v\n", err)
 		return 1
 	}
-	reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{})
+	reg := bitmapam.NewRegistrar(conn, bitmapam.RegistrarConfig{Logf: func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "prismctl moe register: "+format+"\n", args...)
+	}})
 	defer reg.Close()
 	ctx, cancel := signalContext(30 * time.Second)
 	defer cancel()
@@ -96,7 +185,9 @@ func moeRegister(args []string) int {
 		fmt.Fprintf(os.Stderr, "prismctl moe register: %v\n", err)
 		return 1
 	}
-	b, _ := json.MarshalIndent(js, "", "  ")
+	// The plan's spec: Register moves it to a newer generation when the
+	// switches still held the job's earlier registration.
+	b, _ := json.MarshalIndent(plan.Spec, "", "  ")
 	if err := os.WriteFile(*spec, b, 0o644); err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl moe register: %v\n", err)
 		return 1
@@ -131,19 +222,11 @@ func moeRun(args []string) int {
 	if err := mf.loadKey(); err != nil {
 		return flagErr(fs, err)
 	}
-	b, err := os.ReadFile(*spec)
-	if err != nil {
-		return flagErr(fs, fmt.Errorf("--spec: %v", err))
+	plan, rc := loadPlan(fs, "run", *spec, topo)
+	if plan == nil {
+		return rc
 	}
-	var js bitmapam.JobSpec
-	if err := json.Unmarshal(b, &js); err != nil {
-		return flagErr(fs, fmt.Errorf("--spec %s: %v", *spec, err))
-	}
-	plan, err := bitmapam.Compute(topo, js)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "prismctl moe run: %v\n", err)
-		return 1
-	}
+	js := plan.Spec
 	ctx, cancel := signalContext(mf.timeout)
 	defer cancel()
 	port, err := bitmap.Open(mf.iface)

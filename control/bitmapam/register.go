@@ -38,6 +38,9 @@ type RegistrarConfig struct {
 	// link MTU by the node's answer; a too-long frame is simply not
 	// answered).
 	LinkMTU int
+	// Logf, if set, hears what Register did beyond its plan: the older
+	// registration it replaced.
+	Logf func(format string, args ...any)
 }
 
 // Registrar registers bitmap plans over a CONTROL socket (am.OpenConn in
@@ -209,20 +212,37 @@ func each(ts []target, f func(t target) error) map[string]error {
 // RegisterError is a failed registration: which switches refused or never
 // answered, and whether the rollback reached every switch.
 type RegisterError struct {
-	Phase  string           // "STAGE" or "COMMIT"
-	Errs   map[string]error // by switch
+	Phase  string           // "STAGE", "COMMIT" or "ABORT"
+	Errs   map[string]error // by target: "<switch> (operation <n>)"
 	Orphan []string         // switches that never acknowledged ABORT
 }
 
+// Error states each distinct refusal once, with the operations it
+// concerns: a job of many operations refused alike by one switch is one
+// line, not one per operation.
 func (e *RegisterError) Error() string {
 	keys := make([]string, 0, len(e.Errs))
 	for k := range e.Errs {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = e.Errs[k].Error()
+	var msgs []string
+	ops := map[string][]string{}
+	for _, k := range keys {
+		m := e.Errs[k].Error()
+		if _, seen := ops[m]; !seen {
+			msgs = append(msgs, m)
+		}
+		_, op, _ := strings.Cut(k, " (operation ")
+		ops[m] = append(ops[m], strings.TrimSuffix(op, ")"))
+	}
+	parts := make([]string, len(msgs))
+	for i, m := range msgs {
+		word := "operation"
+		if len(ops[m]) > 1 {
+			word = "operations"
+		}
+		parts[i] = fmt.Sprintf("%s [%s %s]", m, word, strings.Join(ops[m], ", "))
 	}
 	s := fmt.Sprintf("bitmapam: %s failed: %s", e.Phase, strings.Join(parts, "; "))
 	if len(e.Orphan) > 0 {
@@ -231,9 +251,84 @@ func (e *RegisterError) Error() string {
 	return s
 }
 
+// heldElsewhere reports why a STAGE failure could be cured by setting up
+// again under a newer generation: every refusal is STALE_GENERATION (this
+// generation is not newer than one the switch retired; bump 2^20, as the
+// AM does) or BAD_STATE with an installed context's state (the switch
+// holds an older generation: an earlier registration of the job nobody
+// released, or one whose registrar died; bump 1). held lists those
+// switches and states. Any other error: bump 0.
+func (e *RegisterError) heldElsewhere() (bump uint32, held []string) {
+	seen := map[string]bool{}
+	for _, err := range e.Errs {
+		var ne *am.NodeError
+		if !errors.As(err, &ne) || ne.Err != nil {
+			return 0, nil
+		}
+		switch {
+		case ne.Status == parser.StatusStaleGeneration:
+			bump = max(bump, 1<<20)
+		case ne.Status == parser.StatusBadState && ne.State != parser.StateNone:
+			bump = max(bump, 1)
+			if h := fmt.Sprintf("%s (%v)", ne.Node, ne.State); !seen[h] {
+				seen[h] = true
+				held = append(held, h)
+			}
+		default:
+			return 0, nil
+		}
+	}
+	sort.Strings(held)
+	return bump, held
+}
+
+// bumpGen moves every operation of p to a generation bump newer.
+func (p *Plan) bumpGen(bump uint32) {
+	p.Spec.Op.OpGen += bump
+	for _, o := range p.Ops {
+		o.Op.OpGen += bump
+	}
+}
+
 // Register STAGEs every switch of every operation, then COMMITs them; on
 // any failure it ABORTs all of them and returns a *RegisterError.
+//
+// A switch that still holds an older generation of one of the operations
+// (the job registered before and never released, or left behind by a
+// registrar that died) refuses STAGE with BAD_STATE and that context's
+// state; one that retired this generation or a newer one refuses with
+// STALE_GENERATION. The rollback's ABORT of the newer generation retires
+// the held context too (docs/protocol.md section 5), so Register then sets
+// up once more under the next generation (2^20 further after
+// STALE_GENERATION), as the Aggregation Manager does (section 9.5), and
+// tells Logf which registration it replaced. p then carries the
+// generations registered (p.Spec.Op.OpGen included): hosts must plan from
+// that spec.
 func (r *Registrar) Register(ctx context.Context, p *Plan) error {
+	err := r.register(ctx, p)
+	var re *RegisterError
+	if !errors.As(err, &re) || re.Phase != "STAGE" || len(re.Orphan) > 0 {
+		return err
+	}
+	bump, held := re.heldElsewhere()
+	if bump == 0 {
+		return err
+	}
+	p.bumpGen(bump)
+	if err := r.register(ctx, p); err != nil {
+		return fmt.Errorf("%w (a second attempt under operation generation %d, after %v)", err, p.Spec.Op.OpGen, re)
+	}
+	if r.cfg.Logf != nil {
+		if len(held) > 0 {
+			r.cfg.Logf("bitmapam: job %d: replaced an older registration still held by %s", p.Spec.Op.Job, strings.Join(held, ", "))
+		} else {
+			r.cfg.Logf("bitmapam: job %d: registered under operation generation %d: the switches had retired the first one tried", p.Spec.Op.Job, p.Spec.Op.OpGen)
+		}
+	}
+	return nil
+}
+
+func (r *Registrar) register(ctx context.Context, p *Plan) error {
 	ts := p.targets()
 	bodies := map[string][]byte{}
 	for _, t := range ts {
@@ -287,16 +382,32 @@ func (r *Registrar) Abort(p *Plan) []string { return r.abort(p) }
 // from any state; a switch that already released answers BAD_STATE, which
 // counts as done.
 func (r *Registrar) Release(ctx context.Context, p *Plan) error {
+	_, err := r.ReleaseReport(ctx, p)
+	return err
+}
+
+// ReleaseReport is Release, also counting the contexts that were gone
+// before: a switch answers ABORT of a generation it already retired with
+// STALE_GENERATION, whether this plan was released before or a later
+// registration of the job replaced it (that one stays; CONTROL does not
+// tell the two apart).
+func (r *Registrar) ReleaseReport(ctx context.Context, p *Plan) (gone int, err error) {
+	var mu sync.Mutex
 	errs := each(p.targets(), func(t target) error {
 		_, err := r.command(ctx, t.sw.Name, t.sw.MAC, t.op.Op, parser.CmdAbort, nil)
 		var ne *am.NodeError
-		if errors.As(err, &ne) && ne.Err == nil {
-			return nil
+		if !errors.As(err, &ne) || ne.Err != nil {
+			return err
 		}
-		return err
+		if ne.Status == parser.StatusStaleGeneration {
+			mu.Lock()
+			gone++
+			mu.Unlock()
+		}
+		return nil
 	})
 	if len(errs) > 0 {
-		return &RegisterError{Phase: "ABORT", Errs: errs}
+		return gone, &RegisterError{Phase: "ABORT", Errs: errs}
 	}
-	return nil
+	return gone, nil
 }
