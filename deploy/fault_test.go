@@ -99,8 +99,8 @@ func TestParseFaultErrors(t *testing.T) {
 		{"fault: {egress: {reorder_percent: 1, reorder_depth: 1001}}", "6: node sw1: fault.egress.reorder_depth 1001 is out of range; use 1..1000"},
 		{"fault: {egress: {delay_us: -1}}", "6: node sw1: fault.egress.delay_us -1 is out of range; use 0..1000000 microseconds"},
 		{"fault: [1]", "6: fault must be a mapping"},
-		{"fault: {ingress: {reorder_percent: 5, reorder_depth: 2.5}}", "6: fault.ingress.reorder_depth 2.5 is not a whole number"},
-		{"fault: {egress: {delay_us: 0.5}}", "6: fault.egress.delay_us 0.5 is not a whole number"},
+		{"fault: {ingress: {reorder_percent: 5, reorder_depth: 2.5}}", "6: fault.ingress.reorder_depth must be a whole number written without a decimal point, not 2.5"},
+		{"fault: {egress: {delay_us: 0.5}}", "6: fault.egress.delay_us must be a whole number written without a decimal point, not 0.5"},
 		{"fault: {ingress: {drop_percent: many}}", "6: fault.ingress: "},
 	} {
 		t.Run(tc.keys, func(t *testing.T) {
@@ -125,5 +125,19 @@ func TestParseFaultErrors(t *testing.T) {
 	links := []Link{{A: Endpoint{"h", "e"}, B: Endpoint{"s", "p"}}}
 	if _, err := Build("b", 0, nodes, links); err == nil || !strings.Contains(err.Error(), "fault.ingress.duplicate_percent -1 is not a percentage") {
 		t.Errorf("Build with a bad fault: %v", err)
+	}
+}
+
+// TestParseWholeNumbers: an MTU or a fault's count with a fraction is an
+// error naming the key and the line, not a truncated value.
+func TestParseWholeNumbers(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{strings.Replace(minimal, "name: t1", "name: t1\nmtu: 1500.5", 1), "2: mtu must be a whole number written without a decimal point, not 1500.5"},
+		{strings.Replace(minimal, `- endpoints: ["h2:eth0", "sw1:p2"]`, `- endpoints: ["h2:eth0", "sw1:p2"]`+"\n      mtu: 9000.0", 1), "10: a link's mtu must be a whole number written without a decimal point, not 9000.0"},
+		{strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, fault: {ingress: {seed: 1.5}}}", 1), "6: fault.ingress.seed must be a whole number written without a decimal point, not 1.5"},
+	} {
+		if _, err := Parse([]byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want it to contain %q\n%s", err, tc.want, tc.src)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -319,11 +320,8 @@ func (f *fileFault) UnmarshalYAML(n *yaml.Node) error {
 		if err := checkKeys(v, "fault."+dir, keys...); err != nil {
 			return err
 		}
-		// yaml decodes 2.5 into an int field as 2, silently.
-		for j := 0; j+1 < len(v.Content); j += 2 {
-			if k, x := v.Content[j].Value, v.Content[j+1]; !strings.HasSuffix(k, "_percent") && x.Tag == "!!float" {
-				return errAt(x.Line, "fault.%s.%s %s is not a whole number", dir, k, x.Value)
-			}
+		if err := checkWhole(v, "fault."+dir+".", "reorder_depth", "delay_us", "seed"); err != nil {
+			return err
 		}
 		if err := v.Decode(dst); err != nil {
 			return errAt(v.Line, "fault.%s: %v", dir, err)
@@ -357,6 +355,19 @@ func checkKeys(n *yaml.Node, what string, allowed ...string) error {
 	return nil
 }
 
+// checkWhole refuses a fraction for the keys of mapping n that hold whole
+// numbers: yaml decodes 1500.5 into an int as 1500, silently. what
+// prefixes the key in the message.
+func checkWhole(n *yaml.Node, what string, keys ...string) error {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i].Value, n.Content[i+1]
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!float" && slices.Contains(keys, k) {
+			return errAt(v.Line, "%s%s must be a whole number written without a decimal point, not %s", what, k, v.Value)
+		}
+	}
+	return nil
+}
+
 func yamlKind(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.SequenceNode:
@@ -371,6 +382,9 @@ func yamlKind(n *yaml.Node) string {
 
 func (f *fileTop) UnmarshalYAML(n *yaml.Node) error {
 	if err := checkKeys(n, "the top level", "name", "mtu", "topology"); err != nil {
+		return err
+	}
+	if err := checkWhole(n, "", "mtu"); err != nil {
 		return err
 	}
 	type plain fileTop
@@ -408,6 +422,9 @@ func (f *fileNode) UnmarshalYAML(n *yaml.Node) error {
 
 func (f *fileLink) UnmarshalYAML(n *yaml.Node) error {
 	if err := checkKeys(n, "a link", "endpoints", "mtu"); err != nil {
+		return err
+	}
+	if err := checkWhole(n, "a link's ", "mtu"); err != nil {
 		return err
 	}
 	type plain fileLink

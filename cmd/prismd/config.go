@@ -214,10 +214,40 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 	if err := dec.Decode(&extra); err == nil {
 		return nil, &ConfigError{File: file, Msg: fmt.Sprintf("line %d: a second YAML document; put everything in one document", extra.Line)}
 	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err == nil {
+		if n := fraction(&root); n != nil {
+			return nil, &ConfigError{File: file, Msg: fmt.Sprintf("line %d: %s must be a whole number written without a decimal point, not %s", n[1].Line, n[0].Value, n[1].Value)}
+		}
+	}
 	if err := c.Validate(file); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// wholeKeys are the keys of the schema that hold whole numbers: yaml
+// decodes 1500.5 into an int as 1500, silently, so a fraction there is
+// refused by fraction instead.
+var wholeKeys = map[string]bool{"workers": true, "mtu": true, "rx_sparse_fps": true, "reorder_depth": true, "delay_us": true, "seed": true}
+
+// fraction returns the first key/value pair under n whose key is one of
+// wholeKeys and whose value is written as a float, or nil.
+func fraction(n *yaml.Node) []*yaml.Node {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if wholeKeys[k.Value] && v.Kind == yaml.ScalarNode && v.Tag == "!!float" {
+				return []*yaml.Node{k, v}
+			}
+		}
+	}
+	for _, c := range n.Content {
+		if r := fraction(c); r != nil {
+			return r
+		}
+	}
+	return nil
 }
 
 func parseUnicastMAC(s string) ([6]byte, error) {

@@ -73,6 +73,10 @@ func TestConfigErrors(t *testing.T) {
 		{"dup port", "ports: [{name: a}, {name: a}]\n", "ports[1].name: interface \"a\" is already ports[0]"},
 		{"long name", "ports: [{name: abcdefghijklmnop}]\n", "ports[0].name"},
 		{"mtu", "ports: [{name: a, mtu: 20000}]\n", "ports[0].mtu: 20000 is out of range"},
+		// yaml would read these as 1500 and 1, silently.
+		{"mtu fraction", "ports:\n  - name: a\n    mtu: 1500.5\n", "line 3: mtu must be a whole number written without a decimal point, not 1500.5"},
+		{"workers fraction", "ports: [{name: a}]\nworkers: 1.5\n", "line 2: workers must be a whole number written without a decimal point, not 1.5"},
+		{"delay fraction", "ports: [{name: a, fault: {ingress: {delay_us: 2.5}}}]\n", "line 1: delay_us must be a whole number written without a decimal point, not 2.5"},
 		{"sparse fps", "ports: [{name: a, rx_sparse_fps: -1}]\n", "ports[0].rx_sparse_fps: -1 is out of range"},
 		{"sparse fps afxdp", "ports: [{name: a, backend: afxdp, rx_sparse_fps: 10}]\n", "afxdp has no rx_ring, rx_ring_timeout, rx_lane, rx_sparse_fps"},
 		{"reorder pct", "ports: [{name: a, fault: {reorder_percent: 101, reorder_depth: 1}}]\n", "reorder_percent: 101"},
