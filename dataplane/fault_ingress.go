@@ -147,8 +147,9 @@ type ingressPort struct {
 	closed  atomic.Bool // the wrapped port reported net.ErrClosed
 
 	// Added to by the consumer once per batch of decisions (admit) or of
-	// delivered frames (emit), read by Stats: frames dropped (drop_percent)
-	// and extra copies delivered (duplicate_percent).
+	// delivered frames (emit), read by Stats: frames dropped (drop_percent),
+	// extra copies delivered (duplicate_percent) and frames held back
+	// (reorder_percent).
 	drops, dups, reordered atomic.Uint64
 
 	// Consumer (ReadBatch) state.

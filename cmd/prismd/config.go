@@ -321,7 +321,7 @@ func (c *Config) Validate(file string) error {
 			return bad(f+".xdp_mode", "%q is not an XDP attach mode; use generic (default) or native", p.XDPMode)
 		}
 		if p.Fault != nil {
-			if p.Fault.ReorderPercent < 0 || p.Fault.ReorderPercent > 100 {
+			if !(p.Fault.ReorderPercent >= 0 && p.Fault.ReorderPercent <= 100) { // NaN too
 				return bad(f+".fault.reorder_percent", "%v is not a percentage; use 0..100", p.Fault.ReorderPercent)
 			}
 			if p.Fault.ReorderDepth < 0 || p.Fault.ReorderDepth > 1000 {

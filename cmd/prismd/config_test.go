@@ -80,6 +80,7 @@ func TestConfigErrors(t *testing.T) {
 		{"sparse fps", "ports: [{name: a, rx_sparse_fps: -1}]\n", "ports[0].rx_sparse_fps: -1 is out of range"},
 		{"sparse fps afxdp", "ports: [{name: a, backend: afxdp, rx_sparse_fps: 10}]\n", "afxdp has no rx_ring, rx_ring_timeout, rx_lane, rx_sparse_fps"},
 		{"reorder pct", "ports: [{name: a, fault: {reorder_percent: 101, reorder_depth: 1}}]\n", "reorder_percent: 101"},
+		{"reorder pct nan", "ports: [{name: a, fault: {reorder_percent: .nan, reorder_depth: 1}}]\n", "reorder_percent: NaN is not a percentage"},
 		{"reorder depth", "ports: [{name: a, fault: {reorder_percent: 5}}]\n", "reorder_depth: must be >= 1"},
 		{"node mac group", "node_mac: \"01:00:5e:00:00:01\"\nports: [{name: a}]\n", "node_mac: 01:00:5e:00:00:01 is a group"},
 		{"node mac junk", "node_mac: zz\nports: [{name: a}]\n", "node_mac: \"zz\" is not a MAC"},

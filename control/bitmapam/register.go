@@ -316,7 +316,7 @@ func (r *Registrar) Register(ctx context.Context, p *Plan) error {
 	}
 	p.bumpGen(bump)
 	if err := r.register(ctx, p); err != nil {
-		return fmt.Errorf("%w (a second attempt under operation generation %d, after %v)", err, p.Spec.Op.OpGen, re)
+		return fmt.Errorf("%w (the second attempt, under operation generation %d; the first: %v)", err, p.Spec.Op.OpGen, re)
 	}
 	if r.cfg.Logf != nil {
 		if len(held) > 0 {
@@ -379,8 +379,8 @@ func (r *Registrar) Abort(p *Plan) []string { return r.abort(p) }
 
 // Release frees every switch's context. A BITMAP context stays ACTIVE (its
 // completion is per Token, not per vector), so it is ABORTed, which frees it
-// from any state; a switch that already released answers BAD_STATE, which
-// counts as done.
+// from any state; a switch that already released answers STALE_GENERATION,
+// which counts as done (ReleaseReport counts them).
 func (r *Registrar) Release(ctx context.Context, p *Plan) error {
 	_, err := r.ReleaseReport(ctx, p)
 	return err
