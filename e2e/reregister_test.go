@@ -141,3 +141,43 @@ func TestBitmapReregister(t *testing.T) {
 		t.Errorf("second release: %d gone, %v; want all %d gone", gone, err, contexts)
 	}
 }
+
+// TestMoECLIRegisterRelease: what a user types. 'prismctl moe register'
+// twice (the second replaces the first and says so), 'moe release' with
+// the spec it wrote (every context freed, none left on any switch), then
+// again (nothing left to free, and it says so rather than failing).
+func TestMoECLIRegisterRelease(t *testing.T) {
+	requireBitmapSwitch(t)
+	bin := prismctl(t)
+	lab := labtest.Up(t, "spine-leaf")
+	spec := t.TempDir() + "/job.json"
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := lab.Exec("h1", append([]string{bin, "moe"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("prismctl moe %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	reg := []string{"register", "--spec", spec, "--topology", lab.TopologyFile(), "--node", "h1", "--hosts", "h1,h2,h3,h4", "--job", "61"}
+	rel := []string{"release", "--spec", spec, "--topology", lab.TopologyFile(), "--node", "h1"}
+	if out := run(reg...); !strings.Contains(out, "registered MoE job 61: 8 experts on 4 hosts, top-2, 4 operations, 12 switch contexts") {
+		t.Fatalf("first register:\n%s", out)
+	}
+	if out := run(reg...); !strings.Contains(out, "replaced an older registration still held by l1 (ACTIVE), l2 (ACTIVE), s1 (ACTIVE)") ||
+		!strings.Contains(out, "registered MoE job 61") {
+		t.Fatalf("second register:\n%s", out)
+	}
+	if got := bitmapGens(t, lab); len(got) != 3 || len(got["l1"]) != 4 || len(got["s1"]) != 4 {
+		t.Fatalf("after two registrations: %v, want the 4 operations once on each of 3 switches", got)
+	}
+	if out := run(rel...); !strings.Contains(out, "released MoE job 61: 12 switch contexts of 4 operations") {
+		t.Fatalf("release:\n%s", out)
+	}
+	if got := bitmapGens(t, lab); len(got) != 0 {
+		t.Fatalf("after release: %v, want no BITMAP context", got)
+	}
+	if out := run(rel...); !strings.Contains(out, "none of its 12 switch contexts was installed any more") {
+		t.Fatalf("second release:\n%s", out)
+	}
+}
