@@ -340,9 +340,16 @@ func (e *env) comms(job uint64, hosts ...string) []*host.Comm {
 func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
 	// Preparation on: each collective below differs from the one before, so
 	// every prepared operation is ABORTed on the real switches (mismatch),
-	// and the repeated ones at the end are granted prepared operations.
+	// and the repeated ones at the end are granted prepared operations. The
+	// first four run on Comms that keep no shape persistent: the library's
+	// default tells the AM not to prepare a shape's repeat (it runs it
+	// persistent), which "repeated-auto-persistent" checks.
 	e := up(t, topo, hosts[0], am.Config{Prepare: true})
 	cs := e.comms(1, hosts...)
+	mat := make([]*host.Comm, len(hosts))
+	for i, h := range hosts {
+		mat[i] = e.commShapes(h, i, len(hosts), 10, -1)
+	}
 	seed := uint64(1)
 	for _, c := range []struct {
 		coll string
@@ -356,7 +363,7 @@ func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
 	} {
 		t.Run(c.coll+"-"+c.acc, func(t *testing.T) {
 			seed++
-			r := collective(cs, c.coll, c.root, vec, seed, &host.Options{Acc: c.acc})
+			r := collective(mat, c.coll, c.root, vec, seed, &host.Options{Acc: c.acc})
 			r.check(t, c.coll, c.root)
 		})
 	}
@@ -382,7 +389,15 @@ func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
 	t.Run("repeated-auto-persistent", func(t *testing.T) {
 		// The library's default: from the second identical call on, the
 		// Comm runs the shape as a persistent collective, and from the
-		// third no call waits for the AM.
+		// third no call waits for the AM. Its first call tells the AM so
+		// (am.BeginRequest.RepeatsPersistent): no ordinary operation is
+		// prepared for the second, which was ABORTed as a mismatch.
+		prepared := func() float64 {
+			return e.amCounter(`prismd_am_prepared_operations_total{outcome="mismatch"}`) +
+				e.amCounter(`prismd_am_prepared_operations_total{outcome="unused"}`) +
+				e.amCounter(`prismd_am_prepared_operations_total{outcome="used"}`)
+		}
+		var p0 float64
 		for i := 0; i < 4; i++ {
 			seed++
 			r := collective(cs, "allreduce", 0, 1000, seed, &host.Options{Acc: "kulisch"})
@@ -391,6 +406,17 @@ func runMatrix(t *testing.T, topo string, hosts []string, vec int) {
 				if want := i >= 1; st.AutoPersistent != want || (i >= 2) != (st.Setup == 0) {
 					t.Fatalf("call %d rank %d: auto-persistent %v (want %v), setup %v", i, rank, st.AutoPersistent, want, st.Setup)
 				}
+			}
+			if i == 0 {
+				p0 = prepared()
+			}
+		}
+		if n := prepared() - p0; n != 0 {
+			t.Errorf("%v operations were prepared for the shape's repeats and used or thrown away; want none", n)
+		}
+		for _, o := range e.m.Ops().Ops {
+			if o.Op.Job == 1 && o.State == "prepared" {
+				t.Errorf("operation %s prepared for job 1 (seq %d): the library runs the shape's repeats persistent", o.ID, o.Seq)
 			}
 		}
 	})

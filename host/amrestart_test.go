@@ -31,7 +31,10 @@ func TestAMRestartReusesHeldOperationIDs(t *testing.T) {
 
 	const n = 300_000 // long enough to stop the AM while it runs
 	hosts := []string{"h1", "h2", "h3", "h4"}
-	rs := openRanks(t, f, srv.URL, 40, n, hosts)
+	// Ranks that keep no shape persistent: every call asks the AM, which
+	// prepares the next. (The library's default runs a shape's repeats as
+	// a persistent collective and tells the AM so: nothing is prepared.)
+	rs := openRanksShapes(t, f, srv.URL, 40, n, hosts, -1)
 	run := func() {
 		t.Helper()
 		var wg sync.WaitGroup
@@ -240,10 +243,17 @@ func TestAMRestartSparesLivePersistent(t *testing.T) {
 // coordinated at url, each with its vecFor(job, r, n) to send.
 func openRanks(t *testing.T, f *memFabric, url string, job uint64, n int, hosts []string) []*rankRun {
 	t.Helper()
+	return openRanksShapes(t, f, url, job, n, hosts, 0)
+}
+
+// openRanksShapes is openRanks with Config.PersistentShapes set to shapes.
+func openRanksShapes(t *testing.T, f *memFabric, url string, job uint64, n int, hosts []string, shapes int) []*rankRun {
+	t.Helper()
 	rs := make([]*rankRun, len(hosts))
 	for r, h := range hosts {
 		rr := &rankRun{conn: f.attach(h), send: vecFor(job, r, n), recv: make([]float32, n)}
-		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: len(hosts), Iface: "mem0", Job: job, Coordinator: url, Node: h}, rr.conn)
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: len(hosts), Iface: "mem0", Job: job, Coordinator: url, Node: h,
+			PersistentShapes: shapes}, rr.conn)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -85,25 +85,27 @@ type autoShapes struct {
 }
 
 // autoStart runs the call on its shape's persistent collective and returns
-// its Request, or returns nil: the call runs as an ordinary collective.
-// It takes every decision now, at call time, under c.mu.
-func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root int, o Options) *Request {
+// its Request, or returns nil: the call runs as an ordinary collective;
+// repeats then says that the shape's next call will not (its first call:
+// the AM need not prepare an ordinary operation for it). It takes every
+// decision now, at call time, under c.mu.
+func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root int, o Options) (r *Request, repeats bool) {
 	limit := c.cfg.PersistentShapes
 	if limit == 0 {
 		limit = defaultPersistentShapes
 	}
 	if limit < 0 || o.OpID != nil || o.Ordinary {
-		return nil
+		return nil, false
 	}
 	sv, rv, err := c.checkBuffers(coll, send, recv, root, &o)
 	if err != nil || sv.n > maxPersistentLen/2 {
-		return nil // the ordinary path reports it, or runs it
+		return nil, false // the ordinary path reports it, or runs it
 	}
 	sh := shapeOf(coll, root, sv, o)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil
+		return nil, false
 	}
 	a := &c.auto
 	a.clock++
@@ -115,7 +117,7 @@ func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root 
 			}
 			a.seen[sh] = true
 			c.mu.Unlock()
-			return nil
+			return nil, true
 		}
 		if a.slots == nil {
 			a.slots = map[shape]*autoSlot{}
@@ -137,7 +139,7 @@ func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root 
 	slot.tail = next
 	c.mu.Unlock()
 
-	r := &Request{done: make(chan struct{})}
+	r = &Request{done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		defer close(next)
@@ -163,7 +165,7 @@ func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root 
 			c.dropSlot(sh, slot)
 		}
 	}()
-	return r
+	return r, false
 }
 
 // evictLRU retires the least recently called shape's collective. Under

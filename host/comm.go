@@ -48,6 +48,11 @@ type Options struct {
 	// when its shape was called before (Config.PersistentShapes), and does
 	// not count it as a call of its shape. Every rank sets the same.
 	Ordinary bool
+
+	// repeatsPersistent: the shape's next call will run on a persistent
+	// collective (autoStart saw it for the first time), which the begin
+	// request tells the AM (am.BeginRequest.RepeatsPersistent).
+	repeatsPersistent bool
 }
 
 // Stats describe one finished collective.
@@ -549,16 +554,19 @@ func (c *Comm) start(ctx context.Context, coll string, send, recv any, root int,
 	if opts == nil {
 		opts = &Options{}
 	}
-	if r := c.autoStart(ctx, coll, send, recv, root, *opts); r != nil {
+	o := *opts
+	r, repeats := c.autoStart(ctx, coll, send, recv, root, o)
+	if r != nil {
 		return r
 	}
+	o.repeatsPersistent = repeats
 	// The sequence number is taken at call time: ranks match collectives
 	// in call order, as in MPI.
 	seq := c.seq.Add(1) - 1
-	r := &Request{done: make(chan struct{})}
+	r = &Request{done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		r.stats, r.err = c.run(ctx, seq, coll, send, recv, root, *opts)
+		r.stats, r.err = c.run(ctx, seq, coll, send, recv, root, o)
 	}()
 	return r
 }

@@ -294,7 +294,7 @@ func (c *Comm) beginRequest(seq uint64, coll string, sv elems, root int, o Optio
 		Collective: coll, RootRank: root, InputFormat: am.FormatName(sv.format), AccPolicy: acc,
 		PartialPolicy: o.Partial, OutputFormat: o.Output, KulischWidth: o.KulischWidth, VectorLen: uint32(sv.n),
 		MTU: o.MTU, TimeoutMS: uint32(o.Timeout / time.Millisecond), Node: c.cfg.Node, Iface: c.cfg.NodeIface,
-		MAC: net.HardwareAddr(c.mac[:]).String(), Session: c.session}
+		MAC: net.HardwareAddr(c.mac[:]).String(), Session: c.session, RepeatsPersistent: o.repeatsPersistent}
 }
 
 func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any, root int, o Options) (Stats, error) {

@@ -51,6 +51,12 @@ type BeginRequest struct {
 	// the AM again, keep it alive with POST /v1/ops/{id}/alive while it is
 	// idle, and report done when they free it.
 	Persistent bool `json:"persistent,omitempty"`
+	// RepeatsPersistent says the rank will run a repeat of this call (the
+	// same shape, the next Seq) as a persistent operation of its own, as
+	// package host does from a shape's second call on: an ordinary
+	// operation prepared ahead for Seq+1 (Config.Prepare) would only be
+	// ABORTed, so the AM prepares none when every rank says so.
+	RepeatsPersistent bool `json:"repeats_persistent,omitempty"`
 
 	// Node is the rank's host in the topology; Iface its interface there
 	// ("" = the host's only link). MAC is the interface's actual address

@@ -46,11 +46,12 @@ func (m *Manager) prepareTTL(p params) time.Duration {
 }
 
 // prepareNext installs the operation for inv's next Seq, unless preparation
-// is off, inv pinned its Operation ID, inv is persistent, or the next
-// invocation is already gathering or prepared. The ranks of a persistent
-// operation run its invocations without asking the AM, for as long as the
-// application likes: an operation prepared for their next Seq would only
-// hold node resources until its TTL ABORTed it.
+// is off, inv pinned its Operation ID, inv is persistent, every rank said
+// it runs a repeat as a persistent operation (RepeatsPersistent), or the
+// next invocation is already gathering or prepared. The ranks of a
+// persistent operation run its invocations without asking the AM, for as
+// long as the application likes: an operation prepared for their next Seq
+// would only hold node resources until its TTL ABORTed it.
 func (m *Manager) prepareNext(inv *invocation, hosts []RankHost, op *operation) {
 	if !m.cfg.Prepare || inv.first.OpID != nil || inv.p.Persistent {
 		return
@@ -60,13 +61,25 @@ func (m *Manager) prepareNext(inv *invocation, hosts []RankHost, op *operation) 
 	next.first.Seq++
 	pr := &prepared{inv: next, hosts: hosts, ready: make(chan struct{})}
 	m.mu.Lock()
-	if m.closed || m.invs[next.key] != nil || m.prep[next.key] != nil {
+	if m.closed || m.invs[next.key] != nil || m.prep[next.key] != nil || allRepeatPersistent(inv.arrived) {
 		m.mu.Unlock()
 		return
 	}
 	m.prep[next.key] = pr
 	m.mu.Unlock()
 	go m.runPrepare(pr, op.tree)
+}
+
+// allRepeatPersistent reports whether every request says its rank runs a
+// repeat of the call as a persistent operation. Under m.mu (a late retry of
+// a rank's request writes to the map).
+func allRepeatPersistent(reqs map[int]BeginRequest) bool {
+	for _, r := range reqs {
+		if !r.RepeatsPersistent {
+			return false
+		}
+	}
+	return len(reqs) > 0
 }
 
 func (m *Manager) runPrepare(pr *prepared, tree *Tree) {

@@ -161,3 +161,37 @@ func TestPreparedInvocationExpires(t *testing.T) {
 		t.Fatalf("%d active operations after everything ended", a)
 	}
 }
+
+// TestNoPreparationForRepeatsPersistent: when every rank says it runs a
+// repeat of the call as a persistent operation (package host, a shape's
+// first call), the AM prepares nothing for Seq+1: that operation would only
+// be ABORTed as a mismatch. One rank without the flag and the preparation
+// happens as before.
+func TestNoPreparationForRepeatsPersistent(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{Prepare: true})
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	q := reqsFor(8, 0, "allreduce", hosts...)
+	for i := range q {
+		q[i].RepeatsPersistent = true
+	}
+	g0 := r.grantsOf(r.beginAll(q))
+	time.Sleep(200 * time.Millisecond) // a preparation starts right after the grant
+	for _, n := range r.treeNodes(g0[0].ID) {
+		if k := n.count(parser.CmdStage); k != 1 {
+			t.Errorf("%s: %d STAGEs applied, want 1 (no preparation)", n.name, k)
+		}
+	}
+	if l := r.m.Ops().Ops; len(l) != 1 {
+		t.Fatalf("the AM knows %d operations, want the granted one: %+v", len(l), l)
+	}
+	r.doneAll(g0)
+	q = reqsFor(8, 1, "allreduce", hosts...)
+	for i := range q[1:] {
+		q[i+1].RepeatsPersistent = true
+	}
+	g1 := r.grantsOf(r.beginAll(q))
+	if p := r.waitPrepared(2); p.Op == g1[0].Op {
+		t.Fatal("the prepared operation is the running one")
+	}
+	r.doneAll(g1)
+}
