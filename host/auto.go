@@ -86,9 +86,10 @@ type autoShapes struct {
 
 // autoStart runs the call on its shape's persistent collective and returns
 // its Request, or returns nil: the call runs as an ordinary collective;
-// repeats then says that the shape's next call will not (its first call:
-// the AM need not prepare an ordinary operation for it). It takes every
-// decision now, at call time, under c.mu.
+// repeats then says whether the shape's next call will run on a
+// persistent collective (true on its first call: the AM need not prepare
+// an ordinary operation for that one). It takes every decision now, at
+// call time, under c.mu.
 func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root int, o Options) (r *Request, repeats bool) {
 	limit := c.cfg.PersistentShapes
 	if limit == 0 {
