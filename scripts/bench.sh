@@ -49,6 +49,9 @@
 #   BENCH_AGG_WINDOW=1024  frames in flight per stream in part 3 (AM --window)
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
+#   BENCH_GEN_PROCS=1   GOMAXPROCS of part 3's prismd-blast processes (the forwarding
+#                       peers and the contribute ranks alike; "" = Go's default, the
+#                       machine's cores)
 #   BENCH_TRAFFIC_COUNTS="65536 1048576 4194304"  vector sizes (elements), part 4
 #   BENCH_TRAFFIC_CFGS="fp32:gradient kulisch:gradient kulisch:mixed kulisch-scaled:gradient"
 #                       accumulator:data runs, part 4; an accumulator ending in -scaled
@@ -81,6 +84,17 @@ PARTS=${BENCH_PARTS:-"1 2 3 4 5"}
 P5_RUNS="fp32 fp32-ordinary fp32-persistent kulisch kulisch-ordinary kulisch-persistent kulisch-gradient"
 AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
 AGG_WINDOW=${BENCH_AGG_WINDOW:-1024}
+# Part 3's traffic generators, senders and receivers of both sides, run on
+# one P each: three busy processes (the switch and two peers) share the 2
+# cores here, and a peer on two Ps woke its other thread for every hand-off
+# between its reading and its sending goroutine (futex wakeups, a fifth of a
+# REDUCE root's samples in context switches). Same lab, 3 interleaved
+# rounds, default vs 1: REDUCE 682-698k vs 744-761k DATA frames/s,
+# ALLREDUCE 511-531k vs 524-550k, forwarding 874-899k vs 853-978k frames/s.
+# The lab gives its switches a share of the cores the same way
+# (deploy.SwitchProcsFor).
+GEN_PROCS=${BENCH_GEN_PROCS-1}
+genenv() { if [[ -n $GEN_PROCS ]]; then echo "GOMAXPROCS=$GEN_PROCS"; else echo "GEN_PROCS_DEFAULT=1"; fi; }
 case $AGG_SOURCE in
   blast) agg_count=16777216 ;;
   ranks) agg_count=4194304 ;;
@@ -267,10 +281,10 @@ part3() {
       printf "%.0f %.0f %.0f %.0f\n", u+s, u, s, m }'
   }
   fwd() {
-    ip netns exec "$(ns "$lab" h2)" "$BIN/prismd-blast" recv --iface eth0 --duration $((BLAST_SECS + 1))s >"$TMP/p3.recv" 2>&1 &
+    env "$(genenv)" ip netns exec "$(ns "$lab" h2)" "$BIN/prismd-blast" recv --iface eth0 --duration $((BLAST_SECS + 1))s >"$TMP/p3.recv" 2>&1 &
     local rp=$!; PIDS+=("$rp"); sleep 0.3
     local j0 j1 n; j0=$(sw_jiffies)
-    ip netns exec "$(ns "$lab" h1)" "$BIN/prismd-blast" send --iface eth0 --dst "$h2mac" --size $blast_size --duration ${BLAST_SECS}s >"$TMP/p3.send" 2>&1
+    env "$(genenv)" ip netns exec "$(ns "$lab" h1)" "$BIN/prismd-blast" send --iface eth0 --dst "$h2mac" --size $blast_size --duration ${BLAST_SECS}s >"$TMP/p3.send" 2>&1
     wait $rp
     j1=$(sw_jiffies)
     n=$(awk '{print $2 + 0}' "$TMP/p3.recv")
@@ -283,7 +297,7 @@ part3() {
     local acc=$1 coll=$2 job=$3 d0 d1 j0 j1 i t rc=0 pids=() out=$TMP/p3.$1.$2
     d0=$(data_frames "$lab" sw1); j0=$(sw_jiffies)
     for i in 0 1; do
-      timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$BIN/prismd-blast" contribute --coordinator "$AM_URL" \
+      env "$(genenv)" timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$BIN/prismd-blast" contribute --coordinator "$AM_URL" \
         --rank $i --size 2 --job "$job" --node h$((i + 1)) --iface eth0 --coll "$coll" --root 0 --acc "$acc" \
         --count "$AGG_COUNT" --duration "${BLAST_SECS}s" ${BENCH_CONTRIBUTE_ARGS---rx-ring} >"$out.$i" 2>&1 &
       pids+=($!)
@@ -371,7 +385,8 @@ part3() {
   echo " peers on the same cores: the rate ratio a CPU-bound machine would show)"
   if [[ $AGG_SOURCE == blast ]]; then
     echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean data-phase time of the 2 'prismd-blast contribute' ranks," \
-      "operations of $AGG_COUNT FP32 back to back for ${BLAST_SECS}s; REDUCE to rank 0; fwd_fps = mean of 2 blast runs received in h2)"
+      "operations of $AGG_COUNT FP32 back to back for ${BLAST_SECS}s; REDUCE to rank 0; fwd_fps = mean of 2 blast runs received in h2;" \
+      "every prismd-blast at GOMAXPROCS=${GEN_PROCS:-default})"
   else
     echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean transfer time of the 2 'prismctl allreduce' ranks" \
       "summed over $AGG_ITERS iterations of $AGG_COUNT FP32: bounded by the host library's send rate; fwd_fps = mean of 2 blast runs received in h2)"
