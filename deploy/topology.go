@@ -138,27 +138,27 @@ type EgressFault struct {
 	Seed           uint64  `yaml:"seed,omitempty"`
 }
 
-// flow renders f in YAML flow style, its non-zero keys only.
+// flow renders f in YAML flow style for Marshal's one-line node entries:
+// the keys and omitempty of the struct tags, the same encoder as the
+// generated prismd configs.
 func (f *Fault) flow() string {
-	var secs []string
-	kv := func(keys []string, vals []any) string {
-		var parts []string
-		for i, k := range keys {
-			if fmt.Sprint(vals[i]) != "0" {
-				parts = append(parts, fmt.Sprintf("%s: %v", k, vals[i]))
-			}
+	var n yaml.Node
+	if err := n.Encode(f); err != nil {
+		return "{}" // cannot happen: plain numbers and pointers to structs of them
+	}
+	var flowStyle func(*yaml.Node)
+	flowStyle = func(n *yaml.Node) {
+		n.Style |= yaml.FlowStyle
+		for _, c := range n.Content {
+			flowStyle(c)
 		}
-		return "{" + strings.Join(parts, ", ") + "}"
 	}
-	if in := f.Ingress; in != nil {
-		secs = append(secs, "ingress: "+kv([]string{"drop_percent", "duplicate_percent", "reorder_percent", "reorder_depth", "delay_us", "seed"},
-			[]any{in.DropPercent, in.DuplicatePercent, in.ReorderPercent, in.ReorderDepth, in.DelayUS, in.Seed}))
+	flowStyle(&n)
+	b, err := yaml.Marshal(&n)
+	if err != nil {
+		return "{}"
 	}
-	if e := f.Egress; e != nil {
-		secs = append(secs, "egress: "+kv([]string{"reorder_percent", "reorder_depth", "delay_us", "seed"},
-			[]any{e.ReorderPercent, e.ReorderDepth, e.DelayUS, e.Seed}))
-	}
-	return "{" + strings.Join(secs, ", ") + "}"
+	return strings.TrimSpace(string(b))
 }
 
 // PortSeed is the seed a node's fault gives its port index port: the

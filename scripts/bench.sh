@@ -94,7 +94,8 @@ AGG_WINDOW=${BENCH_AGG_WINDOW:-1024}
 # The lab gives its switches a share of the cores the same way
 # (deploy.SwitchProcsFor).
 GEN_PROCS=${BENCH_GEN_PROCS-1}
-genenv() { if [[ -n $GEN_PROCS ]]; then echo "GOMAXPROCS=$GEN_PROCS"; else echo "GEN_PROCS_DEFAULT=1"; fi; }
+GEN_ENV=()   # env assignments for part 3's prismd-blast processes
+[[ -n $GEN_PROCS ]] && GEN_ENV=("GOMAXPROCS=$GEN_PROCS")
 case $AGG_SOURCE in
   blast) agg_count=16777216 ;;
   ranks) agg_count=4194304 ;;
@@ -281,10 +282,10 @@ part3() {
       printf "%.0f %.0f %.0f %.0f\n", u+s, u, s, m }'
   }
   fwd() {
-    env "$(genenv)" ip netns exec "$(ns "$lab" h2)" "$BIN/prismd-blast" recv --iface eth0 --duration $((BLAST_SECS + 1))s >"$TMP/p3.recv" 2>&1 &
+    env "${GEN_ENV[@]}" ip netns exec "$(ns "$lab" h2)" "$BIN/prismd-blast" recv --iface eth0 --duration $((BLAST_SECS + 1))s >"$TMP/p3.recv" 2>&1 &
     local rp=$!; PIDS+=("$rp"); sleep 0.3
     local j0 j1 n; j0=$(sw_jiffies)
-    env "$(genenv)" ip netns exec "$(ns "$lab" h1)" "$BIN/prismd-blast" send --iface eth0 --dst "$h2mac" --size $blast_size --duration ${BLAST_SECS}s >"$TMP/p3.send" 2>&1
+    env "${GEN_ENV[@]}" ip netns exec "$(ns "$lab" h1)" "$BIN/prismd-blast" send --iface eth0 --dst "$h2mac" --size $blast_size --duration ${BLAST_SECS}s >"$TMP/p3.send" 2>&1
     wait $rp
     j1=$(sw_jiffies)
     n=$(awk '{print $2 + 0}' "$TMP/p3.recv")
@@ -297,7 +298,7 @@ part3() {
     local acc=$1 coll=$2 job=$3 d0 d1 j0 j1 i t rc=0 pids=() out=$TMP/p3.$1.$2
     d0=$(data_frames "$lab" sw1); j0=$(sw_jiffies)
     for i in 0 1; do
-      env "$(genenv)" timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$BIN/prismd-blast" contribute --coordinator "$AM_URL" \
+      env "${GEN_ENV[@]}" timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$BIN/prismd-blast" contribute --coordinator "$AM_URL" \
         --rank $i --size 2 --job "$job" --node h$((i + 1)) --iface eth0 --coll "$coll" --root 0 --acc "$acc" \
         --count "$AGG_COUNT" --duration "${BLAST_SECS}s" ${BENCH_CONTRIBUTE_ARGS---rx-ring} >"$out.$i" 2>&1 &
       pids+=($!)
