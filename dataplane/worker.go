@@ -176,11 +176,17 @@ func (w *worker) runInline(in int, held [][]byte) bool {
 			for i := 0; i < prefetchAhead && i < len(held); i++ {
 				prefetch.Bytes(held[i])
 			}
+			// One clock reading for the batch: what the handlers send
+			// leaves at the flush below, after the whole batch, so a
+			// reading per frame was no truer a send time, and it was 1%
+			// of the switch's CPU in an FP32 ALLREDUCE (18 ns per DATA
+			// frame, perf, SINGLE lab).
+			now := w.d.Now()
 			for i, f := range held {
 				if i+prefetchAhead < len(held) {
 					prefetch.Bytes(held[i+prefetchAhead])
 				}
-				w.h.Handle(w.d.Now(), in, f, &w.tx)
+				w.h.Handle(now, in, f, &w.tx)
 			}
 			held = nil
 			if w.flusher != nil {
@@ -265,12 +271,16 @@ func (w *worker) drain(s *snapshot) bool {
 // and reports whether there was any.
 func (w *worker) drainRing(r *spscRing, max int) bool {
 	k := 0
+	var now int64
 	for ; k < max; k++ {
 		sl := r.peek()
 		if sl == nil {
 			break
 		}
-		w.h.Handle(w.d.Now(), sl.in, sl.buf[:sl.n], &w.tx)
+		if k == 0 {
+			now = w.d.Now() // once per batch, as in runInline
+		}
+		w.h.Handle(now, sl.in, sl.buf[:sl.n], &w.tx)
 		r.advance()
 	}
 	return k > 0
@@ -350,7 +360,7 @@ func (t *workerSender) SendRef(port int, frame []byte) bool {
 // PortMAC implements Sender.
 func (t *workerSender) PortMAC(port int) [6]byte {
 	if ps := t.snap.port(port); ps != nil {
-		return ps.port.MAC()
+		return ps.hw
 	}
 	return [6]byte{}
 }
