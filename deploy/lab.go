@@ -137,8 +137,9 @@ type Lab struct {
 }
 
 type proc struct {
-	pid  int
-	done chan struct{} // closed when Wait returned
+	pid   int
+	done  chan struct{}    // closed when Wait returned
+	state *os.ProcessState // how it ended; set before done is closed
 }
 
 // NetNS returns the namespace name of node.
@@ -685,7 +686,7 @@ func (l *Lab) startPrismd(node string, procs int) error {
 	p := &proc{pid: cmd.Process.Pid, done: make(chan struct{})}
 	// Reap in this process, or a dead prismd would linger as a zombie that
 	// looks alive to Down.
-	go func() { cmd.Wait(); close(p.done) }()
+	go func() { cmd.Wait(); p.state = cmd.ProcessState; close(p.done) }()
 	l.mu.Lock()
 	l.procs[node] = p
 	l.mu.Unlock()
@@ -705,6 +706,28 @@ func (l *Lab) LogTail(node string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// logReport ends a start-up error with the tail of node's log, or says the
+// log is empty: "ends with:" and nothing reads like a lost message.
+func (l *Lab) logReport(node string) string {
+	tail := l.LogTail(node, 20)
+	if strings.TrimSpace(tail) == "" {
+		return " and wrote nothing to its log " + l.LogFile(node)
+	}
+	return "; log " + l.LogFile(node) + " ends with:\n" + tail
+}
+
+// howEnded says how a process ended: "exited with status 1", "was killed by
+// SIGSEGV"; a silent prismd leaves only this to go on.
+func howEnded(ps *os.ProcessState) string {
+	if ps == nil {
+		return "exited"
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "was killed by " + unix.SignalName(ws.Signal())
+	}
+	return fmt.Sprintf("exited with status %d", ps.ExitCode())
+}
+
 func (l *Lab) waitReady(ctx context.Context, node string) error {
 	l.mu.Lock()
 	p := l.procs[node]
@@ -713,7 +736,7 @@ func (l *Lab) waitReady(ctx context.Context, node string) error {
 	for {
 		select {
 		case <-p.done:
-			return fmt.Errorf("deploy: %w: %s (pid %d), log %s ends with:\n%s", ErrPrismdDied, node, p.pid, l.LogFile(node), l.LogTail(node, 20))
+			return fmt.Errorf("deploy: %w: prismd on %s (pid %d) %s%s", ErrPrismdDied, node, p.pid, howEnded(p.state), l.logReport(node))
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
@@ -728,8 +751,8 @@ func (l *Lab) waitReady(ctx context.Context, node string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("deploy: prismd on %s (pid %d) not ready after %v (no /metrics at %s, no socket %s); log %s ends with:\n%s",
-				node, p.pid, l.opts.ReadyTimeout, MetricsAddr, l.ControlSocket(node), l.LogFile(node), l.LogTail(node, 20))
+			return fmt.Errorf("deploy: prismd on %s (pid %d) not ready after %v (no /metrics at %s, no socket %s)%s",
+				node, p.pid, l.opts.ReadyTimeout, MetricsAddr, l.ControlSocket(node), l.logReport(node))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -738,7 +761,13 @@ func (l *Lab) waitReady(ctx context.Context, node string) error {
 // Down removes lab t: stops the prismd processes recorded in its state
 // directory, deletes its namespaces and any leftover temporary veths, and
 // removes the state directory. It is idempotent and works on a half-built
-// lab.
+// lab; of a lab that is not up it logs "was not up".
+//
+// When the state directory has no state for the lab but its namespaces
+// exist and processes run in them (the lab was brought up with another
+// Options.StateDir), Down removes nothing and returns a *NoStateError:
+// deleting the namespaces would leave those processes running, unnamed.
+// Namespaces with no process in them are removed.
 func Down(t *Topology, o *Options) error { return newLab(t, o).Down() }
 
 // Down removes the lab; see the package-level Down.
@@ -747,12 +776,27 @@ func (l *Lab) Down() error {
 	if err != nil {
 		return err
 	}
+	present := l.presentNS()
+	wasUp := len(present) > 0 || l.hasState()
+	if e := l.checkState(present); e != nil {
+		if len(e.Procs) > 0 {
+			// The lock file is this call's own: the state, if any, is
+			// under another directory.
+			unlock(true)
+			return e
+		}
+		l.logf("no state in %s, and no process runs in its namespaces; removing them", l.dir)
+	}
 	if err := l.down(); err != nil {
 		unlock(false)
 		return err
 	}
 	unlock(true)
-	l.logf("down")
+	if wasUp {
+		l.logf("down")
+	} else {
+		l.logf("was not up")
+	}
 	return nil
 }
 

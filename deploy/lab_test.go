@@ -463,3 +463,76 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 }
+
+// wkName is a unique lab name for the tests below.
+func wkName() string { return "wk" + strings.TrimPrefix(labtest.UniqueName(), "t") }
+
+// TestDownWithoutState: a lab brought up with one state directory and taken
+// down with another (the default) is refused with the directory its prismd
+// run with, nothing removed and nothing stopped; with the right directory
+// it goes. A lab that never was is "not up", successfully.
+func TestDownWithoutState(t *testing.T) {
+	labtest.RequireRoot(t)
+	tp := shipped(t, "single", wkName())
+	state := t.TempDir()
+	opts := &deploy.Options{Prismd: fakePrismd(t), StateDir: state}
+	lab, err := deploy.Up(context.Background(), tp, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lab.Down() })
+	ps := pids(t, lab)
+
+	err = deploy.Down(tp, nil)
+	var nse *deploy.NoStateError
+	if !errors.As(err, &nse) {
+		t.Fatalf("Down with the default state directory: %v, want a *NoStateError", err)
+	}
+	if nse.StateDir != state || nse.Dir != filepath.Join(deploy.DefaultStateDir, tp.Name) || len(nse.NetNS) != 3 ||
+		len(nse.Procs) != 1 || nse.Procs[0].PID != ps[0] || nse.Procs[0].NetNS != deploy.NetNSName(tp.Name, "sw1") {
+		t.Errorf("NoStateError %+v: want state dir %s, 3 namespaces and prismd pid %d in sw1", nse, state, ps[0])
+	}
+	if !deploy.Alive(ps[0]) {
+		t.Errorf("Down without state stopped prismd %d", ps[0])
+	}
+	ping(t, lab, "h1", "h2") // namespaces and prismd untouched
+	if err := deploy.CheckState(tp, nil); !errors.As(err, &nse) {
+		t.Errorf("CheckState with the default state directory: %v, want a *NoStateError", err)
+	}
+	if err := deploy.CheckState(tp, opts); err != nil {
+		t.Errorf("CheckState with the lab's state directory: %v", err)
+	}
+	if got := deploy.RunningStateDir(deploy.NetNSName(tp.Name, "sw1")); got != state {
+		t.Errorf("RunningStateDir: %q, want %q", got, state)
+	}
+
+	var log strings.Builder
+	if err := deploy.Down(tp, &deploy.Options{StateDir: state, Log: &log}); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, tp, state, ps)
+	if !strings.Contains(log.String(), "lab "+tp.Name+": down\n") {
+		t.Errorf("Down logged %q, want 'down'", log.String())
+	}
+	log.Reset()
+	if err := deploy.Down(tp, &deploy.Options{StateDir: state, Log: &log}); err != nil {
+		t.Fatalf("second Down: %v", err)
+	}
+	if !strings.Contains(log.String(), "lab "+tp.Name+": was not up\n") {
+		t.Errorf("Down of a lab that is not up logged %q, want 'was not up'", log.String())
+	}
+}
+
+// TestPrismdSilentExit: a prismd that exits during start-up without a word
+// is reported by its exit status, not by an empty log tail.
+func TestPrismdSilentExit(t *testing.T) {
+	labtest.RequireRoot(t)
+	tp := shipped(t, "single", wkName())
+	_, err := deploy.Up(context.Background(), tp, &deploy.Options{Prismd: "/bin/false"})
+	want := "prismd on sw1 (pid "
+	if !errors.Is(err, deploy.ErrPrismdDied) || !strings.Contains(err.Error(), want) ||
+		!strings.Contains(err.Error(), ") exited with status 1 and wrote nothing to its log "+filepath.Join(deploy.DefaultStateDir, tp.Name, "sw1.log")) {
+		t.Fatalf("Up with /bin/false: %v\nwant ErrPrismdDied with the exit status and the empty log named", err)
+	}
+	assertGone(t, tp, deploy.DefaultStateDir, nil)
+}

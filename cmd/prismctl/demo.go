@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -69,11 +70,8 @@ func runDemo(args []string) int {
 	stateDir := fs.String("state-dir", deploy.DefaultStateDir, "parent of the lab's state directory")
 	count := fs.Int("count", demoVector, "elements per rank of the collective steps")
 	keep := fs.Bool("keep", false, "leave the lab up at the end (prismctl lab down to remove it)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "prismctl demo: needs root (it builds network namespaces)")
@@ -84,6 +82,10 @@ func runDemo(args []string) int {
 	if *count < 1 || *count > 1<<26 {
 		fmt.Fprintf(os.Stderr, "prismctl demo: --count %d: use 1..%d\n", *count, 1<<26)
 		return 2
+	}
+	// Absolute, so the lab down command --keep prints works from anywhere.
+	if abs, err := filepath.Abs(*stateDir); err == nil {
+		*stateDir = abs
 	}
 	d := &demo{ctx: ctx, out: os.Stdout, count: *count}
 	if err := d.run(*topoName, &deploy.Options{Prismd: *prismd, StateDir: *stateDir, Log: os.Stderr}, *keep); err != nil {
@@ -116,8 +118,7 @@ func (d *demo) run(topoName string, opts *deploy.Options, keep bool) (err error)
 		return err
 	}
 	d.opts = opts
-	fmt.Fprintf(d.out, "== lab %s (%s): %d hosts, %d switches, %d links\n", name, t.Name,
-		len(d.topo.Hosts()), len(d.topo.NodesOf(deploy.KindPrismd))+len(d.topo.NodesOf(deploy.KindBridge)), len(d.topo.Links))
+	fmt.Fprintln(d.out, demoHeader(name, topoName, t.Name, d.topo))
 	start := time.Now()
 	d.lab, err = deploy.Up(d.ctx, d.topo, opts)
 	if err != nil {
@@ -131,7 +132,7 @@ func (d *demo) run(topoName string, opts *deploy.Options, keep bool) (err error)
 			d.cleanups[i]()
 		}
 		if keep && err == nil {
-			fmt.Fprintf(d.out, "== lab %s left up; remove it with: prismctl lab down --state-dir %s %s\n", name, opts.StateDir, d.lab.TopologyFile())
+			fmt.Fprintf(d.out, "== lab %s left up; remove it with: %s\n", name, labCommand(selfPath(), opts.StateDir, "down", d.lab.TopologyFile()))
 			return
 		}
 		fmt.Fprintf(d.out, "== tearing down lab %s\n", name)
@@ -160,6 +161,18 @@ func (d *demo) run(topoName string, opts *deploy.Options, keep bool) (err error)
 		return fmt.Errorf("%d of %d steps failed:\n  %s", len(failed), len(demoSteps), strings.Join(failed, "\n  "))
 	}
 	return nil
+}
+
+// demoHeader is the demo's first line. The lab runs under its own name,
+// which is said up front: a user who gave --topology would otherwise look
+// for namespaces named after their file's lab.
+func demoHeader(name, topoArg, origName string, t *deploy.Topology) string {
+	from := origName
+	if topoArg != origName {
+		from = origName + " from " + topoArg
+	}
+	return fmt.Sprintf("== lab %s (%s, renamed so it cannot collide with a running lab): %d hosts, %d switches, %d links", name, from,
+		len(t.Hosts()), len(t.NodesOf(deploy.KindPrismd))+len(t.NodesOf(deploy.KindBridge)), len(t.Links))
 }
 
 func stepErrs(failed []string) []error {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -31,10 +32,14 @@ const labUsage = `usage:
   prismctl lab down   [flags] FILE          remove it (idempotent; also cleans a failed up)
   prismctl lab exec   [flags] FILE NODE [--] CMD [ARGS...]
                                             run a command inside NODE's namespace
-  prismctl lab status [flags] FILE          nodes, namespaces, interfaces, MACs, prismd PIDs
+  prismctl lab status [flags] FILE          nodes, namespaces, interfaces, MACs, prismd PIDs;
+                                            exits 1 unless the lab is up and its prismd run
   prismctl lab list                         the shipped topologies
 
 FILE is a topology file, or the name of a shipped one (%s).
+A lab brought up with --state-dir DIR needs the same --state-dir for down and status: the
+PIDs of its prismd are in DIR. Without it, down removes nothing and exits 1 while processes
+run in the lab's namespaces.
 `
 
 type labFlags struct {
@@ -52,26 +57,31 @@ func newLabFlags(sub string) *labFlags {
 	f.fs.DurationVar(&f.timeout, "timeout", 15*time.Second, "how long each prismd may take to become ready")
 	f.fs.BoolVar(&f.quiet, "q", false, "print only errors")
 	f.fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, labUsage, strings.Join(deploy.EmbeddedNames(), ", "))
-		fmt.Fprintln(os.Stderr, "\nflags:")
+		fmt.Fprintf(f.fs.Output(), labUsage, strings.Join(deploy.EmbeddedNames(), ", "))
+		fmt.Fprintln(f.fs.Output(), "\nflags:")
 		f.fs.PrintDefaults()
 	}
 	return f
 }
 
 // parse accepts flags before and after FILE (but not after NODE for exec).
-func (f *labFlags) parse(args []string, positional int) ([]string, error) {
-	if err := f.fs.Parse(args); err != nil {
-		return nil, err
+// ok false means: stop with exit code rc (help was printed, or a bad flag).
+func (f *labFlags) parse(args []string, positional int) (rest []string, rc int, ok bool) {
+	if rc, ok := parseFlags(f.fs, args); !ok {
+		return nil, rc, false
 	}
-	rest := f.fs.Args()
+	rest = f.fs.Args()
 	if len(rest) > 0 && positional == 1 && len(rest) > 1 {
-		if err := f.fs.Parse(rest[1:]); err != nil {
-			return nil, err
+		if rc, ok := parseFlags(f.fs, rest[1:]); !ok {
+			return nil, rc, false
 		}
 		rest = append(rest[:1], f.fs.Args()...)
 	}
-	return rest, nil
+	// Absolute, so the commands lab up prints work from any directory.
+	if abs, err := filepath.Abs(f.stateDir); err == nil {
+		f.stateDir = abs
+	}
+	return rest, 0, true
 }
 
 func (f *labFlags) options() *deploy.Options {
@@ -83,11 +93,12 @@ func (f *labFlags) options() *deploy.Options {
 }
 
 func runLab(args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		fmt.Fprintf(os.Stderr, labUsage, strings.Join(deploy.EmbeddedNames(), ", "))
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	if isHelp(args[0]) {
+		fmt.Printf(labUsage, strings.Join(deploy.EmbeddedNames(), ", "))
 		return 0
 	}
 	sub, args := args[0], args[1:]
@@ -100,25 +111,24 @@ func runLab(args []string) int {
 	f := newLabFlags(sub)
 	var rest []string
 	var err error
+	rc, ok := 0, true
 	switch sub {
 	case "up", "down", "status":
-		rest, err = f.parse(args, 1)
-		if err == nil && len(rest) != 1 {
+		if rest, rc, ok = f.parse(args, 1); ok && len(rest) != 1 {
 			err = fmt.Errorf("lab %s wants exactly one FILE, got %d arguments", sub, len(rest))
 		}
 	case "exec":
-		rest, err = f.parse(args, 0)
-		if err == nil && len(rest) > 2 && rest[2] == "--" {
+		if rest, rc, ok = f.parse(args, 0); ok && len(rest) > 2 && rest[2] == "--" {
 			rest = append(rest[:2], rest[3:]...)
 		}
-		if err == nil && len(rest) < 3 {
+		if ok && len(rest) < 3 {
 			err = errors.New("lab exec wants FILE NODE [--] CMD [ARGS...]")
 		}
 	default:
 		err = fmt.Errorf("unknown lab subcommand %q; use up, down, exec, status or list", sub)
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	if !ok {
+		return rc // help printed, or a bad flag with the usage
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "prismctl:", err)
@@ -139,15 +149,92 @@ func runLab(args []string) int {
 	case "down":
 		err = deploy.Down(topo, f.options())
 	case "status":
-		err = labStatus(topo, f)
+		return labStatus(topo, f, rest[0])
 	case "exec":
 		return labExec(topo, f, rest[1], rest[2:])
+	}
+	var nse *deploy.NoStateError
+	if errors.As(err, &nse) {
+		fmt.Fprint(os.Stderr, noStateReport(nse, sub, rest[0]))
+		return 1
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "prismctl:", err)
 		return 1
 	}
 	return 0
+}
+
+// selfPath is how printed commands name prismctl: the running binary's
+// absolute path, so they work pasted into a shell where prismctl is not on
+// PATH (sudo's secure_path, bin/prismctl run from the repository), and
+// inside a lab node, where 'ip netns exec' looks the command up on PATH.
+func selfPath() string {
+	if p, err := os.Executable(); err == nil {
+		return p
+	}
+	return "prismctl"
+}
+
+// labCommand is the command line 'prismctl lab SUB ... FILE ARGS...' as a
+// user would type it, with --state-dir unless the state is in the default
+// place: lab down finds the prismd to stop only in the lab's state
+// directory, so a hint without it would leave them running.
+func labCommand(self, stateDir, sub, file string, args ...string) string {
+	argv := []string{self, "lab", sub}
+	if filepath.Clean(stateDir) != deploy.DefaultStateDir {
+		argv = append(argv, "--state-dir", stateDir)
+	}
+	return shellJoin(append(append(argv, file), args...))
+}
+
+// shellJoin joins argv for a POSIX shell, quoting only what needs it, so
+// printed commands can be pasted as they are.
+func shellJoin(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = a
+		if a == "" || strings.ContainsFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,+@%", r))
+		}) {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+// noStateReport explains a lab whose namespaces exist without state under
+// the state directory used, and how to reach it: the --state-dir its prismd
+// run with when their command lines show it, else the flag to try.
+func noStateReport(e *deploy.NoStateError, sub, file string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "prismctl: lab %s: no state under %s, but its namespaces exist", e.Lab, e.Dir)
+	switch len(e.Procs) {
+	case 0:
+		b.WriteString(" and no process runs in them.\n")
+	case 1:
+		b.WriteString(" and 1 process runs in them:\n")
+	default:
+		fmt.Fprintf(&b, " and %d processes run in them:\n", len(e.Procs))
+	}
+	for _, p := range e.Procs {
+		fmt.Fprintf(&b, "  %v\n", p)
+	}
+	if sub == "down" {
+		b.WriteString("Nothing was removed: lab down stops only the prismd whose PIDs are in the state directory.\n")
+	}
+	dir := "DIR"
+	if e.StateDir != "" {
+		dir = e.StateDir
+		fmt.Fprintf(&b, "It was brought up with --state-dir %s; use the same here:\n", dir)
+	} else {
+		b.WriteString("Was it brought up with --state-dir? Use the same here:\n")
+	}
+	fmt.Fprintf(&b, "  %s\n", labCommand(selfPath(), dir, sub, file))
+	if sub == "down" && e.StateDir == "" {
+		b.WriteString("or stop those processes, then run lab down again to remove the namespaces.\n")
+	}
+	return b.String()
 }
 
 func labUp(topo *deploy.Topology, f *labFlags, file string) error {
@@ -162,31 +249,38 @@ func labUp(topo *deploy.Topology, f *labFlags, file string) error {
 		return err
 	}
 	if !f.quiet {
-		fmt.Printf("lab %s is up: %d nodes, state in %s\n", topo.Name, len(topo.Nodes), lab.Dir())
-		fmt.Printf("  prismctl lab exec %s NODE -- CMD\n  prismctl lab down %s\n", file, file)
-		if cmd := amCommand(topo, lab.TopologyFile()); cmd != "" {
-			// The lab's MACs follow its name: an AM given another copy of
-			// the topology (the embedded one, for a renamed lab) sends
-			// CONTROL to MACs no switch has.
-			fmt.Printf("  Aggregation Manager for collectives, with this lab's topology:\n    prismctl lab exec %s %s\n", file, cmd)
-		}
+		printUpHints(os.Stdout, selfPath(), topo, lab.Dir(), lab.TopologyFile(), f.stateDir, file)
 	}
 	return nil
 }
 
-// amCommand is the command that starts an AM on the lab's first host with
-// an address, or "" for a lab without a prismd switch or addressed host.
-func amCommand(topo *deploy.Topology, topoFile string) string {
+// printUpHints tells how to use and remove the lab that is up (state in
+// labDir, its saved topology topoFile), each as a command that works pasted
+// as it is.
+func printUpHints(w io.Writer, self string, topo *deploy.Topology, labDir, topoFile, stateDir, file string) {
+	fmt.Fprintf(w, "lab %s is up: %d nodes, state in %s\n", topo.Name, len(topo.Nodes), labDir)
+	fmt.Fprintf(w, "  %s -- CMD\n  %s\n", labCommand(self, stateDir, "exec", file, "NODE"), labCommand(self, stateDir, "down", file))
+	if am := amCommand(topo, topoFile, self); am != nil {
+		// The lab's MACs follow its name: an AM given another copy of
+		// the topology (the embedded one, for a renamed lab) sends
+		// CONTROL to MACs no switch has.
+		fmt.Fprintf(w, "  Aggregation Manager for collectives, with this lab's topology:\n    %s\n", labCommand(self, stateDir, "exec", file, am...))
+	}
+}
+
+// amCommand is the node and command ("h1", "--", self, "am", ...) that
+// start an AM on the lab's first host with an address, or nil for a lab
+// without a prismd switch or addressed host.
+func amCommand(topo *deploy.Topology, topoFile, self string) []string {
 	if len(topo.NodesOf(deploy.KindPrismd)) == 0 {
-		return ""
+		return nil
 	}
 	for _, h := range topo.Hosts() {
 		if a, ok := topo.HostAddr(h); ok && len(topo.Nodes[h].Ifaces) > 0 {
-			return fmt.Sprintf("%s -- prismctl am --topology %s --listen %s --iface %s", h, topoFile,
-				net.JoinHostPort(a.String(), "7000"), topo.Nodes[h].Ifaces[0])
+			return []string{h, "--", self, "am", "--topology", topoFile, "--listen", net.JoinHostPort(a.String(), "7000"), "--iface", topo.Nodes[h].Ifaces[0]}
 		}
 	}
-	return ""
+	return nil
 }
 
 func labExec(topo *deploy.Topology, f *labFlags, node string, argv []string) int {
@@ -215,20 +309,39 @@ func labExec(topo *deploy.Topology, f *labFlags, node string, argv []string) int
 	return 0
 }
 
-func labStatus(topo *deploy.Topology, f *labFlags) error {
+// labStatus prints the lab's nodes and returns the exit code: 0 only when
+// every namespace exists and every prismd runs, so scripts can wait on it.
+func labStatus(topo *deploy.Topology, f *labFlags, file string) int {
 	st, err := deploy.Status(topo, f.options())
 	if err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, "prismctl:", err)
+		return 1
+	}
+	up, running, switches := 0, 0, 0
+	var missing []string
+	for _, s := range st {
+		if s.Present {
+			up++
+		} else {
+			missing = append(missing, s.NetNS)
+		}
+		if s.Kind == deploy.KindPrismd {
+			switches++
+			if s.Alive {
+				running++
+			}
+		}
+	}
+	if up == 0 {
+		fmt.Printf("lab %s: not up (none of its %d namespaces %s exists)\n", topo.Name, len(st), deploy.NetNSName(topo.Name, "*"))
+		return 1
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "NODE\tKIND\tNAMESPACE\tIFACE\tMAC\tMTU\tSTATE\tADDRESS\tPRISMD\n")
-	up := 0
 	for _, s := range st {
 		ns := s.NetNS
 		if !s.Present {
 			ns += " (missing)"
-		} else {
-			up++
 		}
 		pd := "-"
 		if s.Kind == deploy.KindPrismd {
@@ -264,6 +377,28 @@ func labStatus(topo *deploy.Topology, f *labFlags) error {
 		}
 	}
 	w.Flush()
-	fmt.Printf("lab %s: %d of %d namespaces present\n", topo.Name, up, len(st))
-	return nil
+	fmt.Printf("lab %s: %d of %d namespaces present", topo.Name, up, len(st))
+	if switches > 0 {
+		fmt.Printf(", %d of %d prismd running", running, switches)
+	}
+	fmt.Println()
+	var nse *deploy.NoStateError
+	switch err := deploy.CheckState(topo, f.options()); {
+	case errors.As(err, &nse):
+		// The PRISMD column above read the wrong directory.
+		fmt.Fprint(os.Stderr, noStateReport(nse, "status", file))
+		return 1
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "prismctl:", err)
+		return 1
+	case len(missing) > 0:
+		fmt.Fprintf(os.Stderr, "prismctl: lab %s is not up: %s missing; remove what is left with:\n  %s\n",
+			topo.Name, strings.Join(missing, ", "), labCommand(selfPath(), f.stateDir, "down", file))
+		return 1
+	case running < switches:
+		fmt.Fprintf(os.Stderr, "prismctl: lab %s: %d of its %d prismd are not running (their logs are in %s)\n",
+			topo.Name, switches-running, switches, filepath.Join(f.stateDir, topo.Name))
+		return 1
+	}
+	return 0
 }

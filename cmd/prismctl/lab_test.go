@@ -1,9 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prismd/prismd/deploy"
+	"github.com/prismd/prismd/deploy/labtest"
 )
 
 // TestAMCommand: 'lab up' suggests an AM on the first addressed host, with
@@ -11,7 +21,7 @@ import (
 // embedded topology's); a lab without a prismd switch gets no suggestion.
 func TestAMCommand(t *testing.T) {
 	for _, c := range []struct{ lab, want string }{
-		{"spine-leaf", "h1 -- prismctl am --topology /s/t.yaml --listen 10.0.0.1:7000 --iface eth0"},
+		{"spine-leaf", "h1 -- /x/prismctl am --topology /s/t.yaml --listen 10.0.0.1:7000 --iface eth0"},
 		{"bridge-pair", ""},
 	} {
 		src, err := deploy.Embedded(c.lab)
@@ -22,8 +32,134 @@ func TestAMCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := amCommand(tp, "/s/t.yaml"); got != c.want {
+		if got := strings.Join(amCommand(tp, "/s/t.yaml", "/x/prismctl"), " "); got != c.want {
 			t.Errorf("%s: %q, want %q", c.lab, got, c.want)
 		}
+	}
+}
+
+// TestUpHints: every command 'lab up' prints names prismctl by the path it
+// ran from (prismctl need not be on PATH, also inside the node for the AM)
+// and carries --state-dir when the lab's state is not in the default
+// place, since lab down finds the prismd to stop only there.
+func TestUpHints(t *testing.T) {
+	tp, err := deploy.Load("spine-leaf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	printUpHints(&b, "/x/prismctl", tp, "/tmp/s/spine-leaf", "/tmp/s/spine-leaf/topology.yaml", "/tmp/s", "my lab.yaml")
+	for _, want := range []string{
+		"  /x/prismctl lab exec --state-dir /tmp/s 'my lab.yaml' NODE -- CMD\n",
+		"  /x/prismctl lab down --state-dir /tmp/s 'my lab.yaml'\n",
+		"    /x/prismctl lab exec --state-dir /tmp/s 'my lab.yaml' h1 -- /x/prismctl am --topology /tmp/s/spine-leaf/topology.yaml --listen 10.0.0.1:7000 --iface eth0\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("lab up output lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	printUpHints(&b, "/x/prismctl", tp, "/run/prismd-lab/spine-leaf", "/run/prismd-lab/spine-leaf/topology.yaml", deploy.DefaultStateDir, "f.yaml")
+	if strings.Contains(b.String(), "--state-dir") || !strings.Contains(b.String(), "  /x/prismctl lab down f.yaml\n") {
+		t.Errorf("default state directory: want no --state-dir:\n%s", b.String())
+	}
+}
+
+// TestLabStateDirCLI walks what a user does with a lab brought up with
+// --state-dir: the printed down command removes it; a down without the
+// flag refuses, with the command to use, while processes run in the lab's
+// namespaces; status says the lab is not up with exit code 1.
+func TestLabStateDirCLI(t *testing.T) {
+	labtest.RequireRoot(t)
+	var rb [2]byte
+	rand.Read(rb[:])
+	name := "wk" + hex.EncodeToString(rb[:])
+	src, err := deploy.Embedded("bridge-pair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(file, bytes.Replace(src, []byte("name: bridge-pair"), []byte("name: "+name), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	tp, err := deploy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deploy.Down(tp, &deploy.Options{StateDir: state}) })
+
+	stdout, stderr, rc := prismctl(t, "lab", "up", "--state-dir", state, file)
+	if rc != 0 {
+		t.Fatalf("lab up: exit %d\n%s%s", rc, stdout, stderr)
+	}
+	var down string
+	for _, line := range strings.Split(stdout, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.Contains(line, " lab ") {
+			if !strings.Contains(line, " --state-dir "+state+" ") || !filepath.IsAbs(strings.Fields(line)[0]) {
+				t.Errorf("lab up printed %q: want prismctl's absolute path and --state-dir %s", line, state)
+			}
+			if strings.Contains(line, " lab down ") {
+				down = line
+			}
+		}
+	}
+	if down == "" {
+		t.Fatalf("lab up printed no lab down command:\n%s", stdout)
+	}
+
+	// Something of the user's runs in a node: without the state directory
+	// lab down cannot tell what it is, so it must not remove the namespace
+	// from under it.
+	sleep := exec.Command("ip", "netns", "exec", deploy.NetNSName(name, "h1"), "sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sleep.Process.Pid))
+		if bytes.HasPrefix(b, []byte("sleep\x00")) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, stderr, rc = prismctl(t, "lab", "down", file)
+	if rc != 1 || !strings.Contains(stderr, "no state under "+filepath.Join(deploy.DefaultStateDir, name)+", but its namespaces exist") ||
+		!strings.Contains(stderr, fmt.Sprintf("pid %d in %s: sleep 60", sleep.Process.Pid, deploy.NetNSName(name, "h1"))) ||
+		!strings.Contains(stderr, "Nothing was removed") || !strings.Contains(stderr, "lab down --state-dir DIR "+file) {
+		t.Errorf("lab down without --state-dir: exit %d, want 1 and what to do:\n%s", rc, stderr)
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", deploy.NetNSName(name, "h1"))); err != nil {
+		t.Errorf("lab down without --state-dir removed a namespace: %v", err)
+	}
+	stdout, stderr, rc = prismctl(t, "lab", "status", file)
+	if rc != 1 || !strings.Contains(stderr, "no state under") || !strings.Contains(stderr, "lab status --state-dir DIR "+file) {
+		t.Errorf("lab status without --state-dir: exit %d, want 1 and what to do:\n%s%s", rc, stdout, stderr)
+	}
+	if stdout, stderr, rc = prismctl(t, "lab", "status", "--state-dir", state, file); rc != 0 {
+		t.Errorf("lab status --state-dir: exit %d, want 0:\n%s%s", rc, stdout, stderr)
+	}
+
+	// The command lab up printed, as printed.
+	argv := strings.Fields(down)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "PRISMCTL_TEST_MAIN=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", down, err, out)
+	}
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "pl-"+name+"-") {
+			t.Errorf("namespace %s left behind by %s", e.Name(), down)
+		}
+	}
+	if _, stderr, rc = prismctl(t, "lab", "down", file); rc != 0 || !strings.Contains(stderr, "lab "+name+": was not up") {
+		t.Errorf("lab down of a lab that is not up: exit %d, want 0 and 'was not up':\n%s", rc, stderr)
+	}
+	if stdout, _, rc = prismctl(t, "lab", "status", file); rc != 1 || !strings.Contains(stdout, "lab "+name+": not up") {
+		t.Errorf("lab status of a lab that is not up: exit %d, want 1 and 'not up':\n%s", rc, stdout)
 	}
 }

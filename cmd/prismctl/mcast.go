@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -33,12 +34,21 @@ func init() {
 	register("mcast", "reliable multicast of a file with in-network ACK aggregation (send|recv|blast)", runMcast)
 }
 
+// The synopsis of send and recv, shared by 'mcast -h' and the subcommand's
+// own -h so the two cannot disagree.
+const (
+	mcastSendUsage = "prismctl mcast send --file F --receivers h2,h3,... --topology T --node H [--iface eth0] [--auth-key-file K] [--no-aggregation]"
+	mcastRecvUsage = "prismctl mcast recv --out F --topology T --node H [--iface eth0] [--auth-key-file K]"
+)
+
+func mcastUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: %s\n       %s\n", mcastSendUsage, mcastRecvUsage)
+	fmt.Fprintln(w, "       prismctl mcast blast --receivers h2,h3,... --topology T --node H [--size 1500 --duration 5s] (replication load)")
+}
+
 func runMcast(args []string) int {
-	if len(args) == 0 || (args[0] != "send" && args[0] != "recv" && args[0] != "blast") {
-		fmt.Fprintln(os.Stderr, "usage: prismctl mcast send --file F --receivers h2,h3,... --topology T --node H [--iface eth0] [--auth-key-file K]")
-		fmt.Fprintln(os.Stderr, "       prismctl mcast recv --out F --topology T --node H [--iface eth0] [--auth-key-file K]")
-		fmt.Fprintln(os.Stderr, "       prismctl mcast blast --receivers h2,h3,... --topology T --node H [--size 1500 --duration 5s] (replication load)")
-		return 2
+	if rc, ok := pickSub("mcast", args, []string{"send", "recv", "blast"}, mcastUsage); !ok {
+		return rc
 	}
 	switch args[0] {
 	case "send":
@@ -189,12 +199,9 @@ func mcastSend(args []string) int {
 	timeoutMS := fs.Uint("switch-timeout-ms", 200, "context timeout of the switches: PARTIAL ACK deadline")
 	mtu := fs.Int("mtu", 1500, "PRISM MTU: 576, 1500 or 9000")
 	register := fs.Bool("register", true, "register the job (STAGE/COMMIT) from this host before sending and release it after")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: prismctl mcast send --file F --receivers h2,h3,... --topology T --node H [--iface eth0] [--no-aggregation]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Usage = subUsage(fs, mcastSendUsage)
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	topo, err := mf.load()
 	if err != nil {
@@ -307,12 +314,9 @@ func mcastRecv(args []string) int {
 	out := fs.String("out", "", "where to write the file")
 	endpoint := fs.Int("endpoint", -1, "this receiver's endpoint ID (default: the host's index among the topology's hosts)")
 	linger := fs.Duration("linger", 2*time.Second, "after the last window, keep answering repeats until idle this long")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: prismctl mcast recv --out F --topology T --node H [--iface eth0] [--auth-key-file K]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Usage = subUsage(fs, mcastRecvUsage)
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	if *out == "" {
 		return flagErr(fs, errors.New("--out is required"))

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -30,15 +31,24 @@ import (
 )
 
 func init() {
-	register("moe", "MoE dispatch/combine through the bitmap framework (register|run)", runMoE)
+	register("moe", "MoE dispatch/combine through the bitmap framework (register|run|release)", runMoE)
+}
+
+// The synopsis of each moe subcommand, shared by 'moe -h' and the
+// subcommand's own -h so the two cannot disagree.
+const (
+	moeRegisterUsage = "prismctl moe register --spec F --topology T --node H --hosts h1,h2,... [--experts-per-host 2 --topk 2 --hidden 64]"
+	moeRunUsage      = "prismctl moe run --spec F --topology T --node H [--tokens 64 --seed 1] [--auth-key-file K]"
+	moeReleaseUsage  = "prismctl moe release --spec F --topology T --node H"
+)
+
+func moeUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: %s\n       %s\n       %s\n", moeRegisterUsage, moeRunUsage, moeReleaseUsage)
 }
 
 func runMoE(args []string) int {
-	if len(args) == 0 || (args[0] != "register" && args[0] != "run" && args[0] != "release") {
-		fmt.Fprintln(os.Stderr, "usage: prismctl moe register --spec F --topology T --node H --hosts h1,h2,... [--experts-per-host 2 --topk 2 --hidden 64]")
-		fmt.Fprintln(os.Stderr, "       prismctl moe run --spec F --topology T --node H [--tokens 64 --seed 1] [--auth-key-file K]")
-		fmt.Fprintln(os.Stderr, "       prismctl moe release --spec F --topology T --node H")
-		return 2
+	if rc, ok := pickSub("moe", args, []string{"register", "run", "release"}, moeUsage); !ok {
+		return rc
 	}
 	switch args[0] {
 	case "register":
@@ -88,8 +98,9 @@ func moeRelease(args []string) int {
 	var mf mcastFlags
 	mf.register(fs)
 	spec := fs.String("spec", "", "the spec 'moe register' wrote")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Usage = subUsage(fs, moeReleaseUsage)
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	topo, err := mf.load()
 	if err != nil {
@@ -151,8 +162,9 @@ func moeRegister(args []string) int {
 	hidden := fs.Int("hidden", 64, "hidden size (FP32 values per token)")
 	timeoutMS := fs.Uint("switch-timeout-ms", 200, "context timeout: C-BM soft-state lifetime and PARTIAL deadline")
 	mtu := fs.Int("mtu", 1500, "PRISM MTU: 576, 1500 or 9000")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Usage = subUsage(fs, moeRegisterUsage)
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	topo, err := mf.load()
 	if err != nil {
@@ -212,8 +224,9 @@ func moeRun(args []string) int {
 	linger := fs.Duration("linger", 3*time.Second, "after this host's combine, keep serving experts until no frame of the job came for this long (peers re-dispatch every switch timeout chain while they miss an expert here)")
 	unicast := fs.Bool("unicast", false, "send one copy per expert and sum at the source, nothing merged in the network (the host-side alternative)")
 	window := fs.Int("window", 0, "tokens in flight per dispatch (0 = the library default, -1 = all at once)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Usage = subUsage(fs, moeRunUsage)
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	topo, err := mf.load()
 	if err != nil {

@@ -38,12 +38,13 @@ const defaultSocket = "/run/prismd/prismd.sock"
 func runShow(args []string) int {
 	fs := flag.NewFlagSet("show", flag.ContinueOnError)
 	sock := fs.String("socket", "", "control socket of the prismd (default "+defaultSocket+")")
-	ns := fs.String("netns", "", "network namespace of a lab node (pl-<lab>-<node>): use that node's socket under "+deploy.DefaultStateDir)
+	ns := fs.String("netns", "", "network namespace of a lab node (pl-<lab>-<node>): use that node's socket in the lab's state directory (--state-dir)")
+	stateDir := fs.String("state-dir", deploy.DefaultStateDir, "with --netns: the --state-dir the lab was brought up with")
 	asJSON := fs.Bool("json", false, "print the raw JSON")
 	coordinator := fs.String("coordinator", os.Getenv("PRISM_COORDINATOR"), "the AM's runtime channel URL, e.g. http://10.0.0.1:7000 (PRISM_COORDINATOR, as for the ranks): show am reads it; show ops names each stream's rank or switch from it")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: prismctl show ops|ports|macs [--socket PATH | --netns NS] [--json]")
-		fmt.Fprintln(fs.Output(), "       prismctl show ops [--socket PATH | --netns NS] --coordinator URL   (streams named by rank and switch)")
+		fmt.Fprintln(fs.Output(), "usage: prismctl show ops|ports|macs [--socket PATH | --netns NS [--state-dir DIR]] [--json]")
+		fmt.Fprintln(fs.Output(), "       prismctl show ops [--socket PATH | --netns NS [--state-dir DIR]] --coordinator URL   (streams named by rank and switch)")
 		fmt.Fprintln(fs.Output(), "       prismctl show am --coordinator URL [--json]")
 		fs.PrintDefaults()
 	}
@@ -53,8 +54,8 @@ func runShow(args []string) int {
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		subject, rest = rest[0], rest[1:]
 	}
-	if err := fs.Parse(rest); err != nil {
-		return 2
+	if rc, ok := parseFlags(fs, rest); !ok {
+		return rc
 	}
 	if subject == "" && fs.NArg() > 0 {
 		subject = fs.Arg(0)
@@ -66,6 +67,11 @@ func runShow(args []string) int {
 		return showAM(*coordinator, *asJSON)
 	}
 	if subject != "ops" && subject != "ports" && subject != "macs" {
+		if subject == "" {
+			fmt.Fprintln(os.Stderr, "prismctl show: what to show? ops, ports, macs or am")
+		} else {
+			fmt.Fprintf(os.Stderr, "prismctl show: unknown subcommand %q; use ops, ports, macs or am\n", subject)
+		}
 		fs.Usage()
 		return 2
 	}
@@ -75,7 +81,7 @@ func runShow(args []string) int {
 	}
 	path := *sock
 	if *ns != "" {
-		p, err := socketForNetNS(*ns)
+		p, err := socketForNetNSIn(*stateDir, *ns)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "prismctl show: %v\n", err)
 			return 1
@@ -202,9 +208,13 @@ func printAMOps(w io.Writer, l *am.OpList) {
 }
 
 // socketForNetNS finds the control socket of the lab node whose namespace is
-// ns: <state dir>/<lab>/<node>.sock with deploy.NetNSName(lab, node) == ns.
-func socketForNetNS(ns string) (string, error) {
-	socks, _ := filepath.Glob(filepath.Join(deploy.DefaultStateDir, "*", "*.sock"))
+// ns, for a lab in the default state directory.
+func socketForNetNS(ns string) (string, error) { return socketForNetNSIn(deploy.DefaultStateDir, ns) }
+
+// socketForNetNSIn finds the control socket of the lab node whose namespace
+// is ns: <stateDir>/<lab>/<node>.sock with deploy.NetNSName(lab, node) == ns.
+func socketForNetNSIn(stateDir, ns string) (string, error) {
+	socks, _ := filepath.Glob(filepath.Join(stateDir, "*", "*.sock"))
 	for _, s := range socks {
 		lab := filepath.Base(filepath.Dir(s))
 		node := strings.TrimSuffix(filepath.Base(s), ".sock")
@@ -212,7 +222,11 @@ func socketForNetNS(ns string) (string, error) {
 			return s, nil
 		}
 	}
-	return "", fmt.Errorf("no control socket for namespace %q under %s (is the lab up? pass --socket)", ns, deploy.DefaultStateDir)
+	// The prismd's own command line names its state directory.
+	if dir := deploy.RunningStateDir(ns); dir != "" && filepath.Clean(dir) != filepath.Clean(stateDir) {
+		return "", fmt.Errorf("no control socket for namespace %q under %s: its prismd runs with state directory %s; pass --state-dir %s", ns, stateDir, dir, dir)
+	}
+	return "", fmt.Errorf("no control socket for namespace %q under %s (is the lab up? if it was brought up with --state-dir DIR, pass the same --state-dir; or pass --socket)", ns, stateDir)
 }
 
 func getUnix(sock, path string) ([]byte, error) {

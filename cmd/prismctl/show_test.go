@@ -7,12 +7,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/prismd/prismd/control"
 	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/deploy"
 	"github.com/prismd/prismd/engine"
 	"github.com/prismd/prismd/engine/bitmap"
 	"github.com/prismd/prismd/stream"
@@ -226,5 +228,34 @@ func TestShowOpsNamesStreams(t *testing.T) {
 	out.Reset()
 	if err := printOps(&out, body, amStreamNames(srv.URL)); err != nil || strings.Contains(out.String(), "FROM") {
 		t.Errorf("unreachable AM: %v\n%s", err, out.String())
+	}
+}
+
+// TestShowNetNSStateDir: 'show --netns' finds a lab brought up with
+// --state-dir when given the same --state-dir, and says to pass it when not.
+func TestShowNetNSStateDir(t *testing.T) {
+	state := t.TempDir()
+	if err := os.Mkdir(filepath.Join(state, "wkshow"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(state, "wkshow", "sw1.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/status", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"version":"x","ports":[{"index":0,"name":"p1","mac":"02:00:00:00:00:01","mtu":1500,"rx_frames":5,"tx_frames":6,"drops":{}}],"frames":{},"mac_table_entries":0}`))
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	defer srv.Close()
+	ns := deploy.NetNSName("wkshow", "sw1")
+	stdout, stderr, rc := prismctl(t, "show", "ports", "--netns", ns, "--state-dir", state)
+	if rc != 0 || !strings.Contains(stdout, "02:00:00:00:00:01") {
+		t.Errorf("show ports --netns %s --state-dir: exit %d, want 0 and the port table:\n%s%s", ns, rc, stdout, stderr)
+	}
+	_, stderr, rc = prismctl(t, "show", "ports", "--netns", ns)
+	if rc != 1 || !strings.Contains(stderr, "--state-dir") {
+		t.Errorf("show ports --netns %s without --state-dir: exit %d, want 1 and a word on --state-dir:\n%s", ns, rc, stderr)
 	}
 }
