@@ -38,8 +38,11 @@ type Options struct {
 	// MTU is 576, 1500 or 9000 (0 = 1500).
 	MTU int
 	// Timeout is the inactivity bound of the operation: how long a
-	// contributor, the leaf or the RESULT may stay silent (0 = the AM's
-	// default, 5s).
+	// contributor, the leaf or the RESULT may stay silent. It travels to
+	// the AM in whole milliseconds (rounded down), so it is 0 (the AM's
+	// default: prismctl am --timeout-ms, 5s unless set) or within
+	// MinTimeout..MaxTimeout; a call with any other value fails before
+	// anything is sent.
 	Timeout time.Duration
 	// OpID pins the Operation ID (nil = the AM chooses). A call with one
 	// is never run on a persistent collective (Config.PersistentShapes).
@@ -54,6 +57,15 @@ type Options struct {
 	// request tells the AM (am.BeginRequest.RepeatsPersistent).
 	repeatsPersistent bool
 }
+
+// The range of Options.Timeout besides 0. The AM counts the timeout in
+// milliseconds, and 0 milliseconds asks for its default: a shorter
+// positive Timeout would silently become that default. MaxTimeout is the
+// AM's bound (it refuses a timeout_ms above 600000).
+const (
+	MinTimeout = time.Millisecond
+	MaxTimeout = 10 * time.Minute
+)
 
 // Stats describe one finished collective.
 type Stats struct {

@@ -592,6 +592,24 @@ func TestCancelMidTransfer(t *testing.T) {
 		t.Fatalf("rank 0: %v, want context.Canceled", err)
 	}
 	t.Logf("cancelled collective returned after %v", time.Since(start).Round(time.Millisecond))
+	// The cancel reached the AM as this rank's own doing (local): its
+	// diagnosis opens with it rather than blaming a rank the switch
+	// happened to be least advanced on.
+	var diag string
+	for deadline := time.Now().Add(10 * time.Second); diag == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		l, err := am.NewClient(url).Ops(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range l.Ops {
+			if o.Op.Job == 70 && o.Error != nil {
+				diag = o.Error.Message
+			}
+		}
+	}
+	if !strings.Contains(diag, "rank 0 (h1) reported failure first: cancelled: context canceled") {
+		t.Errorf("AM's diagnosis %q does not open with rank 0's cancel", diag)
+	}
 	if n := len(*comms[0].ops.Load()); n != 0 {
 		t.Fatalf("%d operations still registered after cancel", n)
 	}

@@ -247,8 +247,15 @@ func (c *Comm) loopGone(op *opRun) opResult {
 	return opResult{err: err}
 }
 
-// checkBuffers checks a collective's buffers and views them as elements.
+// checkBuffers checks a collective's buffers and options and views the
+// buffers as elements. Every way into a collective (ordinary, automatic
+// or explicit persistent) passes here before it talks to the AM.
 func (c *Comm) checkBuffers(coll string, send, recv any, root int, o *Options) (sv, rv elems, err error) {
+	if o != nil {
+		if err = CheckTimeout("Options.Timeout", o.Timeout); err != nil {
+			return sv, rv, err
+		}
+	}
 	if sv, err = view(send); err != nil {
 		return sv, rv, fmt.Errorf("send: %w", err)
 	}
@@ -281,6 +288,26 @@ func (c *Comm) checkBuffers(coll string, send, recv any, root int, o *Options) (
 		return sv, rv, fmt.Errorf("root %d is outside 0..%d", root, c.cfg.Size-1)
 	}
 	return sv, rv, nil
+}
+
+// CheckTimeout refuses a collective's timeout the begin request cannot
+// carry; name is how the caller's user wrote it (Options.Timeout,
+// --timeout). Converted to milliseconds unchecked, a negative one wrapped
+// around to 4294966296 ms, one under a millisecond became 0 (the AM's
+// default) and one over MaxTimeout came back from the AM as a bad_request.
+func CheckTimeout(name string, d time.Duration) error {
+	const use = "use 1ms..10m (0 = the AM's default, 'prismctl am --timeout-ms')"
+	switch {
+	case d == 0:
+		return nil
+	case d < 0:
+		return fmt.Errorf("%s %v is negative: %s", name, d, use)
+	case d < MinTimeout:
+		return fmt.Errorf("%s %v is under a millisecond, the unit the AM counts in: %s", name, d, use)
+	case d > MaxTimeout:
+		return fmt.Errorf("%s %v is above the AM's limit of %v: %s", name, d, MaxTimeout, use)
+	}
+	return nil
 }
 
 // beginRequest is the rank's request for invocation seq of a collective
@@ -363,7 +390,11 @@ func (c *Comm) opError(coll string, g *am.Grant, runErr error) *OpError {
 // diagnose tells the AM that the operation failed here and waits for its
 // diagnosis (which node, which rank), adding it to e.
 func (c *Comm) diagnose(g *am.Grant, e *OpError) {
-	report := am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: e.Err.Error()}
+	// A cancelled context is this rank's own doing (Ctrl-C, the caller's
+	// deadline): said so, the AM names this rank rather than whichever
+	// healthy stream the waiting switches were least advanced on.
+	local := errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded)
+	report := am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: e.Err.Error(), Local: local}
 	// Report first without waiting, on a short deadline: a rank whose
 	// runtime channel crosses the switch that failed (a dead leaf) cannot
 	// reach the AM at all, and waited out the whole diagnosis bound below

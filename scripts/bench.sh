@@ -59,7 +59,7 @@
 #   BENCH_MPI_COUNTS="2 1048576 16777216"         part 5 sizes (FP32 elements; 2 shows a
 #                       small collective's latency, which prismd's per-operation setup sets)
 #   BENCH_MPI_REPS=5    timed repetitions (median) in part 5
-#   BENCH_MPI_WARMUP=3  untimed repetitions before them, MPI and prismd alike: a
+#   BENCH_MPI_WARMUP=3  untimed repetitions before them (QUICK: 2, the fewest prismctl bench runs), MPI and prismd alike: a
 #                       job's first collectives on fresh switches fault in their
 #                       accumulator rings (one per operation in flight: released,
 #                       running, prepared), which is not the steady state a
@@ -105,7 +105,7 @@ if [[ $QUICK == 1 ]]; then
   BENCH_TIME=${BENCH_TIME:-200ms}
   AGG_COUNT=${BENCH_AGG_COUNT:-$((agg_count / 4))}; AGG_ITERS=${BENCH_AGG_ITERS:-2}; BLAST_SECS=${BENCH_BLAST_SECS:-2}
   TRAFFIC_COUNTS=${BENCH_TRAFFIC_COUNTS:-"65536 1048576"}
-  MPI_COUNTS=${BENCH_MPI_COUNTS:-"1048576"}; MPI_REPS=${BENCH_MPI_REPS:-3}; MPI_WARMUP=${BENCH_MPI_WARMUP:-1}
+  MPI_COUNTS=${BENCH_MPI_COUNTS:-"1048576"}; MPI_REPS=${BENCH_MPI_REPS:-3}; MPI_WARMUP=${BENCH_MPI_WARMUP:-2}
   export DURATION=${DURATION:-2} ROUNDS=${ROUNDS:-1}
 else
   BENCH_TIME=${BENCH_TIME:-1s}

@@ -63,7 +63,7 @@ func (f *rankFlags) register(fs *flag.FlagSet) {
 		"mixed (subnormals to 1e30: the exactness stress, whose exact partials cost the switches far more CPU and bytes) "+
 		"or integral (integers: exact in any order, default with --acc fp32)")
 	fs.IntVar(&f.mtu, "mtu", 1500, "PRISM MTU: 576, 1500 or 9000")
-	fs.DurationVar(&f.timeout, "timeout", 0, "operation inactivity timeout (0: the AM's default)")
+	fs.DurationVar(&f.timeout, "timeout", 0, "operation inactivity timeout, 1ms..10m in whole milliseconds (0: the AM's default, 'prismctl am --timeout-ms')")
 	fs.BoolVar(&f.ordinary, "ordinary", false, "run every repetition through the AM (barrier, grant, CONTROL) as an ordinary collective; by default the library runs a repeated shape as a persistent collective from its second call (host.Config.PersistentShapes)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the collectives to this file (go tool pprof)")
 	fs.StringVar(&f.memprofile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file at exit")
@@ -157,6 +157,9 @@ func (f *rankFlags) check() error {
 	}
 	if f.mtu != 576 && f.mtu != 1500 && f.mtu != 9000 {
 		errs = append(errs, fmt.Sprintf("--mtu %d: use 576, 1500 or 9000", f.mtu))
+	}
+	if err := host.CheckTimeout("--timeout", f.timeout); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if f.group > math.MaxUint16 {
 		errs = append(errs, fmt.Sprintf("--group %d: at most 65535", f.group))
@@ -274,8 +277,8 @@ func runAllReduce(args []string) int {
 		if s.AutoPersistent {
 			how = " (repeated shape: an invocation of its persistent collective)"
 		}
-		fmt.Printf("rank %d: %s of %d %s (%s) op %s tree %s: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel%s\n",
-			rf.rank, coll, *count, rf.format, rf.acc, s.Grant.ID, s.Grant.Tree, el.Round(time.Microsecond),
+		fmt.Printf("rank %d: %s of %d %s op %s tree %s: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel%s\n",
+			rf.rank, coll, *count, gen.describe(rf.acc), s.Grant.ID, s.Grant.Tree, el.Round(time.Microsecond),
 			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits, s.KernelDrops, how)
 	}
 	if *verify && (coll == "allreduce" || rf.rank == *root) {
@@ -355,6 +358,16 @@ func (g genSpec) out() string {
 		return g.output
 	}
 	return g.format
+}
+
+// describe names the input and how it is summed, e.g. "int8 (kulisch, fp32
+// result)": the RESULT format only when --output makes it differ from the
+// input's, where it changes what recv holds.
+func (g genSpec) describe(acc string) string {
+	if g.out() != g.format {
+		return fmt.Sprintf("%s (%s, %s result)", g.format, acc, g.out())
+	}
+	return fmt.Sprintf("%s (%s)", g.format, acc)
 }
 
 func (g genSpec) width() int {

@@ -30,12 +30,14 @@ func runAM(args []string) int {
 	topo := fs.String("topology", "", "topology file or shipped topology name (single, spine-leaf, fat-tree, ...) (required)")
 	listen := fs.String("listen", ":7000", "TCP address of the runtime channel (HTTP/JSON)")
 	iface := fs.String("iface", "", "interface CONTROL frames are sent from, e.g. eth0 (required)")
-	timeoutMS := fs.Uint("timeout-ms", 5000, "default contributor inactivity timeout of operations, in milliseconds")
-	ctlTimeout := fs.Duration("control-timeout", 2*time.Second, "bound on one CONTROL transaction (retransmissions included)")
-	rto := fs.Duration("rto", 20*time.Millisecond, "first CONTROL retransmission timeout")
-	barrier := fs.Duration("barrier-timeout", 2*time.Minute, "how long ranks of one invocation wait for each other")
+	// Int, not Uint: flag's own error for a negative Uint ("parse
+	// error") says neither what is wrong nor the range.
+	timeoutMS := fs.Int("timeout-ms", 5000, "default contributor inactivity timeout of operations, in milliseconds, 1..600000 (ranks' --timeout overrides it)")
+	ctlTimeout := fs.Duration("control-timeout", 2*time.Second, "bound on one CONTROL transaction (retransmissions included), > 0")
+	rto := fs.Duration("rto", 20*time.Millisecond, "first CONTROL retransmission timeout, > 0 (it doubles up to 8x)")
+	barrier := fs.Duration("barrier-timeout", 2*time.Minute, "how long ranks of one invocation wait for each other, > 0")
 	quiet := fs.Bool("quiet", false, "do not log setup events")
-	window := fs.Uint("window", 0, "intervals (frames) in flight per stream, 1..65535 (0 = the AM's default); switches' CAPS bound it")
+	window := fs.Int("window", 0, "intervals (frames) in flight per stream, 1..65535 (0 = the AM's default, 64); switches' CAPS bound it")
 	prepare := fs.Bool("prepare", true, "install a job's next invocation (same parameters and hosts) while the current one runs, so its grant needs no CONTROL exchange; an unused one is ABORTed after --prepare-ttl")
 	prepareTTL := fs.Duration("prepare-ttl", 0, "how long a prepared operation waits for its ranks (0 = min(2s, half the operation timeout))")
 	fs.Usage = func() {
@@ -55,13 +57,24 @@ func runAM(args []string) int {
 		return amFlagErr(fs, "--iface is required: the interface of this host that reaches the switches (e.g. eth0)")
 	}
 	if *timeoutMS < 1 || *timeoutMS > 600000 {
-		return amFlagErr(fs, "--timeout-ms %d: use 1..600000", *timeoutMS)
+		return amFlagErr(fs, "--timeout-ms %d: use 1..600000 (milliseconds; the default is 5000)", *timeoutMS)
+	}
+	// A zero or negative duration is refused rather than taken for the
+	// default: with --barrier-timeout -5s every rank failed at once with
+	// "did not arrive within -5s".
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"control-timeout", *ctlTimeout}, {"rto", *rto}, {"barrier-timeout", *barrier}} {
+		if d.v <= 0 {
+			return amFlagErr(fs, "--%s %v: use a positive duration (the default is %s)", d.name, d.v, fs.Lookup(d.name).DefValue)
+		}
 	}
 	if *prepareTTL < 0 {
-		return amFlagErr(fs, "--prepare-ttl %v: use 0 (the default) or a positive duration", *prepareTTL)
+		return amFlagErr(fs, "--prepare-ttl %v: use 0 (the default: min(2s, half the operation timeout)) or a positive duration", *prepareTTL)
 	}
-	if *window > 65535 {
-		return amFlagErr(fs, "--window %d: use 1..65535 intervals (0 for the default)", *window)
+	if *window < 0 || *window > 65535 {
+		return amFlagErr(fs, "--window %d: use 1..65535 intervals (0 for the default, 64)", *window)
 	}
 	t, err := deploy.Load(*topo)
 	if err != nil {

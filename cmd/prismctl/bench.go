@@ -1,6 +1,6 @@
 // This file owns 'prismctl bench': an nccl-tests style sweep of ALLREDUCE
 // (or REDUCE) sizes through the host library, one process per rank, rank 0
-// printing the table.
+// (the root of a REDUCE) printing the table.
 
 package main
 
@@ -51,6 +51,43 @@ func humanBytes(b int64) string {
 	return strconv.FormatInt(b, 10)
 }
 
+// benchCounts lists the sweep's vector lengths in elements of width bytes:
+// lo, lo*factor, ... up to hi bytes, each rounded down to whole elements
+// (at least one). A step that rounds to the length before it is left out:
+// it would repeat a row.
+func benchCounts(lo, hi int64, factor int, width int64) []int {
+	var counts []int
+	for size := lo; size <= hi; size *= int64(factor) {
+		if n := int(max(size/width, 1)); len(counts) == 0 || n != counts[len(counts)-1] {
+			counts = append(counts, n)
+		}
+		if size > hi/int64(factor) {
+			break // the next step is past hi (and could overflow)
+		}
+	}
+	return counts
+}
+
+// setupCalls is how many calls of one size set up its collective, so that
+// later calls show the steady state. The library runs a shape's first call
+// through the AM like any collective and sets up the shape's persistent
+// collective at its second (host.Config.PersistentShapes): timing that
+// one put a 5 ms setup among 0.5 ms invocations. --persistent sets up at
+// the first Start, and --ordinary's later calls find their operation
+// prepared by the AM while the previous one ran.
+func setupCalls(persistent, ordinary bool) int {
+	if persistent || ordinary {
+		return 1
+	}
+	return 2
+}
+
+// benchPrinter is the rank that prints the table: rank 0, or the root of a
+// REDUCE, the one rank that holds the result (so --check can verify it)
+// and whose time covers the whole collective (another rank's ends when
+// the leaf has its DATA).
+func benchPrinter(root int) int { return max(root, 0) }
+
 func runBench(args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var rf rankFlags
@@ -59,13 +96,17 @@ func runBench(args []string) int {
 	end := fs.String("e", "32M", "largest message size in bytes")
 	factor := fs.Int("f", 2, "multiply the size by this factor at each step")
 	iters := fs.Int("n", 5, "timed iterations per size")
-	warmup := fs.Int("w", 1, "untimed warm-up iterations per size")
-	root := fs.Int("root", -1, "bench REDUCE to this rank instead of ALLREDUCE")
-	check := fs.Bool("check", false, "verify every result bit for bit against math/big (slow for large sizes)")
+	warmup := fs.Int("w", 2, "untimed warm-up calls per size; at least the calls that set up the size's collective are made (2, or 1 with --persistent or --ordinary), so the timed ones are the steady state")
+	root := fs.Int("root", -1, "bench REDUCE to this rank instead of ALLREDUCE (the root prints the table)")
+	check := fs.Bool("check", false, "verify every result bit for bit against math/big (slow for large sizes); the table's check column says exact")
 	persistent := fs.Bool("persistent", false, "run each size as one persistent collective (AllReduceInit, like MPI_Allreduce_init): one AM setup per size, then invocations with no AM round trip")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl bench --coordinator URL --rank R --size N --iface IF --node H [-b 8] [-e 32M] [-f 2] [-n 5]")
-		fmt.Fprintln(fs.Output(), "Run one process per rank with the same flags (except --rank/--node/--iface); rank 0 prints the table.")
+		fmt.Fprintln(fs.Output(), "Run one process per rank with the same flags (except --rank/--node/--iface); rank 0 prints the table, or with --root R rank R,")
+		fmt.Fprintln(fs.Output(), "the rank the REDUCE delivers to (it verifies --check). Sizes are rounded down to whole elements of --format (at least one).")
+		fmt.Fprintln(fs.Output(), "Each size is called -w times untimed first: at least twice, because the library runs a size's first call through the AM")
+		fmt.Fprintln(fs.Output(), "and sets up its persistent collective at the second (once with --persistent or --ordinary). To time setups, use")
+		fmt.Fprintln(fs.Output(), "'prismctl allreduce --iters N', which prints each call's setup.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -112,6 +153,9 @@ func runBench(args []string) int {
 	defer stopProf()
 	gen := genSpec{seed: 1, format: rf.format, size: rf.size, data: rf.data, output: rf.output}
 	w := int64(gen.width())
+	counts := benchCounts(lo, hi, *factor, w)
+	warm := max(*warmup, setupCalls(*persistent, rf.ordinary))
+	printer := benchPrinter(*root)
 	coll := "allreduce"
 	if *root >= 0 {
 		coll = "reduce"
@@ -126,7 +170,7 @@ func runBench(args []string) int {
 	if coll == "reduce" {
 		busFactor = 1
 	}
-	if rf.rank == 0 {
+	if rf.rank == printer {
 		kind := coll + " (repeated sizes kept persistent by the library)"
 		switch {
 		case *persistent:
@@ -142,13 +186,21 @@ func runBench(args []string) int {
 			input += ", " + rf.output + " result"
 		}
 		fmt.Printf("# prismctl bench: %s, %d ranks, %s, %s accumulator, MTU %d\n", kind, rf.size, input, rf.acc, rf.mtu)
+		if coll == "reduce" {
+			fmt.Printf("# printed by rank %d, the root: the rank that holds the result (--check verifies it), so its times cover the whole REDUCE\n", printer)
+		}
+		if lo%w != 0 {
+			fmt.Printf("# -b %s is not a whole number of %d-byte %s elements: sizes are rounded down to whole elements (at least one)\n", *begin, w, rf.format)
+		}
+		calls := "calls"
+		if warm == 1 {
+			calls = "call"
+		}
+		fmt.Printf("# %d untimed warm-up %s per size, then %d timed\n", warm, calls, *iters)
 		fmt.Printf("# %12s %12s %6s %12s %11s %11s %10s %8s %8s %5s %s\n", "size(B)", "count", "type", "time(us)", "algbw(MB/s)", "busbw(MB/s)", "link(MB)", "setup(us)", "retrans", "check", "kdrops")
 	}
-	for size := lo; size <= hi; size *= int64(*factor) {
-		count := int(size / w)
-		if count < 1 {
-			count = 1
-		}
+	for _, count := range counts {
+		size := int64(count) * w // what is sent, after rounding to whole elements
 		send := gen.vector(rf.rank, count)
 		recv := gen.alloc(count)
 		var total, setup time.Duration
@@ -160,7 +212,7 @@ func runBench(args []string) int {
 			fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
 			return 1
 		}
-		for it := 0; it < *warmup+*iters; it++ {
+		for it := 0; it < warm+*iters; it++ {
 			c0 := processCPU()
 			t0 := time.Now()
 			q := run.start(ctx)
@@ -168,7 +220,7 @@ func runBench(args []string) int {
 				fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
 				return 1
 			}
-			if it >= *warmup {
+			if it >= warm {
 				el := time.Since(t0)
 				total += el
 				times = append(times, strconv.FormatInt(el.Microseconds(), 10))
@@ -197,7 +249,7 @@ func runBench(args []string) int {
 		// host side can be compared with the switches' CPU.
 		cpuLine := fmt.Sprintf("# rank %d size %s: %.1f ms CPU per collective\n", rf.rank, humanBytes(size),
 			float64((cpu/time.Duration(*iters)).Microseconds())/1e3)
-		if rf.rank != 0 {
+		if rf.rank != printer {
 			fmt.Print(cpuLine)
 			continue
 		}

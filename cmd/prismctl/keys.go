@@ -195,6 +195,11 @@ func keysRemote(sub string, args []string, stdout, stderr io.Writer) int {
 			note = " (it replaced the job's earlier key)"
 		}
 		fmt.Fprintf(stdout, "job %d: key %s installed on %s%s\n", ki.Job, ki.Fingerprint, path, note)
+		// Said every time: a user who keys a job and runs 'prismctl
+		// allreduce' on it got no tag and no word (protocol 8.6: only a
+		// bitmap job's frames carry the extension that holds it).
+		fmt.Fprintf(stdout, "  it authenticates the job's bitmap operations (mcast, moe, bitmap collectives); "+
+			"'prismctl allreduce' and 'bench' frames carry no tag and rely on the switches' binding checks\n")
 		return 0
 	}
 	if *asJSON {

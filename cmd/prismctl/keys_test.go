@@ -192,6 +192,7 @@ func TestKeysSetListRm(t *testing.T) {
 	}
 	run(0, "no job keys installed on "+sock, "list", "--socket", sock)
 	run(0, "job 7: key "+fp+" installed on "+sock, "set", "--job", "7", "--key-file", p, "--socket", sock)
+	run(0, "'prismctl allreduce' and 'bench' frames carry no tag", "set", "--job", "7", "--key-file", p, "--socket", sock)
 	fk.mu.Lock()
 	got := fk.keys["7"]
 	fk.mu.Unlock()

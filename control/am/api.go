@@ -173,6 +173,11 @@ type DoneRequest struct {
 	Rank  int    `json:"rank"`
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Local says the failure began at this rank: its caller cancelled the
+	// collective (or its deadline passed), rather than the rank giving up
+	// on what it waited for. When no node failed on its own, the AM names
+	// the first rank that reported a local failure as the culprit.
+	Local bool `json:"local,omitempty"`
 	// Wait asks the AM to answer only once the operation is final (released,
 	// failed or aborted), so a failing rank receives the AM's diagnosis.
 	Wait bool `json:"wait,omitempty"`
@@ -187,11 +192,15 @@ type AliveRequest struct {
 
 // NodeStatus is one tree node as the AM last saw it.
 type NodeStatus struct {
-	Name              string `json:"name"`
-	Role              string `json:"role"` // SINGLE | LEAF | INTERNAL | ROOT
-	MAC               string `json:"mac"`
-	Parent            string `json:"parent,omitempty"`
-	State             string `json:"state"` // NONE STAGED ACTIVE COMPLETE FAILED RELEASED ABORTED UNREACHABLE
+	Name   string `json:"name"`
+	Role   string `json:"role"` // SINGLE | LEAF | INTERNAL | ROOT
+	MAC    string `json:"mac"`
+	Parent string `json:"parent,omitempty"`
+	State  string `json:"state"` // NONE STAGED ACTIVE COMPLETE FAILED RELEASED ABORTED UNREACHABLE
+	// CompletedElements is the most elements the node said it completed
+	// and handed on: the acknowledgement of RELEASE or ABORT comes after
+	// the context is gone and says 0, which left every finished
+	// operation's nodes showing 0.
 	CompletedElements uint32 `json:"completed_elements"`
 	MissingStream     *int   `json:"missing_stream,omitempty"`
 	MissingFrom       uint32 `json:"missing_from,omitempty"`

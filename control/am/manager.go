@@ -122,10 +122,15 @@ type operation struct {
 	// it ends with ABORT when they free it (persistent.go).
 	persistent bool
 
-	mu        sync.Mutex
-	state     string
-	nodes     map[string]*NodeStatus
-	done      map[int]DoneRequest
+	mu    sync.Mutex
+	state string
+	nodes map[string]*NodeStatus
+	done  map[int]DoneRequest
+	// firstFail is the first rank that reported a local failure (done
+	// with ok=false and local: it was cancelled), in arrival order (done
+	// is a map): when no node failed on its own, that rank is where the
+	// failure began and the others' later reports are the consequence.
+	firstFail *int
 	err       *APIError
 	finishing bool
 	watchdog  *time.Timer // the progress check, or a persistent operation's keepalive check
@@ -183,6 +188,24 @@ type groupInfo struct {
 func New(cfg Config) (*Manager, error) {
 	if cfg.Topology == nil || cfg.Conn == nil {
 		return nil, errors.New("am: Config.Topology and Config.Conn are required")
+	}
+	// Zero means the default, but a negative duration used to be taken
+	// as is: a negative BarrierTimeout failed every invocation at once
+	// ("did not arrive within -5s"), a negative RTO or CtlTimeout every
+	// CONTROL exchange.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"RTO", cfg.RTO}, {"CtlTimeout", cfg.CtlTimeout}, {"BarrierTimeout", cfg.BarrierTimeout}, {"CapsTTL", cfg.CapsTTL},
+		{"Watchdog", cfg.Watchdog}, {"PrepareTTL", cfg.PrepareTTL}, {"PersistentRefresh", cfg.PersistentRefresh}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("am: Config.%s %v is negative: use a positive duration, or 0 for the default", d.name, d.v)
+		}
+	}
+	// Begin refuses a timeout_ms above 600000, and would refuse every
+	// request that asks for none with a default above it.
+	if cfg.DefaultTimeoutMS > 600000 {
+		return nil, fmt.Errorf("am: Config.DefaultTimeoutMS %d: use 1..600000 (milliseconds), or 0 for the default, 5000", cfg.DefaultTimeoutMS)
 	}
 	if cfg.RTO == 0 {
 		cfg.RTO = 20 * time.Millisecond
@@ -376,8 +399,13 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	case unplaced != nil:
 		mismatch = unplaced // not an arrival: the rank cannot take part
 	case inv.p != p || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID:
+		diff := p.differences(inv.p)
+		if inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID {
+			diff = strings.TrimPrefix(diff+fmt.Sprintf(", op_id %d vs %d", *r.OpID, *inv.first.OpID), ", ")
+		}
 		mismatch = &APIError{Code: CodeMismatch, Rank: &r.Rank,
-			Message: fmt.Sprintf("rank %d's request for job %d group %d seq %d differs from rank %d's (%+v vs %+v)", r.Rank, r.Job, r.Group, r.Seq, inv.first.Rank, p, inv.p)}
+			Message: fmt.Sprintf("rank %d's request for job %d group %d seq %d differs from rank %d's: %s "+
+				"(rank %d's value first; every rank of one collective must ask for the same)", r.Rank, r.Job, r.Group, r.Seq, inv.first.Rank, diff, r.Rank)}
 	case ok && prev.Node != r.Node:
 		mismatch = &APIError{Code: CodeMismatch, Rank: &r.Rank,
 			Message: fmt.Sprintf("rank %d arrived twice from different nodes (%s, %s)", r.Rank, prev.Node, r.Node)}
@@ -457,9 +485,15 @@ func (m *Manager) supersede(inv *invocation, r BeginRequest) *invocation {
 	if inv.started || inv.err != nil {
 		return nil
 	}
+	// Told to the earlier process: a restart is the usual cause, but two
+	// processes started with one --rank (a typo on one host) look the
+	// same from here, and only the nodes tell them apart for the reader.
+	prev := inv.arrived[r.Rank]
 	inv.err = &APIError{Code: CodeMismatch, Rank: &r.Rank,
-		Message: fmt.Sprintf("rank %d of job %d group %d seq %d asked again from another process (session %#x, was %#x): was the job restarted? This invocation is abandoned; the new process's starts afresh",
-			r.Rank, r.Job, r.Group, r.Seq, r.Session, inv.arrived[r.Rank].Session)}
+		Message: fmt.Sprintf("rank %d of job %d group %d seq %d asked again from another process, on node %s (session %#x; this one on %s, session %#x): "+
+			"if the job was restarted, this invocation is abandoned and the new process's starts afresh; "+
+			"if two processes were started as rank %d, give each its own rank",
+			r.Rank, r.Job, r.Group, r.Seq, r.Node, r.Session, prev.Node, prev.Session, r.Rank)}
 	return inv
 }
 
@@ -958,6 +992,10 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 	op.mu.Lock()
 	if _, dup := op.done[d.Rank]; !dup {
 		op.done[d.Rank] = d
+		if !d.OK && d.Local && op.firstFail == nil {
+			r := d.Rank
+			op.firstFail = &r
+		}
 	}
 	all := len(op.done) == op.size
 	anyFail := false
@@ -1156,7 +1194,7 @@ func (op *operation) setNodeAck(n string, a ackBody, err error) {
 	}
 	ns.answered = true
 	ns.State = a.State.String()
-	ns.CompletedElements = a.Completed
+	ns.CompletedElements = max(ns.CompletedElements, a.Completed) // it only grows while the context exists
 	ns.MissingStream, ns.MissingFrom, ns.MissingFromWhom, ns.FailCause = nil, 0, "", ""
 	if a.State == parser.StateFailed && a.FailCause != parser.FailNone {
 		ns.FailCause = a.FailCause.String()

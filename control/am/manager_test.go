@@ -472,32 +472,13 @@ func TestRankFailureNamesRank(t *testing.T) {
 func TestStalledRankNamedBeforeAnyTimeout(t *testing.T) {
 	r := newRig(t, "spine-leaf", Config{})
 	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
-	toL2, ok := r.topo.Peer(deploy.Endpoint{Node: "l2", Iface: "p1"})
-	if !ok || toL2.Node != "s1" {
-		t.Fatalf("l2:p1 peer %+v", toL2)
-	}
-	port := deploy.PortIndex(r.topo, "s1", toL2.Iface)
-	var fromL2 uint16
-	s1 := r.nodes["s1"]
-	s1.mu.Lock()
-	for _, b := range s1.ctx[grants[0].Op].bindings {
-		if b.Kind == parser.KindContributor && int(b.Port) == port {
-			fromL2 = b.Stream
-		}
-	}
-	s1.mu.Unlock()
-	if fromL2 == 0 {
-		t.Fatal("no s1 binding from l2")
-	}
-	set := func(n string, stream uint16, from uint32) {
-		fn := r.nodes[n]
-		fn.mu.Lock()
-		fn.final, fn.missing, fn.missFrom = parser.StateActive, stream, from
-		fn.mu.Unlock()
-	}
+	fromL2 := r.rootStreamFrom(t, grants[0].Op, "l2")
+	set := r.activeOn
 	set("l1", grants[1].Data.StreamID, 5768070)
 	set("l2", grants[2].Data.StreamID, 5753187)
 	set("s1", fromL2, 5750370)
+	// Without local (a client before it, or a rank that gave up waiting)
+	// the report names nobody: the chain of what the nodes wait for does.
 	st, err := r.m.Done(context.Background(), grants[2].ID, DoneRequest{Rank: 2, OK: false, Error: "cancelled: context canceled", Wait: true})
 	if err != nil {
 		t.Fatal(err)
@@ -505,6 +486,53 @@ func TestStalledRankNamedBeforeAnyTimeout(t *testing.T) {
 	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 2 || !strings.Contains(st.Error.Message, "rank 2 (h3) stopped contributing") ||
 		!strings.Contains(st.Error.Message, "node s1 is ACTIVE, waiting for subtree l2 from element 5750370") {
 		t.Fatalf("status %+v err %+v, want rank 2 (h3) blamed", st, st.Error)
+	}
+}
+
+// TestCancelledRankNamedOverStragglers: a rank interrupted (SIGINT) reports
+// at once while every node is ACTIVE, and the nodes' least advanced
+// streams lead elsewhere: l1 and the root wait most for rank 1, a healthy
+// rank a few frames behind. The rank that reported first is the culprit,
+// not the chain's end (a user walkthrough saw rank 1 named and the three
+// healthy ranks listed as never done, the cause only at the very end).
+func TestCancelledRankNamedOverStragglers(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		t.Run(fmt.Sprintf("local=%v", local), func(t *testing.T) { testCancelledRank(t, local) })
+	}
+}
+
+// testCancelledRank: with local false the report is a rank that gave up
+// waiting ("no RESULT"), and the chain of what the nodes wait for names
+// the culprit (rank 1), as before.
+func testCancelledRank(t *testing.T, local bool) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	fromL1 := r.rootStreamFrom(t, grants[0].Op, "l1")
+	set := r.activeOn
+	set("l1", grants[1].Data.StreamID, 20923232)
+	set("l2", grants[2].Data.StreamID, 20950000)
+	set("s1", fromL1, 20900000)
+	if !local {
+		st, err := r.m.Done(context.Background(), grants[3].ID, DoneRequest{Rank: 3, OK: false, Error: "no RESULT for 5s", Wait: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 1 || !strings.Contains(st.Error.Message, "failed: rank 1 (h2) stopped contributing;") {
+			t.Fatalf("status %+v err %+v, want rank 1 (h2), what the tree waits for", st, st.Error)
+		}
+		return
+	}
+	st, err := r.m.Done(context.Background(), grants[3].ID, DoneRequest{Rank: 3, OK: false, Error: "cancelled: context canceled", Local: true, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 3 ||
+		!strings.Contains(st.Error.Message, "failed: rank 3 (h4) reported failure first: cancelled: context canceled;") ||
+		strings.Contains(st.Error.Message, "stopped contributing") {
+		t.Fatalf("status %+v err %+v, want rank 3 (h4) named first", st, st.Error)
+	}
+	if strings.Count(st.Error.Message, "cancelled") != 1 {
+		t.Errorf("the culprit's report repeated: %s", st.Error.Message)
 	}
 }
 
@@ -620,6 +648,10 @@ func TestMismatchAndBadRequests(t *testing.T) {
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Code != CodeMismatch || ae.Rank == nil || *ae.Rank != 0 {
 		t.Fatalf("the disagreeing rank: err %v, want mismatch naming rank 0", err)
+	}
+	// The field that differs, in the request's names, and nothing else.
+	if want := "differs from rank 1's: vector_len 1000 vs 999 (rank 0's value first"; !strings.Contains(ae.Message, want) || strings.Contains(ae.Message, "{") {
+		t.Errorf("mismatch message %q, want it to contain %q and no Go struct", ae.Message, want)
 	}
 	err = <-waiting
 	if !errors.As(err, &ae) || ae.Code != CodeMismatch || time.Since(t0) > 400*time.Millisecond {
@@ -1199,8 +1231,9 @@ func TestRestartedRankSupersedesBarrier(t *testing.T) {
 	}
 	grants := []*Grant{x.g, g1}
 	var ae *APIError
-	if !errors.As(err, &ae) || ae.Code != CodeMismatch || !strings.Contains(ae.Message, "another process") {
-		t.Fatalf("old process's request: %v, want a mismatch naming the restart", err)
+	if !errors.As(err, &ae) || ae.Code != CodeMismatch || !strings.Contains(ae.Message, "another process, on node h1") ||
+		!strings.Contains(ae.Message, "if two processes were started as rank 0, give each its own rank") {
+		t.Fatalf("old process's request: %v, want a mismatch naming the restart, its node and the other cause", err)
 	}
 	if len(grants) != 2 || grants[0].Op != grants[1].Op {
 		t.Errorf("new run's grants %+v", grants)
@@ -1291,4 +1324,64 @@ func TestStreamsNamePeers(t *testing.T) {
 	if named == 0 {
 		t.Fatal("no streams named")
 	}
+}
+
+// TestCompletedElementsSurviveRelease: 'prismctl show am' of a finished
+// operation showed 0 completed elements on every node, the value of the
+// last acknowledgement (RELEASE's, after the context is gone); it keeps
+// the most a node reported.
+func TestCompletedElementsSurviveRelease(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	for _, fn := range r.nodes {
+		fn.mu.Lock()
+		fn.progressing = true // every COMPLETE acknowledgement counts one more element
+		fn.mu.Unlock()
+	}
+	var st OpStatus
+	for i := range grants {
+		var err error
+		st, err = r.m.Done(context.Background(), grants[i].ID, DoneRequest{Rank: i, OK: true, Wait: i == len(grants)-1})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.State != "released" || len(st.Nodes) != 3 {
+		t.Fatalf("status %+v", st)
+	}
+	for _, ns := range st.Nodes {
+		if ns.State != "RELEASED" || ns.CompletedElements == 0 {
+			t.Errorf("node %s: state %s, completed_elements %d; want RELEASED with what its COMPLETE acknowledgements said", ns.Name, ns.State, ns.CompletedElements)
+		}
+	}
+}
+
+// rootStreamFrom is the Stream ID of s1's CONTRIBUTOR binding from leaf
+// (over the leaf's p1) in operation op.
+func (r *rig) rootStreamFrom(t *testing.T, op OpIdentity, leaf string) uint16 {
+	t.Helper()
+	to, ok := r.topo.Peer(deploy.Endpoint{Node: leaf, Iface: "p1"})
+	if !ok || to.Node != "s1" {
+		t.Fatalf("%s:p1 peer %+v", leaf, to)
+	}
+	port := deploy.PortIndex(r.topo, "s1", to.Iface)
+	s1 := r.nodes["s1"]
+	s1.mu.Lock()
+	defer s1.mu.Unlock()
+	for _, b := range s1.ctx[op].bindings {
+		if b.Kind == parser.KindContributor && int(b.Port) == port {
+			return b.Stream
+		}
+	}
+	t.Fatalf("no s1 binding from %s", leaf)
+	return 0
+}
+
+// activeOn makes node n answer COMPLETE as ACTIVE, waiting for stream
+// from element from.
+func (r *rig) activeOn(n string, stream uint16, from uint32) {
+	fn := r.nodes[n]
+	fn.mu.Lock()
+	fn.final, fn.missing, fn.missFrom = parser.StateActive, stream, from
+	fn.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -405,7 +406,7 @@ func TestPersistentMismatch(t *testing.T) {
 		waitFor(t, func() bool { return r.waiting(q[0]) == 1 })
 		_, err := r.m.Begin(context.Background(), q[1])
 		var ae *APIError
-		if !errors.As(err, &ae) || ae.Code != CodeMismatch || ae.Rank == nil || *ae.Rank != 1 || !strings.Contains(ae.Message, "Persistent:") {
+		if !errors.As(err, &ae) || ae.Code != CodeMismatch || ae.Rank == nil || *ae.Rank != 1 || !strings.Contains(ae.Message, fmt.Sprintf("persistent %v vs %v", !firstPersistent, firstPersistent)) {
 			t.Fatalf("seq %d (rank 0 persistent=%v): err %v, want mismatch blaming rank 1", seq, firstPersistent, err)
 		}
 		if err0 := <-first; !errors.As(err0, &ae) || ae.Code != CodeMismatch {

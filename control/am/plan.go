@@ -8,6 +8,7 @@ package am
 import (
 	"fmt"
 	"math/bits"
+	"strings"
 
 	"github.com/prismd/prismd/parser"
 )
@@ -158,4 +159,30 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 		}
 	}
 	return pl, nil
+}
+
+// differences names, in the request's own field names, where p (a rank's
+// request) differs from q (the first rank's): "size 3 vs 2, vector_len
+// 1000 vs 2000". The mismatch error printed both structs whole, Go field
+// names and all, and left the reader to find the field.
+func (p params) differences(q params) string {
+	var d []string
+	add := func(name string, a, b any) {
+		if a != b {
+			d = append(d, fmt.Sprintf("%s %v vs %v", name, a, b))
+		}
+	}
+	add("collective", p.Collective, q.Collective)
+	add("root_rank", p.RootRank, q.RootRank)
+	add("input_format", p.Input, q.Input)
+	add("acc_policy", p.Acc, q.Acc)
+	add("partial_policy", p.Partial, q.Partial)
+	add("output_format", p.Output, q.Output)
+	add("kulisch_width", p.KulischWidth, q.KulischWidth)
+	add("vector_len", p.VectorLen, q.VectorLen)
+	add("mtu", p.MTU, q.MTU)
+	add("timeout_ms", p.TimeoutMS, q.TimeoutMS)
+	add("size", p.Size, q.Size)
+	add("persistent", p.Persistent, q.Persistent)
+	return strings.Join(d, ", ")
 }

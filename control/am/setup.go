@@ -421,10 +421,19 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	if len(order) > 0 && tier(order[0]) == 0 {
 		origin = order[0] // the node where the failure started (9.4 "node")
 	}
+	anyFailed, toldBy := false, map[int]bool{}
 	for _, n := range order {
 		ns := op.nodes[n]
 		if ns.State == "COMPLETE" || ns.State == "RELEASED" {
 			continue
+		}
+		if ns.State == "FAILED" {
+			anyFailed = true
+			if ns.FailCause == "PEER_FAILED" && ns.MissingStream != nil {
+				if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok {
+					toldBy[r] = true
+				}
+			}
 		}
 		if ns.State == "UNREACHABLE" && ns.answered {
 			// The no-acknowledgement error's hints (node_mac, am_sources,
@@ -467,6 +476,15 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 		}
 		parts = append(parts, s)
 	}
+	// headFail: no node timed out or lost its context, and none failed
+	// but on this rank's word, so the rank that first reported a local
+	// failure (it was cancelled) ended its part and the tree stood waiting
+	// for it: it heads the message as the culprit. ACTIVE nodes' Missing
+	// Streams then name whichever healthy stream was least advanced, and
+	// following them (holdingRank) blamed a healthy rank. A rank that
+	// gave up waiting ("no RESULT for 5s") is not local: the chain finds
+	// whom it waited for.
+	headFail := culprit == nil && origin == "" && op.firstFail != nil && (!anyFailed || toldBy[*op.firstFail])
 	var notDone []string
 	for r := 0; r < op.size; r++ {
 		if _, ok := op.done[r]; !ok {
@@ -478,12 +496,17 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	}
 	var reports []string
 	for r := 0; r < op.size; r++ {
-		if d, ok := op.done[r]; ok && !d.OK {
+		if d, ok := op.done[r]; ok && !d.OK && (!headFail || r != *op.firstFail) {
 			reports = append(reports, fmt.Sprintf("rank %d: %s", r, d.Error))
 		}
 	}
 	if len(reports) > 0 {
 		parts = append(parts, "reported by "+strings.Join(reports, "; "))
+	}
+	if headFail {
+		r := *op.firstFail
+		head := fmt.Sprintf("rank %d (%s) reported failure first: %s", r, op.tree.Ranks[r].Host, op.done[r].Error)
+		return strings.Join(append([]string{head}, parts...), "; "), &r, origin
 	}
 	if culprit == nil {
 		culprit = op.holdingRank()
