@@ -101,7 +101,7 @@ func TestParseFaultErrors(t *testing.T) {
 		{"fault: [1]", "6: fault must be a mapping"},
 		{"fault: {ingress: {reorder_percent: 5, reorder_depth: 2.5}}", "6: fault.ingress.reorder_depth must be a whole number written without a decimal point, not 2.5"},
 		{"fault: {egress: {delay_us: 0.5}}", "6: fault.egress.delay_us must be a whole number written without a decimal point, not 0.5"},
-		{"fault: {ingress: {drop_percent: many}}", "6: fault.ingress: "},
+		{"fault: {ingress: {drop_percent: many}}", `6: fault.ingress.drop_percent: "many" is not a number`},
 	} {
 		t.Run(tc.keys, func(t *testing.T) {
 			_, err := Parse([]byte(strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, "+tc.keys+"}", 1)))

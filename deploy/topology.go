@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/prismd/prismd/internal/yamlerr"
 )
 
 // Kind is what a node is. The zero value is invalid.
@@ -324,7 +326,20 @@ func (f *fileFault) UnmarshalYAML(n *yaml.Node) error {
 			return err
 		}
 		if err := v.Decode(dst); err != nil {
-			return errAt(v.Line, "fault.%s: %v", dir, err)
+			// The library's message spans lines and names no key: find
+			// the key whose value it quotes.
+			msg := err.Error()
+			if i := strings.LastIndex(msg, ": cannot unmarshal"); i >= 0 {
+				msg = msg[i+2:]
+			}
+			if val, want, ok := yamlerr.Want(msg); ok {
+				for k := 0; k+1 < len(v.Content); k += 2 {
+					if v.Content[k+1].Value == val {
+						return errAt(v.Content[k+1].Line, "fault.%s.%s: %q is not %s", dir, v.Content[k].Value, val, want)
+					}
+				}
+			}
+			return errAt(v.Line, "fault.%s: wrong type of value: %s", dir, msg)
 		}
 	}
 	return nil
@@ -470,7 +485,11 @@ func Parse(src []byte) (*Topology, error) {
 		}
 		msg = strings.TrimPrefix(msg, "yaml: ")
 		if strings.Contains(msg, "cannot unmarshal") {
-			msg = "wrong type of value: " + msg
+			if d := yamlerr.Describe(src, line, msg); d != "" {
+				msg = d
+			} else {
+				msg = "wrong type of value: " + msg
+			}
 		} else if !strings.Contains(msg, "already defined") {
 			msg = "invalid YAML: " + msg + " (check indentation, brackets and quotes)"
 		}

@@ -16,6 +16,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/prismd/prismd/internal/yamlerr"
+
 	"github.com/prismd/prismd/dataplane"
 )
 
@@ -203,6 +205,7 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		}
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
 		msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
+		msg = describeTypes(b, msg)
 		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, worker_handoff, mac_aging, metrics_listen, control_listen, am_sources, kulisch_partials)")
 		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, rx_ring, rx_ring_timeout, rx_lane, rx_sparse_fps, qdisc_bypass, backend, xdp_mode, fault)")
 		msg = strings.ReplaceAll(msg, "in type main.FaultConfig", "in fault (valid keys: reorder_percent, reorder_depth, delay_us, ingress, egress)")
@@ -224,6 +227,27 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// describeTypes rewrites each "line N: cannot unmarshal ..." of msg to name
+// the key and what it wants (yamlerr), and a port given as a bare name,
+// which the ports list does not take, to the form it does.
+func describeTypes(src []byte, msg string) string {
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(l), "line %d:", &n); err != nil {
+			continue
+		}
+		indent := l[:len(l)-len(strings.TrimLeft(l, " "))]
+		rest := strings.TrimSpace(l[strings.Index(l, ":")+1:])
+		if v, _, ok := yamlerr.Want(rest); ok && strings.HasSuffix(rest, "main.PortConfig") {
+			lines[i] = fmt.Sprintf("%sline %d: ports entry %q: write each port as a mapping, e.g. ports: [{name: %s}]", indent, n, v, v)
+		} else if d := yamlerr.Describe(src, n, rest); d != "" {
+			lines[i] = fmt.Sprintf("%sline %d: %s", indent, n, d)
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // wholeKeys are the keys of the schema that hold whole numbers: yaml

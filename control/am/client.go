@@ -91,7 +91,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			if json.Unmarshal(b, &eb) == nil && eb.Error != nil {
 				return eb.Error
 			}
-			return fmt.Errorf("coordinator %s: %s %s: HTTP %d: %s", c.URL, method, path, resp.StatusCode, strings.TrimSpace(string(b)))
+			// Not the AM's JSON error: something else answers there (a
+			// prismd's metrics port, another service).
+			return fmt.Errorf("coordinator %s: %s %s: HTTP %d: %s (not an answer of 'prismctl am': is --coordinator the AM's --listen address?)",
+				c.URL, method, path, resp.StatusCode, strings.TrimSpace(string(b)))
 		}
 		if out != nil {
 			if err := json.Unmarshal(b, out); err != nil {

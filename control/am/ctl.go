@@ -20,6 +20,7 @@ import (
 	"github.com/mdlayher/packet"
 	"golang.org/x/net/bpf"
 
+	"github.com/prismd/prismd/internal/netif"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -254,9 +255,12 @@ type PacketConn struct {
 
 // OpenConn opens the AM's CONTROL socket on interface name.
 func OpenConn(name string) (*PacketConn, error) {
-	ifi, err := net.InterfaceByName(name)
+	// The ranks' check (netif.Ethernet): the names this namespace has when
+	// the one given is not among them, and the loopback refused (CONTROL
+	// sent there comes straight back to the AM).
+	ifi, err := netif.Ethernet(name)
 	if err != nil {
-		return nil, fmt.Errorf("am: interface %q: %w", name, err)
+		return nil, err
 	}
 	if ifi.Flags&net.FlagUp == 0 {
 		return nil, fmt.Errorf("am: interface %q is down; bring it up with 'ip link set %s up'", name, name)

@@ -73,7 +73,10 @@ func matchCaps(pages []capsPage, c contextRecord, nBindings int) error {
 		return errors.New("no capability pages")
 	}
 	if pages[0].MaxMTU != 0 && int(c.MTU) > int(pages[0].MaxMTU) {
-		return fmt.Errorf("MTU %d above the node's maximum %d", c.MTU, pages[0].MaxMTU)
+		// The MTU comes from the ranks (--mtu, Config.MTU, 1500 by
+		// default): say what to ask for instead.
+		return fmt.Errorf("MTU %d above the node's maximum %d (its interfaces' MTU): ask for at most %d (prismctl --mtu, host Options.MTU: 576, 1500 or 9000) or raise the switch's port MTU",
+			c.MTU, pages[0].MaxMTU, pages[0].MaxMTU)
 	}
 	tuple := fmt.Sprintf("(%v, %v, %v, %v)", c.Input, c.Acc, c.Partial, c.Output)
 	var why []string

@@ -16,8 +16,10 @@ import (
 	"github.com/prismd/prismd/parser"
 )
 
-// ErrTopology is wrapped by every tree-selection error.
-var ErrTopology = errors.New("am: cannot place the collective on the topology")
+// ErrTopology is wrapped by every tree-selection error. Its text has no
+// "am:" of its own: ranks read it inside the runtime channel's error, which
+// already says "am: topology:".
+var ErrTopology = errors.New("cannot place the collective on the topology")
 
 // RankPlace is where one rank attaches: its host interface and its leaf.
 type RankPlace struct {

@@ -1,0 +1,58 @@
+package yamlerr
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// typeErr is the library's wrong-type message: the value's tag, the value
+// and the Go type it did not fit.
+var typeErr = regexp.MustCompile("cannot unmarshal !!(\\w+) `([^`]*)` into (\\S+)")
+
+// words names the Go types of the schemas as a person would.
+var words = map[string]string{"int": "a whole number", "uint": "a whole number", "uint16": "a whole number",
+	"uint32": "a whole number", "uint64": "a whole number", "float64": "a number", "bool": "true or false",
+	"string": "a string", "time.Duration": "a duration such as 500ms or 2s"}
+
+// Want reads a wrong-type message into the value and what the key wants
+// ("a whole number"); ok false for any other message.
+func Want(msg string) (val, want string, ok bool) {
+	m := typeErr.FindStringSubmatch(msg)
+	if m == nil {
+		return "", "", false
+	}
+	if want = words[m[3]]; want == "" {
+		want = m[3]
+	}
+	return m[2], want, true
+}
+
+// Key finds the key that holds val on line (1-based) of src, in block
+// ("mtu: abc") or flow ("{kind: host, mtu: abc}") style; "" if none does.
+func Key(src []byte, line int, val string) string {
+	lines := strings.Split(string(src), "\n")
+	if line < 1 || line > len(lines) {
+		return ""
+	}
+	m := regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*):\s*["']?` + regexp.QuoteMeta(val) + `["']?\s*(?:[,}#]|$)`).FindStringSubmatch(lines[line-1])
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// Describe rewrites one wrong-type message found on line of src as
+// `KEY: "VAL" is not WANT`, or returns "" when msg is not one or no key
+// on the line holds the value.
+func Describe(src []byte, line int, msg string) string {
+	val, want, ok := Want(msg)
+	if !ok {
+		return ""
+	}
+	k := Key(src, line, val)
+	if k == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s: %q is not %s", k, val, want)
+}
