@@ -41,11 +41,13 @@ func runShow(args []string) int {
 	ns := fs.String("netns", "", "network namespace of a lab node (pl-<lab>-<node>): use that node's socket in the lab's state directory (--state-dir)")
 	stateDir := fs.String("state-dir", deploy.DefaultStateDir, "with --netns: the --state-dir the lab was brought up with")
 	asJSON := fs.Bool("json", false, "print the raw JSON")
+	all := fs.Bool("all", false, "show am: every operation the AM keeps (default: unfinished ones and the last "+fmt.Sprint(recentFinished)+" finished)")
+	job := fs.Int64("job", -1, "show am: only this job's operations and barriers")
 	coordinator := fs.String("coordinator", os.Getenv("PRISM_COORDINATOR"), "the AM's runtime channel URL, e.g. http://10.0.0.1:7000 (PRISM_COORDINATOR, as for the ranks): show am reads it; show ops names each stream's rank or switch from it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl show ops|ports|macs [--socket PATH | --netns NS [--state-dir DIR]] [--json]")
 		fmt.Fprintln(fs.Output(), "       prismctl show ops [--socket PATH | --netns NS [--state-dir DIR]] --coordinator URL   (streams named by rank and switch)")
-		fmt.Fprintln(fs.Output(), "       prismctl show am --coordinator URL [--json]")
+		fmt.Fprintln(fs.Output(), "       prismctl show am --coordinator URL [--job J] [--all] [--json]")
 		fs.PrintDefaults()
 	}
 	// Accept flags before or after the subject.
@@ -64,7 +66,7 @@ func runShow(args []string) int {
 		return 2
 	}
 	if subject == "am" {
-		return showAM(*coordinator, *asJSON)
+		return showAM(*coordinator, *asJSON, amFilter{job: *job, all: *all})
 	}
 	if subject != "ops" && subject != "ports" && subject != "macs" {
 		if subject == "" {
@@ -122,7 +124,59 @@ func runShow(args []string) int {
 
 // showAM prints the AM's operations: each one's state, tree and ranks, and
 // every node as the AM last saw it, with what it waits for.
-func showAM(url string, asJSON bool) int {
+// recentFinished is how many finished operations show am lists by
+// default: the AM keeps ended ones for 10 minutes, and a training loop
+// leaves thousands (a walkthrough's bench run listed 1790).
+const recentFinished = 10
+
+// amFilter is what show am lists of the AM's operations.
+type amFilter struct {
+	job int64 // -1: every job
+	all bool  // every operation, finished ones too
+}
+
+// apply keeps l's barriers and operations of f.job, every unfinished
+// operation and, unless f.all, only the last recentFinished finished ones
+// (the AM lists them by job, group and seq); it returns how many finished
+// ones it left out, released and failed.
+func (f amFilter) apply(l *am.OpList) (released, failed int) {
+	if f.job >= 0 {
+		bs := l.Barriers[:0]
+		for _, b := range l.Barriers {
+			if int64(b.Job) == f.job {
+				bs = append(bs, b)
+			}
+		}
+		l.Barriers = bs
+	}
+	finished := 0
+	for _, o := range l.Ops {
+		if (f.job < 0 || int64(o.Op.Job) == f.job) && (o.State == "released" || o.State == "failed") {
+			finished++
+		}
+	}
+	ops := l.Ops[:0]
+	for _, o := range l.Ops {
+		if f.job >= 0 && int64(o.Op.Job) != f.job {
+			continue
+		}
+		if o.State == "released" || o.State == "failed" {
+			if finished--; !f.all && finished >= recentFinished {
+				if o.State == "failed" {
+					failed++
+				} else {
+					released++
+				}
+				continue
+			}
+		}
+		ops = append(ops, o)
+	}
+	l.Ops = ops
+	return released, failed
+}
+
+func showAM(url string, asJSON bool, f amFilter) int {
 	if url == "" {
 		fmt.Fprintln(os.Stderr, "prismctl show am: --coordinator URL is required, or PRISM_COORDINATOR (the AM's --listen address, e.g. http://10.0.0.1:7000)")
 		return 2
@@ -135,13 +189,22 @@ func showAM(url string, asJSON bool) int {
 		return 1
 	}
 	if asJSON {
+		if f.job >= 0 {
+			f.all = true // the JSON is for programs: every operation of the job
+			f.apply(l)
+		}
 		if err := json.NewEncoder(os.Stdout).Encode(l); err != nil {
 			fmt.Fprintf(os.Stderr, "prismctl show am: %v\n", err)
 			return 1
 		}
 		return 0
 	}
+	released, failed := f.apply(l)
 	printAMOps(os.Stdout, l)
+	if released+failed > 0 {
+		fmt.Printf("\n(%d earlier finished operations not shown: %d released, %d failed; --all lists them, --job J one job's)\n",
+			released+failed, released, failed)
+	}
 	return 0
 }
 
@@ -318,8 +381,10 @@ func printOps(w io.Writer, body []byte, names streamNames) error {
 			}
 			return "-"
 		}
-		fmt.Fprintf(w, "job %d group %d/%d op %d/%d  %s %s  %s  worker %d\n", o.Job, o.Group, o.GroupGen, o.Op, o.OpGen,
-			o.Role, o.Collective, o.State, o.Worker)
+		// "op J-G-GG-O-OG" as the ranks and show am print it, so one can be
+		// found in the other.
+		fmt.Fprintf(w, "op %d-%d-%d-%d-%d  job %d group %d/%d op %d/%d  %s %s  %s  worker %d\n", o.Job, o.Group, o.GroupGen, o.Op, o.OpGen,
+			o.Job, o.Group, o.GroupGen, o.Op, o.OpGen, o.Role, o.Collective, o.State, o.Worker)
 		fmt.Fprintf(w, "  tuple %s  vector %d  window %d  frontier %d  handed on %d  active %dms\n",
 			o.Tuple, o.VectorLen, o.Window, o.Frontier, o.Emitted, o.ActiveMs)
 		if o.Inexact {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,7 +64,7 @@ func TestShowOverUnixSocket(t *testing.T) {
 	if err := printOps(&out, body, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"job 7 group 0/0 op 3/1", "FAILED", "error (TIMEOUT): CONTRIBUTOR stream 101 silent", "[50,60)",
+	for _, want := range []string{"op 7-0-0-3-1  job 7 group 0/0 op 3/1", "FAILED", "error (TIMEOUT): CONTRIBUTOR stream 101 silent", "[50,60)",
 		"bitmap job 8 group 0/0 op 2/1", "boundary {65538}/65600", "PARTIAL token 1 missing {8197,8198,11364}/65600"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("ops output lacks %q:\n%s", want, out.String())
@@ -165,7 +167,7 @@ func TestShowAM(t *testing.T) {
 	if code := runShow([]string{"am", "--json"}); code != 0 {
 		t.Errorf("show am with PRISM_COORDINATOR set: exit %d, want 0", code)
 	}
-	if code := showAM("", false); code != 2 {
+	if code := showAM("", false, amFilter{job: -1}); code != 2 {
 		t.Errorf("show am without --coordinator: exit %d, want 2", code)
 	}
 }
@@ -257,5 +259,59 @@ func TestShowNetNSStateDir(t *testing.T) {
 	_, stderr, rc = prismctl(t, "show", "ports", "--netns", ns)
 	if rc != 1 || !strings.Contains(stderr, "--state-dir") {
 		t.Errorf("show ports --netns %s without --state-dir: exit %d, want 1 and a word on --state-dir:\n%s", ns, rc, stderr)
+	}
+}
+
+// TestShowAMFilter: the AM keeps every finished operation for 10 minutes,
+// and show am listed all of them (1790 after one bench run); by default it
+// lists the unfinished ones and the last few finished, and says how many
+// it left out.
+func TestShowAMFilter(t *testing.T) {
+	var l am.OpList
+	for seq := 0; seq < 25; seq++ {
+		st := "released"
+		if seq%5 == 0 {
+			st = "failed"
+		}
+		if seq == 3 {
+			st = "active"
+		}
+		l.Ops = append(l.Ops, am.OpStatus{ID: fmt.Sprintf("1-0-1-%d-7", seq), Op: am.OpIdentity{Job: 1}, Seq: uint64(seq), State: st})
+	}
+	l.Ops = append(l.Ops, am.OpStatus{ID: "2-0-1-0-7", Op: am.OpIdentity{Job: 2}, State: "released"})
+	l.Barriers = []am.Barrier{{Job: 1}, {Job: 2}}
+	ids := func(l am.OpList) (r []string) {
+		for _, o := range l.Ops {
+			r = append(r, o.ID)
+		}
+		return r
+	}
+	// Naive oracle: unfinished ones, then the last 10 finished in list order.
+	c := l
+	c.Ops = slices.Clone(l.Ops)
+	released, failed := amFilter{job: -1}.apply(&c)
+	var want []string
+	finishedSeen := 0
+	for i := len(l.Ops) - 1; i >= 0; i-- {
+		o := l.Ops[i]
+		if o.State == "active" || finishedSeen < recentFinished {
+			want = append([]string{o.ID}, want...)
+		}
+		if o.State != "active" {
+			finishedSeen++
+		}
+	}
+	if got := ids(c); !slices.Equal(got, want) || released+failed != 25-recentFinished || failed != 4 {
+		t.Errorf("default: %v (left out %d released, %d failed), want %v (15 left out, 4 failed: seqs 0, 5, 10, 15)", got, released, failed, want)
+	}
+	c = l
+	c.Ops, c.Barriers = slices.Clone(l.Ops), slices.Clone(l.Barriers)
+	if r, f := (amFilter{job: 2}).apply(&c); !slices.Equal(ids(c), []string{"2-0-1-0-7"}) || len(c.Barriers) != 1 || c.Barriers[0].Job != 2 || r+f != 0 {
+		t.Errorf("--job 2: %v, barriers %+v, left out %d", ids(c), c.Barriers, r+f)
+	}
+	c = l
+	c.Ops = slices.Clone(l.Ops)
+	if r, f := (amFilter{job: -1, all: true}).apply(&c); len(c.Ops) != len(l.Ops) || r+f != 0 {
+		t.Errorf("--all: %d of %d, left out %d", len(c.Ops), len(l.Ops), r+f)
 	}
 }
