@@ -213,8 +213,8 @@ func runAllReduce(args []string) int {
 		fmt.Fprintln(fs.Output(), "usage: prismctl allreduce --coordinator URL --rank R --size N --iface IF --node H [--count N] [--format fp32] [--acc kulisch|fp32] [--verify]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	if fs.NArg() > 0 {
 		return flagErr(fs, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0)))

@@ -44,8 +44,8 @@ func runAM(args []string) int {
 		fmt.Fprintln(fs.Output(), "usage: prismctl am --topology FILE --iface IF [--listen :7000]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	if fs.NArg() > 0 {
 		return amFlagErr(fs, "unexpected argument %q", fs.Arg(0))

@@ -109,8 +109,8 @@ func runBench(args []string) int {
 		fmt.Fprintln(fs.Output(), "'prismctl allreduce --iters N', which prints each call's setup.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	if fs.NArg() > 0 {
 		return flagErr(fs, fmt.Errorf("unexpected argument %q (flags start with -)", fs.Arg(0)))

@@ -66,6 +66,14 @@ func TestHelp(t *testing.T) {
 		{[]string{"show", "-h"}, 0, "usage: prismctl show"},
 		{[]string{"show", "foo"}, 2, `prismctl show: unknown subcommand "foo"; use ops, ports, macs or am`},
 		{[]string{"show"}, 2, "prismctl show: what to show?"},
+		{[]string{"allreduce", "-h"}, 0, "usage: prismctl allreduce"},
+		{[]string{"bench", "--help"}, 0, "usage: prismctl bench"},
+		{[]string{"am", "-h"}, 0, "usage: prismctl am"},
+		{[]string{"mcast", "blast", "-h"}, 0, "usage: prismctl mcast blast"},
+		{[]string{"tcpcopy", "-h"}, 0, "usage: prismctl tcpcopy send"},
+		{[]string{"tcpcopy", "send", "-h"}, 0, "-sequential"},
+		{[]string{"tcpcopy", "frob"}, 2, `prismctl tcpcopy: unknown subcommand "frob"; use send or recv`},
+		{[]string{"allreduce", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 	} {
 		stdout, stderr, rc := prismctl(t, c.args...)
 		where, other := stdout, stderr

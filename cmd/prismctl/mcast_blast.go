@@ -36,8 +36,8 @@ func mcastBlast(args []string) int {
 		fmt.Fprintln(fs.Output(), "usage: prismctl mcast blast --receivers h2,h3,... --topology T --node H [--size 1500 --duration 5s]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	topo, err := mf.load()
 	if err != nil {

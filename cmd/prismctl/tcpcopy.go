@@ -29,11 +29,14 @@ func init() {
 	register("tcpcopy", "copy a file to several hosts over TCP, the peer of 'mcast' (send|recv)", runTCPCopy)
 }
 
+func tcpcopyUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: prismctl tcpcopy send --file F --to 10.0.0.2:7100,10.0.0.3:7100 [--sequential]")
+	fmt.Fprintln(w, "       prismctl tcpcopy recv --out F [--listen :7100]")
+}
+
 func runTCPCopy(args []string) int {
-	if len(args) == 0 || (args[0] != "send" && args[0] != "recv") {
-		fmt.Fprintln(os.Stderr, "usage: prismctl tcpcopy send --file F --to 10.0.0.2:7100,10.0.0.3:7100 [--sequential]")
-		fmt.Fprintln(os.Stderr, "       prismctl tcpcopy recv --out F [--listen :7100]")
-		return 2
+	if rc, ok := pickSub("tcpcopy", args, []string{"send", "recv"}, tcpcopyUsage); !ok {
+		return rc
 	}
 	if args[0] == "send" {
 		return tcpSend(args[1:])
@@ -51,8 +54,8 @@ func tcpSend(args []string) int {
 	to := fs.String("to", "", "comma-separated receivers, host:port")
 	sequential := fs.Bool("sequential", false, "copy to one receiver after the other (default: all at once, one connection each)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	if *file == "" || *to == "" {
 		return flagErr(fs, errors.New("--file and --to are required"))
@@ -157,8 +160,8 @@ func tcpRecv(args []string) int {
 	out := fs.String("out", "", "where to write the file")
 	listen := fs.String("listen", ":7100", "address to accept the copy on")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if rc, ok := parseFlags(fs, args); !ok {
+		return rc
 	}
 	if *out == "" {
 		return flagErr(fs, errors.New("--out is required"))
