@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,10 @@ type Node struct {
 	m       *engine.Metrics
 	cm      *Metrics
 	am      atomic.Pointer[[][6]byte] // trusted AM source MACs
+	// untrustedAt is when an untrusted CONTROL source was last logged:
+	// the drop was only counted, and an operator whose am_sources lacked
+	// the AM's MAC saw setups time out with nothing in the log.
+	untrustedAt atomic.Int64
 
 	mu      sync.Mutex
 	workers []*Worker
@@ -113,6 +118,28 @@ func definedMTUFloor(mtu int) uint16 {
 func (n *Node) SetAMMACs(macs [][6]byte) {
 	m := append([][6]byte(nil), macs...)
 	n.am.Store(&m)
+}
+
+// untrustedLogEvery bounds the untrusted-source warning to one per period
+// (a flood of forged CONTROL must not become a flood of log lines).
+const untrustedLogEvery = int64(10 * time.Second)
+
+// logUntrusted warns, at most once per untrustedLogEvery, that CONTROL
+// from src was dropped because src is not a configured AM.
+func (n *Node) logUntrusted(now int64, in int, src [6]byte) {
+	last := n.untrustedAt.Load()
+	if last != 0 && now-last < untrustedLogEvery || !n.untrustedAt.CompareAndSwap(last, max(now, 1)) {
+		return
+	}
+	var trusted []string
+	if p := n.am.Load(); p != nil {
+		for _, m := range *p {
+			trusted = append(trusted, net.HardwareAddr(m[:]).String())
+		}
+	}
+	n.cfg.Logger.Warn("CONTROL dropped: its source is not a configured AM (am_sources); if it is your AM, add its MAC "+
+		"(prism_control_drops_total{reason=\"untrusted_source\"} counts every one; this warning repeats at most every 10s)",
+		"src", net.HardwareAddr(src[:]).String(), "port", in, "am_sources", trusted)
 }
 
 // NewHandlerFactory is NewNode(cfg).Factory().
@@ -329,6 +356,7 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 	src := [6]byte(frame[6:12])
 	if !w.trusted(src) {
 		cm.drop(reasonUntrusted)
+		w.n.logUntrusted(now, in, src)
 		return
 	}
 	if len(frame) < parser.ControlBodyOff {

@@ -2,6 +2,9 @@ package control
 
 import (
 	"bytes"
+	"log/slog"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -650,4 +653,33 @@ func TestAbandonedBitmapContextsExpire(t *testing.T) {
 	expect(cmd(staged, parser.CmdCommit), parser.StatusStaleGeneration, parser.StateNone)
 	expect(stageFrame(t, staged, next(), ctx, goodBindings()), parser.StatusStaleGeneration, parser.StateNone)
 	expect(cmd(active, parser.CmdComplete), parser.StatusOK, parser.StateActive)
+}
+
+// TestUntrustedSourceLogged: CONTROL from a MAC that is not a configured AM
+// was only counted; an operator whose am_sources lacked the AM's MAC saw
+// setups time out with nothing in the log. It is logged, naming the
+// source and the trusted MACs, at most once per 10 s however many arrive.
+func TestUntrustedSourceLogged(t *testing.T) {
+	var logs bytes.Buffer
+	n := NewNode(NodeConfig{AMMACs: [][6]byte{amMAC}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	r := &nodeRig{t: t, w: n.NewWorker(0, 1), tx: &recorder{}, now: 1e9}
+	f := stageFrame(t, ruleKey, 1, goodCtx(), goodBindings())
+	evil := append([]byte(nil), f...)
+	copy(evil[6:12], []byte{2, 0xee, 0, 0, 0, 1})
+	for i := 0; i < 100; i++ {
+		r.now += int64(time.Millisecond)
+		r.do(evil)
+	}
+	if c := strings.Count(logs.String(), "CONTROL dropped: its source is not a configured AM"); c != 1 ||
+		!strings.Contains(logs.String(), "src=02:ee:00:00:00:01") || !strings.Contains(logs.String(), net.HardwareAddr(amMAC[:]).String()) {
+		t.Fatalf("%d warnings in 100 ms, want 1 naming the source and am_sources:\n%s", c, logs.String())
+	}
+	r.now += int64(10 * time.Second)
+	r.do(evil)
+	if c := strings.Count(logs.String(), "CONTROL dropped"); c != 2 {
+		t.Fatalf("%d warnings after 10 s more, want 2", c)
+	}
+	if n.cm.Drops("untrusted_source") != 101 {
+		t.Fatalf("%d counted, want every one of 101", n.cm.Drops("untrusted_source"))
+	}
 }

@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -188,7 +191,16 @@ func (e *ConfigError) Unwrap() error { return ErrConfig }
 func LoadConfig(file string) (*Config, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, &ConfigError{File: file, Msg: fmt.Sprintf("cannot read: %v (pass an existing file with --config)", err)}
+		// The hint follows the cause: "pass an existing file" read oddly
+		// under permission denied or for a directory.
+		hint := "pass an existing file with --config"
+		switch {
+		case errors.Is(err, fs.ErrPermission):
+			hint = "prismd runs as a user that may not read it: fix its mode or owner"
+		case errors.Is(err, syscall.EISDIR):
+			hint = "--config names a directory; name the YAML file in it"
+		}
+		return nil, &ConfigError{File: file, Msg: fmt.Sprintf("cannot read: %v (%s)", err, hint)}
 	}
 	return ParseConfig(file, b)
 }
@@ -380,8 +392,13 @@ func (c *Config) Validate(file string) error {
 		c.aging = d
 	}
 	if c.MetricsListen != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+		_, port, err := net.SplitHostPort(c.MetricsListen)
+		if err != nil {
 			return bad("metrics_listen", "%q is not host:port (e.g. \"127.0.0.1:9100\"); use \"\" to disable", c.MetricsListen)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); port != "" && err != nil {
+			// Listen found that out only at start-up (":99999").
+			return bad("metrics_listen", "%q: port %q is not a number 0..65535", c.MetricsListen, port)
 		}
 	}
 	if c.ControlListen != "" && !filepath.IsAbs(c.ControlListen) {

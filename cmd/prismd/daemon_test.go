@@ -115,6 +115,16 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 		t.Fatalf("ports = %v, want %v\nlog:\n%s", got, want, logs.String())
 	}
 	waitPorts(names[0], names[1])
+	waitLog := func(n int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for strings.Count(logs.String(), what) < n && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if c := strings.Count(logs.String(), what); c != n {
+			t.Fatalf("%d log lines with %q, want %d\n%s", c, what, n, logs.String())
+		}
+	}
 
 	// Add a port: the two running ones are not reopened.
 	writeCfg(ports(names[0], names[1], names[2]) + "mac_aging: 60s\n")
@@ -122,6 +132,10 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 	waitPorts(names[0], names[1], names[2])
 	if n := strings.Count(logs.String(), "port opened"); n != 3 {
 		t.Fatalf("%d ports opened, want 3 (untouched ports must not be reopened)\n%s", n, logs.String())
+	}
+	waitLog(1, "configuration reloaded")
+	if !strings.Contains(logs.String(), `changed="mac_aging 5m0s -> 1m0s"`) {
+		t.Errorf("the reload does not say what changed:\n%s", logs.String())
 	}
 
 	// A bad configuration is rejected and the running one stays.
@@ -136,10 +150,27 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 	}
 	waitPorts(names[0], names[1], names[2])
 
-	// Remove a port.
+	// kulisch_partials needs a restart: warned while the file differs from
+	// what runs, every reload, and not once the file is back to it.
+	for i, kp := range []string{"scaled", "scaled", "f64"} {
+		writeCfg(ports(names[0], names[1], names[2]) + "kulisch_partials: " + kp + "\n")
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		waitLog(2+i, "configuration reloaded")
+	}
+	if c, back := strings.Count(logs.String(), "running=\"\" configured=scaled"), strings.Count(logs.String(), "configured=f64"); c != 2 || back != 0 {
+		t.Errorf("kulisch_partials warnings for scaled, scaled, f64 while the default (f64) runs: %d for scaled, %d for f64; want 2 and 0\n%s",
+			c, back, logs.String())
+	}
+
+	// Remove a port; names[2] moves to index 0, which breaks what the AM
+	// set up by index: warned.
 	writeCfg(ports(names[2], names[0]))
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitPorts(names[2], names[0])
+	waitLog(2, "port moved to another index") // names[0] moved from 0 to 1 too
+	if !strings.Contains(logs.String(), "port="+names[2]+" index=0 was=2") {
+		t.Errorf("the moved port's warning does not name it and both indices:\n%s", logs.String())
+	}
 
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
 	select {

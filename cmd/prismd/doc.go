@@ -3,7 +3,9 @@
 // interface, runs the dataplane, serves /metrics and a local control socket
 // (introspection, and the per-job authentication keys of keys.go, which
 // only that socket takes), reloads on SIGHUP and shuts down cleanly on
-// SIGTERM/SIGINT.
+// SIGTERM/SIGINT. It claims each port's interface (ownership.go: one prismd
+// per interface and per control socket) and follows the interfaces: a
+// re-created one, or an MTU change it was told to follow, reopens the port.
 //
 // This package owns flags, the configuration file and process lifecycle; it
 // must not implement forwarding (package dataplane) or operations (engine).

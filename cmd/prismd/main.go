@@ -13,10 +13,16 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vishvananda/netns"
 
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/internal/netif"
@@ -36,8 +42,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log format: text or json")
 	cpuprof := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (for go tool pprof; stopped on shutdown)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "prismd %s (revision %s)\n", version, revision())
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "prismd: unexpected argument %q; all options are flags (see -h)\n", fs.Arg(0))
@@ -68,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "prismd: configuration invalid: %v\n", err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "prismd: configuration %s is valid (%d ports, %d workers)\n", *cfgFile, len(cfg.Ports), cfg.Workers)
+		fmt.Fprintf(stdout, "prismd: configuration %s is valid (%s, %s)\n", *cfgFile, plural(len(cfg.Ports), "port"), plural(cfg.Workers, "worker"))
 		return 0
 	}
 	if err != nil {
@@ -112,8 +123,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 type openPort struct {
-	cfg  PortConfig
-	port dataplane.Port
+	cfg   PortConfig
+	port  dataplane.Port
+	claim net.Listener // this process's claim on the interface (ownership.go)
+	iface ifaceState   // the interface when the port was opened
 }
 
 type daemon struct {
@@ -125,6 +138,12 @@ type daemon struct {
 	metrics *metrics.Server
 	control *http.Server
 	ctlLn   net.Listener
+	// mu serialises what changes the port set: a reload and the link
+	// watcher's reopening of a re-created interface.
+	mu   sync.Mutex
+	gone map[string]bool // ports whose interface is missing, said once
+	quit chan struct{}
+	done chan struct{}
 }
 
 func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
@@ -136,53 +155,117 @@ func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{file: file, log: log, cfg: cfg, dp: dp, ports: map[string]openPort{}}
+	d := &daemon{file: file, log: log, cfg: cfg, dp: dp, ports: map[string]openPort{}, gone: map[string]bool{},
+		quit: make(chan struct{}), done: make(chan struct{})}
 	if err := d.applyPorts(cfg); err != nil {
 		dp.Close()
 		return nil, err
 	}
 	if err := d.startServers(cfg); err != nil {
+		close(d.done)
 		d.close()
 		return nil, err
 	}
+	// The watcher looks interfaces up by name from a thread of its own: in
+	// the daemon's network namespace, which a goroutine's thread is in
+	// only if the whole process is (ip netns exec), not when the caller
+	// moved just its own locked thread (tests).
+	ns, err := netns.Get()
+	if err != nil {
+		close(d.done)
+		d.close()
+		return nil, fmt.Errorf("reading this thread's network namespace: %w", err)
+	}
+	go d.watchLinks(ns, linkCheckEvery)
+	warnNoAM(log, cfg)
 	log.Info("prismd running", "version", version, "ports", len(cfg.Ports), "workers", cfg.Workers,
 		"metrics", cfg.MetricsListen, "control", cfg.ControlListen)
 	return d, nil
 }
 
-// applyPorts opens the ports cfg adds or changes and installs the new port
-// set. Unchanged ports keep their socket and RX goroutine. On error nothing changes.
+// applyPorts opens the ports cfg adds or changes, and reopens those whose
+// interface was re-created (a new ifindex: the old socket is bound to the
+// dead one) or, with no mtu configured, changed its MTU, then installs the
+// new port set. Unchanged ports keep their socket and RX goroutine. On
+// error nothing changes. Callers hold d.mu (or run before any goroutine
+// that takes it).
 func (d *daemon) applyPorts(cfg *Config) error {
 	var list []dataplane.Port
 	next := map[string]openPort{}
 	var opened []dataplane.Port
+	var claimed []net.Listener // new claims, released if this fails
+	undo := func() {
+		for _, o := range opened {
+			o.Close()
+		}
+		for _, c := range claimed {
+			c.Close()
+		}
+	}
 	for _, pc := range cfg.Ports {
-		if old, ok := d.ports[pc.Name]; ok && reflect.DeepEqual(old.cfg, pc) {
-			list = append(list, old.port)
-			next[pc.Name] = old
-			continue
+		old, had := d.ports[pc.Name]
+		cur, present := currentIface(pc.Name)
+		why := ""
+		if had && reflect.DeepEqual(old.cfg, pc) {
+			switch {
+			case present && cur.index != old.iface.index:
+				why = fmt.Sprintf("interface re-created (ifindex %d, was %d)", cur.index, old.iface.index)
+			case present && pc.MTU == 0 && cur.mtu != old.iface.mtu:
+				why = fmt.Sprintf("interface MTU changed to %d (was %d)", cur.mtu, old.iface.mtu)
+			default:
+				list = append(list, old.port)
+				next[pc.Name] = old
+				continue
+			}
+		}
+		claim := old.claim
+		if !had {
+			c, err := claimPort(pc.Name)
+			if err != nil {
+				undo()
+				return err
+			}
+			claim = c
+			claimed = append(claimed, c)
 		}
 		p, err := openBackend(pc)
 		if err != nil {
-			for _, o := range opened {
-				o.Close()
-			}
+			undo()
 			return err
 		}
 		p = dataplane.WithFault(p, pc.fault())
 		opened = append(opened, p)
 		list = append(list, p)
-		next[pc.Name] = openPort{cfg: pc, port: p}
-		d.log.Info("port opened", "port", pc.Name, "mtu", p.MTU(), "mac", net.HardwareAddr(macSlice(p.MAC())).String())
+		now, _ := currentIface(pc.Name)
+		next[pc.Name] = openPort{cfg: pc, port: p, claim: claim, iface: now}
+		if why != "" {
+			d.log.Warn("port reopened", "port", pc.Name, "why", why, "mtu", p.MTU(), "mac", net.HardwareAddr(macSlice(p.MAC())).String())
+		} else {
+			d.log.Info("port opened", "port", pc.Name, "mtu", p.MTU(), "mac", net.HardwareAddr(macSlice(p.MAC())).String())
+		}
+	}
+	before := map[string]int{}
+	for i, p := range d.dp.Ports() {
+		before[p.Name()] = i
 	}
 	if err := d.dp.SetPorts(list); err != nil {
-		for _, o := range opened {
-			o.Close()
-		}
+		undo()
 		return err
 	}
-	for name := range d.ports {
+	for i, pc := range cfg.Ports {
+		if j, ok := before[pc.Name]; ok && j != i {
+			// The AM's topology and the operations it set up name ports
+			// by index (their order in this file): a reorder breaks them
+			// (DATA then arrives on the 'wrong_port').
+			d.log.Warn("port moved to another index: operations set up by the AM refer to ports by index, "+
+				"so the AM's topology must list this switch's ports in the new order, and operations in flight here will fail",
+				"port", pc.Name, "index", i, "was", j)
+		}
+	}
+	for name, o := range d.ports {
 		if _, ok := next[name]; !ok {
+			o.claim.Close()
+			delete(d.gone, name)
 			d.log.Info("port removed", "port", name)
 		}
 	}
@@ -195,6 +278,70 @@ func (d *daemon) applyPorts(cfg *Config) error {
 		onPorts(m)
 	}
 	return nil
+}
+
+// warnNoAM says, when the collective engine runs, that an empty am_sources
+// trusts no one: every CONTROL is dropped and no collective can be set up
+// here, which otherwise showed only as setups timing out at the AM.
+func warnNoAM(log *slog.Logger, cfg *Config) {
+	if handlerFactory != nil && len(cfg.AMSources) == 0 {
+		log.Warn("am_sources is empty: this switch accepts CONTROL from no one, so no collective can be set up on it; " +
+			"list the MAC of the AM's interface (prismctl am prints it when it starts)")
+	}
+}
+
+// linkCheckEvery is how often the link watcher looks at the ports'
+// interfaces: a re-created interface is back in service within it.
+var linkCheckEvery = 2 * time.Second
+
+// watchLinks follows the ports' interfaces: one that disappears is said
+// once (its frames are lost until it is back), and one re-created, or
+// whose MTU changed while the configuration leaves the MTU to the
+// interface, is reopened. Without it such a port stayed bound to the dead
+// ifindex until a restart, counting tx_link_down, and a SIGHUP kept it too.
+func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
+	defer close(d.done)
+	runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	err := netns.Set(ns)
+	ns.Close()
+	if err != nil {
+		d.log.Error("link watcher: cannot enter the daemon's network namespace; re-created interfaces need a restart", "err", err)
+		<-d.quit
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.quit:
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		stale := false
+		for name, o := range d.ports {
+			cur, present := currentIface(name)
+			switch {
+			case !present:
+				if !d.gone[name] {
+					d.gone[name] = true
+					d.log.Warn("port's interface is gone: its frames are lost until an interface of that name exists again, and prismd then reopens it",
+						"port", name)
+				}
+				continue
+			case d.gone[name]:
+				delete(d.gone, name)
+				d.log.Info("port's interface is back", "port", name)
+			}
+			stale = stale || cur.index != o.iface.index || o.cfg.MTU == 0 && cur.mtu != o.iface.mtu
+		}
+		if stale {
+			if err := d.applyPorts(d.cfg); err != nil {
+				d.log.Error("reopening a re-created interface failed; retrying", "err", err)
+			}
+		}
+		d.mu.Unlock()
+	}
 }
 
 // openBackend opens pc with its backend (afpacket or afxdp).
@@ -240,8 +387,13 @@ func (d *daemon) startServers(cfg *Config) error {
 		d.metrics = s
 	}
 	if cfg.ControlListen != "" {
-		// A stale socket from a crashed run would make Listen fail.
+		// A stale socket from a crashed run would make Listen fail; one a
+		// running prismd answers on is not stale, and removing it took
+		// that prismd's control socket away.
 		if fi, err := os.Lstat(cfg.ControlListen); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			if _, err := checkControlSocket(cfg.ControlListen); err != nil {
+				return err
+			}
 			_ = os.Remove(cfg.ControlListen)
 		}
 		ln, err := net.Listen("unix", cfg.ControlListen)
@@ -318,6 +470,8 @@ func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 
 // reload re-reads the configuration. On error the old one stays in force.
 func (d *daemon) reload() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	cfg, err := LoadConfig(d.file)
 	if err != nil {
 		d.log.Error("reload rejected; keeping the running configuration", "err", err)
@@ -329,11 +483,14 @@ func (d *daemon) reload() {
 	if cfg.WorkerHandoff != d.cfg.WorkerHandoff {
 		d.log.Warn("worker_handoff changed; takes effect only after a restart", "running", d.cfg.WorkerHandoff, "configured", cfg.WorkerHandoff)
 	}
-	if cfg.MetricsListen != d.cfg.MetricsListen || cfg.ControlListen != d.cfg.ControlListen {
-		d.log.Warn("metrics_listen/control_listen changed; takes effect only after a restart")
+	if cfg.MetricsListen != d.cfg.MetricsListen {
+		d.log.Warn("metrics_listen changed; takes effect only after a restart", "running", d.cfg.MetricsListen, "configured", cfg.MetricsListen)
+	}
+	if cfg.ControlListen != d.cfg.ControlListen {
+		d.log.Warn("control_listen changed; takes effect only after a restart", "running", d.cfg.ControlListen, "configured", cfg.ControlListen)
 	}
 	if cfg.PlainKulischPartials() != d.cfg.PlainKulischPartials() || cfg.CompactKulischPartials() != d.cfg.CompactKulischPartials() {
-		d.log.Warn("kulisch_partials changed; takes effect only after a restart", "configured", cfg.KulischPartials)
+		d.log.Warn("kulisch_partials changed; takes effect only after a restart", "running", d.cfg.KulischPartials, "configured", cfg.KulischPartials)
 	}
 	if err := d.applyPorts(cfg); err != nil {
 		d.log.Error("reload rejected; keeping the running configuration", "err", err)
@@ -341,16 +498,42 @@ func (d *daemon) reload() {
 	}
 	d.dp.SetMACAging(cfg.Aging())
 	d.dp.SetNodeMAC(cfg.NodeMACAddr())
-	keepW, keepH, keepM, keepC := d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen
+	// What took effect, by key (ports log their own changes): "configuration
+	// reloaded" alone left the operator to diff the file.
+	var changed []string
+	if cfg.Aging() != d.cfg.Aging() {
+		changed = append(changed, fmt.Sprintf("mac_aging %v -> %v", d.cfg.Aging(), cfg.Aging()))
+	}
+	if cfg.NodeMAC != d.cfg.NodeMAC {
+		changed = append(changed, fmt.Sprintf("node_mac %q -> %q", d.cfg.NodeMAC, cfg.NodeMAC))
+	}
+	if !slices.Equal(cfg.AMSources, d.cfg.AMSources) {
+		changed = append(changed, fmt.Sprintf("am_sources %v -> %v", d.cfg.AMSources, cfg.AMSources))
+	}
+	// What needs a restart stays as it runs, so the next reload compares
+	// against what runs (it warned of kulisch_partials after a reload
+	// back to the running value, and not on a second reload of a change).
+	keepW, keepH, keepM, keepC, keepK := d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials
 	d.cfg = cfg
-	d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen = keepW, keepH, keepM, keepC
+	d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials = keepW, keepH, keepM, keepC, keepK
 	if onReload != nil {
 		onReload(cfg)
 	}
-	d.log.Info("configuration reloaded", "ports", len(cfg.Ports), "mac_aging", cfg.Aging())
+	warnNoAM(d.log, cfg)
+	if len(changed) == 0 {
+		changed = []string{"nothing besides the ports above"}
+	}
+	d.log.Info("configuration reloaded", "ports", len(cfg.Ports), "changed", strings.Join(changed, "; "))
 }
 
 func (d *daemon) close() {
+	if d.quit != nil { // nil for a daemon built without startDaemon (tests)
+		close(d.quit)
+		<-d.done // the link watcher no longer touches the ports
+	}
+	for _, o := range d.ports {
+		o.claim.Close()
+	}
 	if d.control != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = d.control.Shutdown(ctx)
@@ -372,4 +555,12 @@ func revision() string {
 		}
 	}
 	return "unknown"
+}
+
+// plural is "1 port", "2 ports".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

@@ -1,3 +1,4 @@
-// Package systemd holds prismd's systemd unit (prismd.service) and the test
-// that runs systemd-analyze verify on it. It contains no code.
+// Package systemd holds prismd's systemd unit (prismd.service), the drop-in
+// for ports with backend: afxdp (prismd-afxdp.conf), and the test that runs
+// systemd-analyze verify on them. It contains no code.
 package systemd

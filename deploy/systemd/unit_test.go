@@ -37,6 +37,22 @@ func TestUnitVerifies(t *testing.T) {
 	if err := os.WriteFile(path, []byte(u), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The afxdp drop-in, merged: it must parse and keep the unit valid.
+	dropin, err := os.ReadFile("prismd-afxdp.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CAP_BPF", "AF_XDP", "SystemCallFilter=bpf"} {
+		if !strings.Contains(string(dropin), want) {
+			t.Errorf("afxdp drop-in lacks %q", want)
+		}
+	}
+	if err := os.MkdirAll(path+".d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(path+".d", "afxdp.conf"), dropin, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(sa, "verify", path)
 	cmd.Env = append(os.Environ(), "SYSTEMD_LOG_LEVEL=warning")
 	out, err := cmd.CombinedOutput()

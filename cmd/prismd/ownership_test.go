@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/internal/netnstest"
+)
+
+// startIn runs startDaemon inside namespace ns (on a thread of its own that
+// stays there) and returns the daemon or its error.
+func startIn(t *testing.T, env *netnstest.Env, ns string, cfg *Config, logs *syncBuf) (*daemon, error) {
+	t.Helper()
+	var d *daemon
+	var err error
+	env.Do(ns, func() { d, err = startDaemon("test.yaml", cfg, slog.New(slog.NewTextHandler(logs, nil))) })
+	if d != nil {
+		t.Cleanup(d.close)
+	}
+	return d, err
+}
+
+func parseCfg(t *testing.T, body string) *Config {
+	t.Helper()
+	c, err := ParseConfig("test.yaml", []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestSecondDaemonRefused: a second prismd on an interface another one
+// switches forwarded every frame again (a ping came back with duplicates),
+// and one given the same control_listen removed the running one's socket
+// as stale. Both are refused, naming the holder, and the first runs on.
+func TestSecondDaemonRefused(t *testing.T) {
+	env := netnstest.New(t, "po")
+	sw, h := env.Namespace("sw"), env.Namespace("h")
+	_, x := env.Veth(h, sw)
+	_, y := env.Veth(h, sw)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "a.sock")
+	var logs syncBuf
+	if _, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}]\ncontrol_listen: %s\n", x, sock)), &logs); err != nil {
+		t.Fatalf("first daemon: %v\n%s", err, logs.String())
+	}
+	_, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}]\ncontrol_listen: %s\n", x, filepath.Join(dir, "b.sock"))), &logs)
+	want := fmt.Sprintf("port %q: another prismd (pid %d) already switches this interface", x, os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("second daemon on %s: %v, want %q", x, err, want)
+	}
+	_, err = startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}]\ncontrol_listen: %s\n", y, sock)), &logs)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("control_listen %q: another process (pid %d", sock, os.Getpid())) {
+		t.Fatalf("second daemon on the first's control socket: %v", err)
+	}
+	// The refused one released what it had claimed (y), and the first
+	// one's socket still answers.
+	if _, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}]\n", y)), &logs); err != nil {
+		t.Errorf("a daemon on %s after the refusals: %v", y, err)
+	}
+	if _, err := statusOf(sock); err != nil {
+		t.Errorf("the first daemon's control socket: %v", err)
+	}
+}
+
+type portStatus struct {
+	Name string `json:"name"`
+	MAC  string `json:"mac"`
+	MTU  int    `json:"mtu"`
+}
+
+func statusOf(sock string) ([]portStatus, error) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := client.Get("http://prismd/v1/status")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Ports []portStatus `json:"ports"`
+	}
+	return st.Ports, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// TestRecreatedInterfaceReopened: an interface deleted and created again
+// under the same name left its port bound to the dead ifindex until a
+// restart (SIGHUP kept it too). The link watcher says the interface is
+// gone, then reopens the port on the new one; an MTU change of an
+// interface whose port leaves the MTU to it is followed the same way.
+func TestRecreatedInterfaceReopened(t *testing.T) {
+	old := linkCheckEvery
+	linkCheckEvery = 50 * time.Millisecond
+	t.Cleanup(func() { linkCheckEvery = old })
+	env := netnstest.New(t, "pr")
+	sw, h := env.Namespace("sw"), env.Namespace("h")
+	a, b := env.Veth(h, sw)
+	sock := filepath.Join(t.TempDir(), "ctl.sock")
+	var logs syncBuf
+	if _, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}]\ncontrol_listen: %s\n", b, sock)), &logs); err != nil {
+		t.Fatalf("daemon: %v\n%s", err, logs.String())
+	}
+	macOf := func() string {
+		return strings.TrimSpace(env.MustExec(sw, "cat", "/sys/class/net/"+b+"/address"))
+	}
+	waitPort := func(what string, ok func(p portStatus) bool) {
+		t.Helper()
+		var last []portStatus
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			st, err := statusOf(sock)
+			if err == nil && len(st) == 1 && ok(st[0]) {
+				return
+			}
+			last = st
+		}
+		t.Fatalf("%s: ports %+v\n%s", what, last, logs.String())
+	}
+	first := macOf()
+	waitPort("at start", func(p portStatus) bool { return p.MAC == first })
+
+	env.MustExec(h, "ip", "link", "del", a)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "port's interface is gone"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no word of the interface gone:\n%s", logs.String())
+		}
+	}
+	env.MustExec(sw, "ip", "link", "add", b, "type", "veth", "peer", "name", a, "netns", h)
+	env.MustExec(sw, "ip", "link", "set", b, "up")
+	env.MustExec(h, "ip", "link", "set", a, "up")
+	second := macOf()
+	if second == first {
+		t.Fatalf("the new %s has the old MAC %s: the test cannot tell the ports apart", b, first)
+	}
+	waitPort("after re-creation", func(p portStatus) bool { return p.MAC == second })
+	if !strings.Contains(logs.String(), "interface re-created") {
+		t.Errorf("reopening not logged with its reason:\n%s", logs.String())
+	}
+
+	env.MustExec(sw, "ip", "link", "set", b, "mtu", "9000")
+	waitPort("after an MTU change", func(p portStatus) bool { return p.MTU == 9000 })
+	if !strings.Contains(logs.String(), "interface MTU changed to 9000 (was 1500)") {
+		t.Errorf("MTU change not logged:\n%s", logs.String())
+	}
+}
