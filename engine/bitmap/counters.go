@@ -93,7 +93,7 @@ var (
 	descDecode = prometheus.NewDesc("prism_bitmap_decode_drops_total", "Frames of BITMAP contexts dropped as malformed, by parser reason.", []string{"reason"}, nil)
 	descSent   = prometheus.NewDesc("prism_bitmap_frames_sent_total", "DATA/RESULT frames sent by BITMAP contexts, by class.", []string{"class"}, nil)
 	descEvents = prometheus.NewDesc("prism_bitmap_events_total", "Bitmap framework events, by kind.", []string{"event"}, nil)
-	descBits   = prometheus.NewDesc("prism_bitmap_dropped_bits_total", "D-BM bits not replicated, by reason.", []string{"reason"}, nil)
+	descBits   = prometheus.NewDesc("prism_bitmap_dropped_destinations_total", "Destinations (D-BM bits) a RESULT was not replicated to, by reason.", []string{"reason"}, nil)
 	descTxFull = prometheus.NewDesc("prism_bitmap_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
 )
 
