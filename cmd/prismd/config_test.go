@@ -69,6 +69,7 @@ func TestConfigErrors(t *testing.T) {
 		{"wrong type", "ports: [{name: a}]\nworkers: many\n", `line 2: workers: "many" is not a whole number`},
 		{"port wrong type", "ports: [{name: a, rx_ring: maybe}]\n", `line 1: rx_ring: "maybe" is not true or false`},
 		{"bare port name", "ports: [eth0, eth1]\n", `line 1: ports entry "eth0": write each port as a mapping, e.g. ports: [{name: eth0}]`},
+		{"am_sources scalar", "ports: [{name: a}]\nam_sources: 02:00:00:00:00:aa\n", `line 2: am_sources: "02:00:00:00:00:aa" is not a list, e.g. [a, b]`},
 		{"empty", "", "file is empty"},
 		{"no ports", "workers: 1\n", "ports: no ports"},
 		{"kulisch partials", "ports: [{name: a}]\nkulisch_partials: tiny\n", `kulisch_partials: "tiny": use f64`},
@@ -136,6 +137,23 @@ func TestCheckConfigFlag(t *testing.T) {
 	}
 	if rc := run([]string{"--log-format", "xml", "--check-config"}, &out, &errb); rc != 2 {
 		t.Fatalf("bad flag: rc=%d", rc)
+	}
+	// The interfaces as this namespace has them: the loopback is wrong
+	// anywhere; a missing one is a note (it may exist where prismd runs).
+	lo, missing := filepath.Join(dir, "lo.yaml"), filepath.Join(dir, "missing-if.yaml")
+	os.WriteFile(lo, []byte("ports: [{name: lo}]\n"), 0o644)
+	os.WriteFile(missing, []byte("ports: [{name: prismd-nope9}]\n"), 0o644)
+	errb.Reset()
+	if rc := run([]string{"--config", lo, "--check-config"}, &out, &errb); rc != 1 || !strings.Contains(errb.String(), `port "lo": interface "lo" is the loopback`) {
+		t.Fatalf("loopback port: rc=%d stderr %q", rc, errb.String())
+	}
+	errb.Reset()
+	if rc := run([]string{"--config", missing, "--check-config"}, &out, &errb); rc != 0 || !strings.Contains(errb.String(), `note: port "prismd-nope9"`) {
+		t.Fatalf("missing interface: rc=%d stderr %q", rc, errb.String())
+	}
+	out.Reset()
+	if rc := run([]string{"--version"}, &out, &errb); rc != 0 || !strings.HasPrefix(out.String(), "prismd ") {
+		t.Fatalf("--version: rc=%d stdout %q", rc, out.String())
 	}
 }
 

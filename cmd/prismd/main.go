@@ -79,6 +79,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "prismd: configuration invalid: %v\n", err)
 			return 1
 		}
+		// The interfaces as this namespace has them: one that cannot carry
+		// frames (the loopback, a tun) is wrong anywhere; one missing may
+		// be fine where prismd will run, so it is a note. Both passed
+		// before and failed only at start.
+		for _, pc := range cfg.Ports {
+			switch _, err := netif.Ethernet(pc.Name); {
+			case errors.Is(err, netif.ErrNotEthernet):
+				fmt.Fprintf(stderr, "prismd: configuration invalid: %s: port %q: %v\n", *cfgFile, pc.Name, err)
+				return 1
+			case err != nil:
+				fmt.Fprintf(stderr, "prismd: note: port %q: %v: prismd fails to start here unless it exists by then\n", pc.Name, err)
+			}
+		}
 		fmt.Fprintf(stdout, "prismd: configuration %s is valid (%s, %s)\n", *cfgFile, plural(len(cfg.Ports), "port"), plural(cfg.Workers, "worker"))
 		return 0
 	}

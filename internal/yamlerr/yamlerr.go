@@ -13,7 +13,7 @@ var typeErr = regexp.MustCompile("cannot unmarshal !!(\\w+) `([^`]*)` into (\\S+
 // words names the Go types of the schemas as a person would.
 var words = map[string]string{"int": "a whole number", "uint": "a whole number", "uint16": "a whole number",
 	"uint32": "a whole number", "uint64": "a whole number", "float64": "a number", "bool": "true or false",
-	"string": "a string", "time.Duration": "a duration such as 500ms or 2s"}
+	"string": "a string", "time.Duration": "a duration such as 500ms or 2s", "[]string": "a list, e.g. [a, b]"}
 
 // Want reads a wrong-type message into the value and what the key wants
 // ("a whole number"); ok false for any other message.
@@ -29,17 +29,23 @@ func Want(msg string) (val, want string, ok bool) {
 }
 
 // Key finds the key that holds val on line (1-based) of src, in block
-// ("mtu: abc") or flow ("{kind: host, mtu: abc}") style; "" if none does.
-func Key(src []byte, line int, val string) string {
+// ("mtu: abc") or flow ("{kind: host, mtu: abc}") style, and the value as
+// written (the library shortens long ones to their first characters and
+// "..."); "" if no key on the line holds it.
+func Key(src []byte, line int, val string) (key, full string) {
 	lines := strings.Split(string(src), "\n")
 	if line < 1 || line > len(lines) {
-		return ""
+		return "", ""
 	}
-	m := regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*):\s*["']?` + regexp.QuoteMeta(val) + `["']?\s*(?:[,}#]|$)`).FindStringSubmatch(lines[line-1])
+	rest := ""
+	if p, ok := strings.CutSuffix(val, "..."); ok {
+		val, rest = p, `[^,}#'"\s]*`
+	}
+	m := regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*):\s*["']?(` + regexp.QuoteMeta(val) + rest + `)["']?\s*(?:[,}#]|$)`).FindStringSubmatch(lines[line-1])
 	if m == nil {
-		return ""
+		return "", ""
 	}
-	return m[1]
+	return m[1], m[2]
 }
 
 // Describe rewrites one wrong-type message found on line of src as
@@ -50,9 +56,9 @@ func Describe(src []byte, line int, msg string) string {
 	if !ok {
 		return ""
 	}
-	k := Key(src, line, val)
+	k, full := Key(src, line, val)
 	if k == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s: %q is not %s", k, val, want)
+	return fmt.Sprintf("%s: %q is not %s", k, full, want)
 }

@@ -27,6 +27,8 @@ func TestDescribe(t *testing.T) {
 		{"ring: maybe\n", `ring: "maybe" is not true or false`},
 		{"ports:\n  - {name: eth0, mtu: big}\n", `mtu: "big" is not a whole number`},
 		{"mtu: 1500\nring: 'sure'\n", `ring: "sure" is not true or false`},
+		// The library shortens a long value in its message ("02:00:0...").
+		{"mtu: 02:00:00:00:00:aa\n", `mtu: "02:00:00:00:00:aa" is not a whole number`},
 	} {
 		var d doc
 		err := yaml.Unmarshal([]byte(c.src), &d)
