@@ -253,6 +253,7 @@ func (p *afPort) ReadLane(bufs [][]byte, sizes []int) (int, error) {
 func (p *afPort) Stats() PortStats {
 	kd, _ := p.s.KernelDrops()
 	st := PortStats{KernelDrops: kd, Oversize: p.oversize.Load()}
+	st.Checksum.Completed, st.Checksum.Unfinished = p.s.Checksums()
 	if t := p.sparse; t != nil {
 		st.LaneTuned, st.LaneAll, st.LaneSwitches = true, t.wide.Load(), t.switches.Load()
 	}

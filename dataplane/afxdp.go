@@ -1,4 +1,11 @@
 // This file owns the AF_XDP backend of Port.
+//
+// Unlike an AF_PACKET port it does not complete partial checksums: an
+// AF_XDP descriptor carries no TP_STATUS_CSUMNOTREADY, so a frame whose
+// sender left its TCP/UDP checksum to TX offload is forwarded unfinished
+// and dropped by its receiver (ping works, TCP hangs). Peers of an afxdp
+// port must send with TX checksum offload off (docs/lab-hardware.md);
+// PortStats.Checksum stays zero.
 
 package dataplane
 

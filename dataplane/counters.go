@@ -103,6 +103,8 @@ type PortSample struct {
 	LaneTuned    bool
 	LaneAll      bool
 	LaneSwitches uint64
+	// Checksum counts received frames with a partial checksum (PortStats).
+	Checksum ChecksumStats
 }
 
 // Stats is a snapshot of every counter, for package metrics.

@@ -23,6 +23,10 @@
 // every frame while the port's traffic is sparse (the lane and the ring
 // share a PACKET_FANOUT group, so a frame reaches exactly one of them).
 // The two loops take turns as producers of the port's SPSC rings.
+// Frames whose sender left the TCP/UDP checksum partial (TX checksum
+// offload, the default on a veth) come out of an AF_PACKET port completed:
+// the kernel marks them, and the socket finishes them in place
+// (internal/afpacket/checksum.go; PortStats.Checksum counts them).
 // PortOptions.LaneProgress puts PROGRESS on such a lane too, for end hosts
 // (prismd-blast contribute) whose send windows it paces.
 // OpenAFXDP (afxdp.go) attaches a small XDP program (built in Go with
@@ -31,5 +35,8 @@
 // queue: frames are copied between the UMEM and the caller's buffers, one
 // producer update and one sendto per transmitted batch, ppoll when idle. It
 // forwards faster (see scripts/bench-forward.sh) but the host stack on an
-// AF_XDP port only sees unicast non-PRISM frames for the port's own MAC.
+// AF_XDP port only sees unicast non-PRISM frames for the port's own MAC,
+// and AF_XDP does not say which frames carry a partial checksum, so an
+// AF_XDP port forwards those unfinished: its peers must send with TX
+// checksum offload off (docs/lab-hardware.md).
 package dataplane

@@ -69,6 +69,25 @@ type PortStats struct {
 	LaneTuned    bool
 	LaneAll      bool
 	LaneSwitches uint64
+	// Checksum counts the received frames the sending host left with a
+	// partial TCP/UDP checksum (TX checksum offload).
+	Checksum ChecksumStats
+}
+
+// ChecksumStats count received frames whose TCP or UDP checksum the sending
+// host left partial (CHECKSUM_PARTIAL: TX checksum offload, the default on
+// a veth). Forwarded as read, such a frame would be dropped by its
+// receiver for a bad checksum, so an AF_PACKET port finishes the checksum
+// before the dataplane sees the frame. An AF_XDP port is not told which
+// frames these are and counts nothing.
+type ChecksumStats struct {
+	// Completed frames had their checksum finished.
+	Completed uint64
+	// Unfinished frames were marked but not TCP or UDP over IPv4 or over
+	// IPv6 without extension headers (or their partial checksum was an
+	// encapsulated one): forwarded unchanged, they will most likely be
+	// dropped by their receiver.
+	Unfinished uint64
 }
 
 // FaultStats counts the impairments WithFault applied to one port (tests

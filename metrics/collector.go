@@ -24,6 +24,7 @@ type Collector struct {
 	drops, kernelDrops, frames, macs     *prometheus.Desc
 	faultDrops, faultDups, faultReorders *prometheus.Desc
 	laneAll, laneSwitches                *prometheus.Desc
+	csumCompleted, csumUnfinished        *prometheus.Desc
 }
 
 // Fault injection (config fault:, tests and labs) has its own families,
@@ -72,14 +73,19 @@ func NewCollector(src Source) *Collector {
 		laneAll: d("port_lane_all", "1 while every frame the port receives is read on its lane (traffic below rx_sparse_fps: no ring block wait), "+
 			"0 while only PRISM CONTROL is (the ring's one wakeup per block).", port),
 		laneSwitches: d("port_lane_switches_total", "Times the port moved its frames between its lane and its ring (rx_sparse_fps).", port),
-		frames:       d("frames_total", "Received frames by classification.", []string{"class"}),
-		macs:         d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
+		csumCompleted: d("port_checksum_completed_total", "Received TCP/UDP frames whose checksum the sending host left partial (TX checksum offload) "+
+			"and prismd completed before forwarding them (afpacket ports only: afxdp ports are not told).", port),
+		csumUnfinished: d("port_checksum_unfinished_total", "Received frames marked with a partial checksum that prismd could not complete "+
+			"(not TCP/UDP over IPv4 or extension-free IPv6, or an encapsulated inner checksum): forwarded unchanged, "+
+			"so their receiver likely drops them.", port),
+		frames: d("frames_total", "Received frames by classification.", []string{"class"}),
+		macs:   d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches} {
+	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches, c.csumCompleted, c.csumUnfinished} {
 		ch <- d
 	}
 }
@@ -113,6 +119,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.laneAll, prometheus.GaugeValue, all, p.Name)
 		cnt(c.laneSwitches, p.LaneSwitches, p.Name)
+		cnt(c.csumCompleted, p.Checksum.Completed, p.Name)
+		cnt(c.csumUnfinished, p.Checksum.Unfinished, p.Name)
 	}
 	for _, cl := range dataplane.FrameClasses() {
 		cnt(c.frames, st.Classes[cl], cl.String())

@@ -16,7 +16,17 @@ type Recv struct {
 	n     int
 	errno unix.Errno
 	fn    func(fd uintptr) bool
+	// ctl holds one PACKET_AUXDATA control message per frame (NewRecvAux),
+	// auxSpace bytes each; nil without.
+	ctl []byte
 }
+
+// auxSpace is the control buffer of one frame: a cmsghdr and its
+// tpacket_auxdata, aligned.
+var (
+	auxLen   = unix.CmsgLen(int(unsafe.Sizeof(unix.TpacketAuxdata{})))
+	auxSpace = unix.CmsgSpace(int(unsafe.Sizeof(unix.TpacketAuxdata{})))
+)
 
 // NewRecv returns a receive batch of up to max frames.
 func NewRecv(max int) *Recv {
@@ -25,7 +35,24 @@ func NewRecv(max int) *Recv {
 		r.msgs[i].Hdr.Iov = &r.iovs[i]
 		r.msgs[i].Hdr.Iovlen = 1
 	}
-	r.fn = func(fd uintptr) bool {
+	r.fn = r.readFunc()
+	return r
+}
+
+// NewRecvAux is NewRecv with room for each frame's PACKET_AUXDATA control
+// message, for a packet socket with that option set: Status reads it. The
+// buffers are made here, once, so a batch still allocates nothing.
+func NewRecvAux(max int) *Recv {
+	r := NewRecv(max)
+	r.ctl = make([]byte, max*auxSpace)
+	for i := range r.msgs {
+		r.msgs[i].Hdr.Control = &r.ctl[i*auxSpace]
+	}
+	return r
+}
+
+func (r *Recv) readFunc() func(fd uintptr) bool {
+	return func(fd uintptr) bool {
 		// MSG_TRUNC makes msg_len the real frame length, so an oversized
 		// frame is detected instead of silently cut. The call never
 		// blocks (MSG_DONTWAIT; the netpoller does the waiting), so it is
@@ -44,7 +71,6 @@ func NewRecv(max int) *Recv {
 			return true
 		}
 	}
-	return r
 }
 
 // Max is the most frames one batch reads.
@@ -58,6 +84,10 @@ func (r *Recv) Prepare(bufs [][]byte) {
 		r.iovs[i].SetLen(len(b))
 		r.msgs[i].Len = 0
 		r.msgs[i].Hdr.Flags = 0
+		if r.ctl != nil {
+			// The kernel leaves the length it used here.
+			r.msgs[i].Hdr.SetControllen(auxSpace)
+		}
 	}
 	r.want = len(bufs)
 	r.n, r.errno = 0, 0
@@ -81,6 +111,23 @@ func (r *Recv) Size(i, capacity int) int {
 		return 0
 	}
 	return l
+}
+
+// Status returns tpacket_auxdata.tp_status of frame i of the last Read
+// (TP_STATUS_* bits), or 0 when the frame came without one (a Recv made by
+// NewRecv, or a socket without PACKET_AUXDATA).
+func (r *Recv) Status(i int) uint32 {
+	h := &r.msgs[i].Hdr
+	if r.ctl == nil || int(h.Controllen) < auxLen {
+		return 0
+	}
+	// The kernel puts PACKET_AUXDATA first (packet_recvmsg), and the
+	// buffer holds only one.
+	c := (*unix.Cmsghdr)(unsafe.Pointer(h.Control))
+	if c.Level != unix.SOL_PACKET || c.Type != unix.PACKET_AUXDATA {
+		return 0
+	}
+	return (*unix.TpacketAuxdata)(unsafe.Add(unsafe.Pointer(h.Control), unix.CmsgLen(0))).Status
 }
 
 // Send is a transmit batch of up to Max frames.

@@ -14,5 +14,7 @@
 // library's sockets; unsafe here is confined to the ring (ring_unsafe.go).
 // It knows nothing about bridging or the PRISM protocol: it moves byte
 // slices, and of a frame reads only the EtherType and class byte the lane's
-// filters select on.
+// filters select on, and, of a frame the kernel marks as carrying a
+// partial checksum, the headers package csum needs to complete it
+// (checksum.go).
 package afpacket

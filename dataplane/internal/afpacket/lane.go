@@ -181,7 +181,7 @@ func listenLane(ifi *net.Interface, etherType int, filter []bpf.RawInstruction, 
 		_ = conn.Close()
 		return nil, cerr
 	}
-	return &lane{conn: conn, rc: rc, rx: mmsg.NewRecv(maxBatch)}, nil
+	return &lane{conn: conn, rc: rc, rx: mmsg.NewRecvAux(maxBatch)}, nil // PACKET_AUXDATA (setRecvOpts)
 }
 
 // joinLane opens the lane as the second member of a fanout group with the
@@ -331,6 +331,7 @@ func (s *Socket) preRing(bufs [][]byte, sizes []int) (done bool, n, truncated in
 				truncated++
 			}
 		}
+		s.csum.completeAux(s.rx, bufs, sizes, k)
 		return true, k, truncated, nil
 	}
 	s.makeRing()
@@ -362,7 +363,7 @@ func (s *Socket) makeRing() {
 	s.ringWant.Store(false)
 	_ = s.conn.SetReadDeadline(time.Time{})
 	var r *ring
-	err := control(s.rc, func(fd int) (e error) { r, e = setupRing(fd, s.ringBytes, s.ringTov, s.ifi.MTU); return })
+	err := control(s.rc, func(fd int) (e error) { r, e = setupRing(fd, s.ringBytes, s.ringTov, s.ifi.MTU, &s.csum); return })
 	if err != nil {
 		s.ringFailed, s.wide = true, true
 		return

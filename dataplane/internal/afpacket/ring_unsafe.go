@@ -73,11 +73,14 @@ type ring struct {
 	// lent counts the walked blocks behind cur that lend has not handed
 	// back to the kernel yet: frames in them are still lent out.
 	lent int
+	// csum counts the partial checksums the walk finished (the socket's).
+	csum *Checksums
 }
 
 // setupRing switches fd to TPACKET_V3 and maps an RX ring of about total
-// bytes, in blocks sized for the interface MTU (blockSizeFor).
-func setupRing(fd int, total int, timeout time.Duration, mtu int) (*ring, error) {
+// bytes, in blocks sized for the interface MTU (blockSizeFor), whose walks
+// count into csum.
+func setupRing(fd int, total int, timeout time.Duration, mtu int, csum *Checksums) (*ring, error) {
 	ringBlockSize := blockSizeFor(mtu)
 	if e := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); e != nil {
 		return nil, os.NewSyscallError("setsockopt PACKET_VERSION", e)
@@ -104,7 +107,7 @@ func setupRing(fd int, total int, timeout time.Duration, mtu int) (*ring, error)
 	if e != nil {
 		return nil, os.NewSyscallError("mmap rx ring", e)
 	}
-	return &ring{mem: mem, bs: ringBlockSize, nblocks: nb}, nil
+	return &ring{mem: mem, bs: ringBlockSize, nblocks: nb, csum: csum}, nil
 }
 
 func (r *ring) unmap() {
@@ -189,6 +192,7 @@ func (r *ring) giveBack() {
 // then. The walk stops one block short of the oldest lent block: beyond
 // it, the ring would read a lent block again as new.
 func (r *ring) lend(bufs, frames [][]byte) (n, trunc int) {
+	var ck csumTally
 	for n < len(frames) {
 		if !r.owned && (r.lent >= r.nblocks-1 || !r.enter(true)) {
 			break
@@ -209,9 +213,13 @@ func (r *ring) lend(bufs, frames [][]byte) (n, trunc int) {
 		default:
 			frames[n] = r.mem[start : start+snap : start+snap]
 		}
+		if h.Status&unix.TP_STATUS_CSUMNOTREADY != 0 && frames[n] != nil {
+			ck.complete(frames[n]) // in place: the ring is mapped writable
+		}
 		n++
 		r.step(h, true)
 	}
+	r.csum.add(ck)
 	return n, trunc
 }
 
@@ -251,15 +259,20 @@ func (r *ring) passLent() {
 // the ring truncated), counted in trunc. A block is returned to the kernel as
 // soon as its last frame is copied.
 func (r *ring) recv(bufs [][]byte, sizes []int) (n, trunc int) {
+	var ck csumTally
 	for n < len(bufs) {
 		if !r.owned && !r.enter(false) {
 			break
 		}
 		h, start := r.frame()
 		sizes[n], trunc = copyFrame(bufs[n], r.mem[start:start+int(h.Snaplen)], int(h.Len), h.Status, h.Hv1.Vlan_tpid, uint16(h.Hv1.Vlan_tci), trunc)
+		if h.Status&unix.TP_STATUS_CSUMNOTREADY != 0 && sizes[n] != 0 {
+			ck.complete(bufs[n][:sizes[n]])
+		}
 		n++
 		r.step(h, false)
 	}
+	r.csum.add(ck)
 	return n, trunc
 }
 

@@ -127,6 +127,10 @@ type Socket struct {
 
 	statsMu     sync.Mutex
 	kernelDrops uint64
+
+	// csum counts the received frames with a partial checksum
+	// (checksum.go), on every receive path.
+	csum Checksums
 }
 
 // Open opens and configures the socket on interface name.
@@ -179,7 +183,7 @@ func Open(name string, opts Options) (*Socket, error) {
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
 		}
 		if opts.RxRing && !lazy {
-			s.ring, serr = setupRing(int(fd), bufSize, tov, ifi.MTU)
+			s.ring, serr = setupRing(int(fd), bufSize, tov, ifi.MTU, &s.csum)
 		}
 	})
 	if cerr != nil {
@@ -194,7 +198,7 @@ func Open(name string, opts Options) (*Socket, error) {
 		}
 		return fail(err)
 	}
-	s.rx = mmsg.NewRecv(s.max)
+	s.rx = mmsg.NewRecvAux(s.max) // PACKET_AUXDATA (setRecvOpts)
 	if opts.RxRing && mask != 0 {
 		if s.lane, s.fanout, err = openLane(ifi, rc, mask, bufSize, s.max, lazy); err != nil {
 			if s.ring != nil {
@@ -207,7 +211,7 @@ func Open(name string, opts Options) (*Socket, error) {
 			// No fanout group to hand frames to the lane meanwhile: the
 			// ring now, as without LazyRing.
 			lazy = false
-			if err := control(rc, func(fd int) (e error) { s.ring, e = setupRing(fd, bufSize, tov, ifi.MTU); return }); err != nil {
+			if err := control(rc, func(fd int) (e error) { s.ring, e = setupRing(fd, bufSize, tov, ifi.MTU, &s.csum); return }); err != nil {
 				_ = s.lane.conn.Close()
 				_ = s.tx.Close()
 				return fail(err)
@@ -259,12 +263,16 @@ func (s *Socket) RecvBatch(bufs [][]byte, sizes []int) (n, truncated int, err er
 // setRecvOpts sets what every receive socket needs on fd. Without
 // PACKET_IGNORE_OUTGOING a socket reads back every frame the forwarder (or
 // the host stack) transmits on the interface, and the bridge would forward
-// it again: a loop. *BUFFORCE ignores net.core.rmem_max but needs
-// CAP_NET_ADMIN; the capped variant is the fallback, so an unprivileged
-// test still runs.
+// it again: a loop. PACKET_AUXDATA makes recvmmsg say which frames carry a
+// partial checksum (checksum.go); the ring says so without it. *BUFFORCE
+// ignores net.core.rmem_max but needs CAP_NET_ADMIN; the capped variant is
+// the fallback, so an unprivileged test still runs.
 func setRecvOpts(fd uintptr, bufSize int) error {
 	if e := unix.SetsockoptInt(int(fd), unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); e != nil {
 		return os.NewSyscallError("setsockopt PACKET_IGNORE_OUTGOING", e)
+	}
+	if e := unix.SetsockoptInt(int(fd), unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); e != nil {
+		return os.NewSyscallError("setsockopt PACKET_AUXDATA", e)
 	}
 	if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bufSize); e != nil {
 		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bufSize)
@@ -297,6 +305,7 @@ func (s *Socket) recvmmsg(rc syscall.RawConn, r *mmsg.Recv, bufs [][]byte, sizes
 			truncated++
 		}
 	}
+	s.csum.completeAux(r, bufs, sizes, n)
 	return n, truncated, nil
 }
 
