@@ -155,8 +155,12 @@ type daemon struct {
 	// watcher's reopening of a re-created interface.
 	mu   sync.Mutex
 	gone map[string]bool // ports whose interface is missing, said once
-	quit chan struct{}
-	done chan struct{}
+	// oversize is each port's oversize drop count at the last look, and
+	// oversizeAt when it was last warned of (oversizeWarnEvery).
+	oversize   map[string]uint64
+	oversizeAt map[string]time.Time
+	quit       chan struct{}
+	done       chan struct{}
 }
 
 func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
@@ -169,7 +173,7 @@ func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
 		return nil, err
 	}
 	d := &daemon{file: file, log: log, cfg: cfg, dp: dp, ports: map[string]openPort{}, gone: map[string]bool{},
-		quit: make(chan struct{}), done: make(chan struct{})}
+		oversize: map[string]uint64{}, oversizeAt: map[string]time.Time{}, quit: make(chan struct{}), done: make(chan struct{})}
 	if err := d.applyPorts(cfg); err != nil {
 		dp.Close()
 		return nil, err
@@ -293,6 +297,34 @@ func (d *daemon) applyPorts(cfg *Config) error {
 	return nil
 }
 
+// oversizeWarnEvery bounds the oversize warning per port.
+const oversizeWarnEvery = time.Minute
+
+// warnOversize warns of ports that dropped frames longer than their MTU
+// since the last look. Such drops were only counted, and the usual cause
+// is not the link's MTU but a sender on a veth with segmentation offload
+// on (TSO/GSO, on by default), whose TCP reaches prismd as frames of up to
+// 64 KB: TCP through the switch then crawls or hangs while ping works.
+func (d *daemon) warnOversize(now time.Time) {
+	for _, ps := range d.dp.Stats().Ports {
+		n := ps.Drops[dataplane.DropOversize]
+		last, seen := d.oversize[ps.Name]
+		d.oversize[ps.Name] = n
+		if !seen || n <= last || now.Sub(d.oversizeAt[ps.Name]) < oversizeWarnEvery {
+			continue
+		}
+		d.oversizeAt[ps.Name] = now
+		mtu := 0
+		if o, ok := d.ports[ps.Name]; ok {
+			mtu = o.port.MTU()
+		}
+		d.log.Warn("port dropped frames longer than its MTU: a sender with segmentation offload on (TSO/GSO, the default on a veth: "+
+			"frames up to 64 KB) or a larger MTU across the link; turn offload off on the sender (ethtool -K IF tso off gso off) "+
+			"or match the MTUs (prismd_port_drops_total{reason=\"oversize\"} counts them; this repeats at most every minute)",
+			"port", ps.Name, "mtu", mtu, "dropped", n-last)
+	}
+}
+
 // warnNoAM says, when the collective engine runs, that an empty am_sources
 // trusts no one: every CONTROL is dropped and no collective can be set up
 // here, which otherwise showed only as setups timing out at the AM.
@@ -353,6 +385,7 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 				d.log.Error("reopening a re-created interface failed; retrying", "err", err)
 			}
 		}
+		d.warnOversize(time.Now())
 		d.mu.Unlock()
 	}
 }
