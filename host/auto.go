@@ -10,17 +10,27 @@
 //
 // Every rank must take the same decision for every call, or ranks would
 // wait on different operations. So the decision depends on the call
-// sequence alone, never on timing: the shape is made of what the AM
+// sequence (and the AM's answers, which are the same for every rank),
+// never on timing: the shape is made of what the AM
 // requires all ranks to agree on (collective, root, input format, length,
-// Options), a shape becomes persistent at its second call, the
+// Options), a shape becomes persistent at its second call unless its
+// first got no grant (the AM refuses an invocation to every rank alike, so
+// every rank takes the shape's mark back: Comm.unsee), the
 // least recently called shape gives its place when Config.PersistentShapes
 // are kept, and calls of one shape run one after another in call order,
 // each waiting for the previous to finish (two calls of one shape in
 // flight at once would otherwise take invocations in whichever order they
-// happened to start). The one divergence left is a failure that some ranks
-// see and others do not: the failed shape starts over on those ranks, the
-// others' next call of it fails by timeout, naming the missing ranks, and
-// from then on all ranks agree again.
+// happened to start). A call cancelled while it waits for its turn fails
+// the shape's collective for the calls queued behind it (skipInvocation),
+// as the other ranks' invocation without it fails theirs. The divergences
+// left are a failure that some ranks see and others do not (the failed
+// shape starts over on those ranks, the others' next call of it fails by
+// timeout, naming the missing ranks, and from then on all ranks agree
+// again), and a first call refused by the AM while a later call of its
+// shape was already made (async): that later call counted the shape as
+// seen on the ranks that made it before the refusal came; if ranks differ
+// there, it fails as a mismatch on all of them, which takes every mark
+// back, and the next call agrees.
 
 package host
 
@@ -77,48 +87,49 @@ type autoSlot struct {
 	used uint64        // the Comm's call clock at the slot's last call
 }
 
+// seenMark is the first call of a shape, recorded in autoShapes.seen: a
+// call that gets no grant takes its mark back (Comm.unsee).
+type seenMark struct{ sh shape }
+
 // autoShapes is the Comm's automatic persistence, under mu.
 type autoShapes struct {
-	seen  map[shape]bool
+	seen  map[shape]*seenMark
 	slots map[shape]*autoSlot
 	clock uint64
 }
 
 // autoStart runs the call on its shape's persistent collective and returns
 // its Request, or returns nil: the call runs as an ordinary collective;
-// repeats then says whether the shape's next call will run on a
-// persistent collective (true on its first call: the AM need not prepare
-// an ordinary operation for that one). It takes every decision now, at
-// call time, under c.mu.
-func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root int, o Options) (r *Request, repeats bool) {
+// mark is then set if this is the shape's first call (its next one will
+// run on a persistent collective unless this one gets no grant: the AM
+// need not prepare an ordinary operation for it). It takes every decision
+// now, at call time, under c.mu. sv and rv are checked and not empty.
+func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root int, o Options) (r *Request, mark *seenMark) {
 	limit := c.cfg.PersistentShapes
 	if limit == 0 {
 		limit = defaultPersistentShapes
 	}
-	if limit < 0 || o.OpID != nil || o.Ordinary {
-		return nil, false
-	}
-	sv, rv, err := c.checkBuffers(coll, send, recv, root, &o)
-	if err != nil || sv.n > maxPersistentLen/2 {
-		return nil, false // the ordinary path reports it, or runs it
+	if limit < 0 || o.OpID != nil || o.Ordinary || sv.n > maxPersistentLen/2 {
+		return nil, nil
 	}
 	sh := shapeOf(coll, root, sv, o)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, false
+		return failedRequest(&OpError{Collective: coll, Rank: c.cfg.Rank, Stage: "begin", Err: ErrClosed}), nil
 	}
 	a := &c.auto
 	a.clock++
 	slot := a.slots[sh]
 	if slot == nil {
-		if !a.seen[sh] {
+		if a.seen[sh] == nil {
 			if a.seen == nil || len(a.seen) >= maxSeenShapes {
-				a.seen = map[shape]bool{}
+				a.seen = map[shape]*seenMark{}
 			}
-			a.seen[sh] = true
+			mark = &seenMark{sh: sh}
+			a.seen[sh] = mark
 			c.mu.Unlock()
-			return nil, true
+			return nil, mark
 		}
 		if a.slots == nil {
 			a.slots = map[shape]*autoSlot{}
@@ -129,12 +140,13 @@ func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root 
 		done := make(chan struct{})
 		close(done)
 		slot = &autoSlot{tail: done, p: c.newPersistent(coll, root, sv, rv, o)}
+		slot.p.auto = true
 		a.slots[sh] = slot
 	}
 	slot.used = a.clock
 	p := slot.p
 	p.mu.Lock()
-	renew, seq := p.reserve()
+	renew, seq, nth := p.reserve()
 	p.mu.Unlock()
 	prev, next := slot.tail, make(chan struct{})
 	slot.tail = next
@@ -143,30 +155,87 @@ func (c *Comm) autoStart(ctx context.Context, coll string, send, recv any, root 
 	r = &Request{done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		defer close(next)
 		select {
 		case <-prev:
 		case <-ctx.Done():
-			// The invocation this call reserved will never run here: the
-			// shape's collective cannot go on (ranks would count
-			// invocations differently).
-			r.err = &OpError{Collective: coll, Rank: c.cfg.Rank, Stage: "begin",
-				Err: fmt.Errorf("cancelled while an earlier call of the same shape ran: %w", ctx.Err())}
-			p.mu.Lock()
-			if p.err == nil {
-				p.err = r.err
-			}
-			p.mu.Unlock()
-			c.dropSlot(sh, slot)
+		}
+		if err := ctx.Err(); err != nil {
+			// Cancelled before its turn (also when the earlier call
+			// ended at the same moment): the call never starts, and
+			// says so at once.
+			r.err = &OpError{Collective: coll, Rank: c.cfg.Rank, Stage: "begin", Invocation: nth,
+				Err: fmt.Errorf("cancelled before it ran (an earlier call of the same shape was running or queued): %w", err)}
+			c.skipInvocation(sh, slot, renew, seq, nth, prev, next, err)
 			return
 		}
-		r.stats, r.err = p.runInvocation(ctx, renew, seq, sv, rv)
+		defer close(next)
+		r.stats, r.err = p.runInvocation(ctx, renew, seq, nth, sv, rv)
 		r.stats.AutoPersistent = true
 		if r.err != nil {
 			c.dropSlot(sh, slot)
 		}
 	}()
-	return r, false
+	return r, nil
+}
+
+// skipInvocation gives up invocation nth of slot's collective, whose call
+// was cancelled before it ran. The other ranks run it all the same (they
+// cannot know), without this rank: it fails for them, by the AM's barrier
+// (renew: this rank tells the AM it abandons seq, so they fail at once) or
+// by their switches' timeout naming this rank (an invocation of a granted
+// operation). So the calls queued behind it here fail too, with
+// ErrEarlierCancelled, as theirs fail with that invocation's error: ranks
+// stay in step, and the shape's next call sets up a new collective on
+// every rank. A call of the shape that did not wait (one taking the place
+// of the cancelled one) would instead be summed with the others' call
+// before it.
+func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, nth int, prev, next chan struct{}, cause error) {
+	p := slot.p
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = &OpError{Collective: p.coll, Rank: c.cfg.Rank, Stage: "begin",
+			Err: fmt.Errorf("%w: invocation %d of this shape's persistent collective was cancelled (%v) before it ran on this rank, and the other ranks run it without this one: "+
+				"this call was not run; the shape's next call sets up a new persistent collective", ErrEarlierCancelled, nth, cause)}
+	}
+	p.mu.Unlock()
+	if renew {
+		req := c.beginRequest(seq, p.coll, p.send, p.root, p.opts)
+		req.Persistent, req.VectorLen = true, p.n*p.k
+		c.abandon(req, "before it reached it: "+cause.Error())
+	}
+	c.dropSlot(sh, slot)
+	go func() {
+		defer close(next)
+		<-prev
+		// The earlier calls are done: the operation rests. It is freed
+		// here (done ok: this rank lets go of it); the other ranks'
+		// invocation fails by their switches' timeout, naming this rank.
+		p.mu.Lock()
+		op := p.op
+		p.op = nil
+		p.mu.Unlock()
+		if op != nil {
+			p.retire(op, nil)
+		}
+	}()
+}
+
+// unsee takes back the mark of a shape's first call that got no grant
+// (nil: the call was not a first call). The AM fails an invocation for
+// every rank alike (9.1), so every rank takes its mark back and their next
+// call of the shape is a first call again on all of them. Marked for good
+// at call time, a rank whose call failed against another shape (a length
+// mismatch) counted this shape as seen and the others did not: their next,
+// matching call ran persistent on some ranks only and failed again.
+func (c *Comm) unsee(mark *seenMark) {
+	if mark == nil {
+		return
+	}
+	c.mu.Lock()
+	if c.auto.seen[mark.sh] == mark {
+		delete(c.auto.seen, mark.sh)
+	}
+	c.mu.Unlock()
 }
 
 // evictLRU retires the least recently called shape's collective. Under

@@ -10,7 +10,9 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,8 +36,15 @@ type barrierWatch struct {
 	last  *am.Barrier // the last state read, nil if none
 }
 
-// begin is client.Begin, watched as above.
+// begin is client.Begin, watched as above. A Comm closed since the call
+// was made asks nothing (the call fails with ErrClosed). A call whose ctx
+// ends before its grant tells the AM it abandons the invocation (abandon),
+// so the other ranks' calls fail at once instead of at the barrier
+// timeout.
 func (c *Comm) begin(ctx context.Context, req am.BeginRequest) (*am.Grant, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	w := &barrierWatch{c: c, req: req}
 	w.mu.Lock()
 	w.timer = time.AfterFunc(barrierNotice, w.check)
@@ -46,10 +55,40 @@ func (c *Comm) begin(ctx context.Context, req am.BeginRequest) (*am.Grant, error
 	w.timer.Stop()
 	last := w.last
 	w.mu.Unlock()
-	if err != nil && ctx.Err() != nil && last != nil {
-		err = fmt.Errorf("%w; %s", err, describeBarrier(last))
+	var ae *am.APIError
+	if errors.As(err, &ae) && ae.Code == am.CodeTopology && strings.Contains(ae.Message, "--node") {
+		// The AM's hint speaks prismctl's flags; a program linking the
+		// library sets Config fields.
+		err = fmt.Errorf("%w (in the host library: Config.Node (prismctl --node, PRISM_NODE), Config.NodeIface (prismctl --node-iface, PRISM_NODE_IFACE))", err)
+	}
+	if err != nil && ctx.Err() != nil {
+		c.abandon(req, ctx.Err().Error())
+		if last != nil {
+			err = fmt.Errorf("%w; %s", err, describeBarrier(last))
+		}
 	}
 	return g, err
+}
+
+// abandonReach bounds how long a cancelled call tries to tell the AM
+// (the call returns only after that: its next call must not reach the AM
+// first).
+const abandonReach = 2 * time.Second
+
+// abandon tells the AM (POST /v1/abandon, docs/protocol.md 9.8) that this
+// rank gives up invocation req.Seq before its grant: its context ended,
+// or it was cancelled before its turn. The AM fails the invocation for
+// every rank at once, naming this one, so all of them leave that sequence
+// number with an error and their next calls meet again. Without it the
+// AM withdrew the rank's arrival (as for a killed rank), the others waited
+// the whole barrier timeout for it, and a retry of this rank took the next
+// sequence number while the others still waited at this one. Best effort:
+// an AM that does not know the request (404), or that cannot be reached,
+// leaves the others to the barrier timeout as before.
+func (c *Comm) abandon(req am.BeginRequest, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonReach)
+	defer cancel()
+	_, _ = c.client.Abandon(ctx, am.AbandonRequest{BeginRequest: req, Reason: reason})
 }
 
 // check reads the barrier and reports it, then re-arms.

@@ -567,18 +567,56 @@ func (c *Comm) start(ctx context.Context, coll string, send, recv any, root int,
 		opts = &Options{}
 	}
 	o := *opts
-	r, repeats := c.autoStart(ctx, coll, send, recv, root, o)
+	// A call refused here is no call at all: nothing reaches the AM or
+	// the wire and it takes no sequence number, so the rank's next call
+	// still meets the other ranks' next one. (A sequence number taken
+	// before the buffers were checked put a rank whose call was refused
+	// out of step with the others for good.)
+	if err := c.usable(); err != nil {
+		return failedRequest(&OpError{Collective: coll, Rank: c.cfg.Rank, Stage: "begin", Err: err})
+	}
+	sv, rv, err := c.checkBuffers(coll, send, recv, root, &o)
+	if err != nil {
+		return failedRequest(&OpError{Collective: coll, Rank: c.cfg.Rank, Stage: "begin", Err: err})
+	}
+	if sv.n == 0 {
+		// Count 0 is a no-op, as in MPI and NCCL: every rank passes 0, so
+		// none takes a sequence number for it.
+		return failedRequest(nil)
+	}
+	r, mark := c.autoStart(ctx, coll, sv, rv, root, o)
 	if r != nil {
 		return r
 	}
-	o.repeatsPersistent = repeats
+	o.repeatsPersistent = mark != nil
 	// The sequence number is taken at call time: ranks match collectives
 	// in call order, as in MPI.
 	seq := c.seq.Add(1) - 1
 	r = &Request{done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		r.stats, r.err = c.run(ctx, seq, coll, send, recv, root, o)
+		r.stats, r.err = c.run(ctx, seq, coll, sv, rv, root, o, mark)
 	}()
 	return r
+}
+
+// failedRequest is a Request already finished with err (nil: a no-op).
+func failedRequest(err error) *Request {
+	r := &Request{done: make(chan struct{}), err: err}
+	close(r.done)
+	return r
+}
+
+// usable says why the Comm cannot take a call: closed (ErrClosed), or its
+// event loop ended (the interface went away).
+func (c *Comm) usable() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return ErrClosed
+	case c.rxErr != nil:
+		return c.rxErr
+	}
+	return nil
 }

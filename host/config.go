@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -34,7 +35,9 @@ type Config struct {
 	// from Iface (PRISM_NODE_IFACE; default: the host's only link).
 	NodeIface string `json:"node_iface,omitempty"`
 	// ConnectTimeout bounds how long NewComm and each request retry an
-	// unreachable coordinator (default 10s).
+	// unreachable coordinator (PRISM_CONNECT_TIMEOUT, e.g. "5s"; default
+	// 10s). In a JSON file: a duration string ("5s") or integer
+	// nanoseconds.
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
 	// PersistentShapes is how many collective shapes the Comm keeps set up
 	// as persistent collectives (PRISM_PERSISTENT_SHAPES; 0: 4, negative:
@@ -54,8 +57,8 @@ type Config struct {
 }
 
 // ConfigFromEnv reads PRISM_RANK, PRISM_SIZE, PRISM_IFACE, PRISM_JOB,
-// PRISM_GROUP, PRISM_COORDINATOR, PRISM_NODE, PRISM_NODE_IFACE and
-// PRISM_PERSISTENT_SHAPES. If
+// PRISM_GROUP, PRISM_COORDINATOR, PRISM_NODE, PRISM_NODE_IFACE,
+// PRISM_CONNECT_TIMEOUT (a duration: "5s") and PRISM_PERSISTENT_SHAPES. If
 // PRISM_CONFIG names a JSON file, it is read first and the environment
 // overrides it.
 func ConfigFromEnv() (Config, error) {
@@ -93,6 +96,13 @@ func ConfigFromEnv() (Config, error) {
 		}
 		c.Group = uint16(n)
 	}
+	if v := os.Getenv("PRISM_CONNECT_TIMEOUT"); v != "" {
+		d, err := parseTimeout(v)
+		if err != nil {
+			return c, fmt.Errorf("host: PRISM_CONNECT_TIMEOUT=%q: %v (Config.ConnectTimeout)", v, err)
+		}
+		c.ConnectTimeout = d
+	}
 	for name, dst := range map[string]*string{"PRISM_IFACE": &c.Iface, "PRISM_COORDINATOR": &c.Coordinator,
 		"PRISM_NODE": &c.Node, "PRISM_NODE_IFACE": &c.NodeIface} {
 		if v := os.Getenv(name); v != "" {
@@ -102,36 +112,83 @@ func ConfigFromEnv() (Config, error) {
 	return c, nil
 }
 
+// configKeys are the keys of a config file, for its errors.
+const configKeys = "rank, size, iface, job, group, coordinator, node, node_iface, connect_timeout, persistent_shapes"
+
 // LoadConfig reads a JSON file with the Config's keys (rank, size, iface,
-// job, group, coordinator, node, node_iface, persistent_shapes).
+// job, group, coordinator, node, node_iface, connect_timeout: a duration
+// string such as "5s" or integer nanoseconds, persistent_shapes).
 func LoadConfig(path string) (Config, error) {
-	var c Config
+	// The file's connect_timeout is read apart: time.Duration decodes
+	// from integer nanoseconds only, and "5s" failed.
+	var f struct {
+		Config
+		ConnectTimeout json.RawMessage `json:"connect_timeout,omitempty"`
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return c, fmt.Errorf("host: config: %w", err)
+		return f.Config, fmt.Errorf("host: config: %w", err)
 	}
 	dec := json.NewDecoder(bytesReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return c, fmt.Errorf("host: config %s: %w", path, err)
+	if err := dec.Decode(&f); err != nil {
+		return Config{}, fmt.Errorf("host: config %s: %w (the keys are %s)", path, err, configKeys)
+	}
+	c := f.Config
+	if raw := strings.TrimSpace(string(f.ConnectTimeout)); raw != "" && raw != "null" {
+		var d time.Duration
+		var s string
+		var n int64
+		switch {
+		case json.Unmarshal(f.ConnectTimeout, &s) == nil:
+			d, err = parseTimeout(s)
+		case json.Unmarshal(f.ConnectTimeout, &n) == nil:
+			d = time.Duration(n)
+			if d < 0 {
+				err = errors.New("negative")
+			}
+		default:
+			err = errors.New("not a duration")
+		}
+		if err != nil {
+			return Config{}, fmt.Errorf("host: config %s: connect_timeout %s: %v: write a duration such as \"5s\" (Config.ConnectTimeout)", path, raw, err)
+		}
+		c.ConnectTimeout = d
 	}
 	return c, nil
+}
+
+// parseTimeout reads a non-negative duration ("5s", "1m30s", "0").
+func parseTimeout(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, errors.New("not a duration (write e.g. 5s, 500ms or 1m)")
+	}
+	if d < 0 {
+		return 0, errors.New("negative")
+	}
+	return d, nil
 }
 
 // Validate says what is missing or wrong, and how to fix it.
 func (c *Config) Validate() error {
 	var errs []error
+	// Each hint names the Config field first (this is the library; the
+	// same setting is a prismctl flag and a PRISM_* variable).
 	if c.Size < 1 {
-		errs = append(errs, fmt.Errorf("size %d: set Size (PRISM_SIZE) to the number of ranks", c.Size))
+		errs = append(errs, fmt.Errorf("size %d: set Config.Size (prismctl --size, PRISM_SIZE) to the number of ranks", c.Size))
 	}
 	if c.Rank < 0 || (c.Size >= 1 && c.Rank >= c.Size) {
-		errs = append(errs, fmt.Errorf("rank %d is outside 0..%d: set Rank (PRISM_RANK)", c.Rank, c.Size-1))
+		errs = append(errs, fmt.Errorf("rank %d is outside 0..%d: set Config.Rank (prismctl --rank, PRISM_RANK)", c.Rank, c.Size-1))
 	}
 	if c.Iface == "" {
-		errs = append(errs, errors.New("no interface: set Iface (PRISM_IFACE) to the interface toward the leaf switch"))
+		errs = append(errs, errors.New("no interface: set Config.Iface (prismctl --iface, PRISM_IFACE) to the interface toward the leaf switch"))
 	}
 	if c.Coordinator == "" {
-		errs = append(errs, errors.New("no coordinator: set Coordinator (PRISM_COORDINATOR), e.g. http://10.0.0.1:7000"))
+		errs = append(errs, errors.New("no coordinator: set Config.Coordinator (prismctl --coordinator, PRISM_COORDINATOR), e.g. http://10.0.0.1:7000"))
+	}
+	if c.ConnectTimeout < 0 {
+		errs = append(errs, fmt.Errorf("connect timeout %v is negative: set Config.ConnectTimeout (PRISM_CONNECT_TIMEOUT) to a positive duration, or 0 for 10s", c.ConnectTimeout))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("host: invalid config: %w", errors.Join(errs...))

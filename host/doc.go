@@ -4,7 +4,7 @@
 //
 //	comm, err := host.NewComm(ctx, host.Config{Rank: 0, Size: 4, Iface: "eth0",
 //		Job: 7, Coordinator: "http://10.0.0.1:7000", Node: "h1"})
-//	err = comm.AllReduce(ctx, send, recv, nil)       // []float32, []int8, []host.Float16, []host.BFloat16
+//	err = comm.AllReduce(ctx, send, recv, nil)       // []float32, []int8, []host.Float16, []host.BFloat16; recv may be send
 //	req := comm.AllReduceAsync(ctx, send, recv, nil) // ... req.Wait()
 //	p, err := comm.AllReduceInit(send, recv, nil)     // persistent: set up once,
 //	err = p.Run(ctx)                                  // then run as often as needed
@@ -13,7 +13,47 @@
 // the Comm has run before runs as the next invocation of a persistent
 // collective the Comm keeps for that shape (auto.go,
 // Config.PersistentShapes), with no AM round trip: the decision depends on
-// the call sequence only, so every rank takes the same one.
+// the call sequence and the AM's answers only, so every rank takes the
+// same one. A shape counts as run once a call of it got its grant: a first
+// call the AM refused (a mismatch, a rank that cancelled) leaves the shape
+// unseen on every rank.
+//
+// # The call sequence
+//
+// Ranks must make the same sequence of calls on a Comm (collectives, and
+// the Starts of persistent collectives), as in MPI: each call that goes
+// out takes the Comm's next sequence number at call time, and the AM
+// matches the ranks' calls by it. What a call that fails does to the
+// sequence:
+//
+//   - A call refused on the rank, before anything is sent, is no call: an
+//     argument error (ErrType: a buffer type, send and recv lengths or
+//     types, send and recv overlapping without being the same slice; a
+//     root out of range; Options.Timeout out of range) or a closed Comm
+//     (ErrClosed). It returns at once, contacts nobody and takes no
+//     sequence number, so the rank's next call meets the others' next
+//     call. Ranks that all pass the same arguments all refuse it alike.
+//   - A count of 0 (empty send, and an empty or nil recv) is a no-op, as
+//     in MPI and NCCL: it returns nil at once and takes no sequence
+//     number. Every rank must pass 0 then; a rank that passes 0 while the
+//     others pass n meets their call with its next one.
+//   - A call that went out took its sequence number on every rank, also
+//     when it fails (a mismatch, the AM's barrier timeout, a failure in
+//     transfer), and the next call meets again. This holds for a call
+//     whose context ended (or was done when the call was made): it fails
+//     with the context's error, and if that happens before its grant the
+//     rank tells the AM it abandons the call (docs/protocol.md 9.8), so
+//     the other ranks' matching call fails at once with an error naming
+//     it ("rank 0 (h1) cancelled its call at the barrier") instead of
+//     waiting the barrier timeout, and every rank's next call meets.
+//   - An invocation of a persistent collective that fails ends it on
+//     every rank: later Starts return its error. For automatic
+//     persistence the calls of the shape queued behind it fail too; when
+//     it failed because its own call's context ended (also while it
+//     waited for its turn), they fail with ErrEarlierCancelled (not
+//     context.Canceled: theirs was not), naming the invocation. The other
+//     ranks ran it without this rank and failed it, so none of the queued
+//     calls can run in step; the shape's next call sets up afresh.
 //
 // It owns the rank side of one collective: the barrier request to the Host
 // Coordinator over the runtime channel (package control/am's Client; while

@@ -11,8 +11,8 @@ import (
 )
 
 var (
-	// ErrType: a buffer is not one of the supported slice types, or send
-	// and recv differ.
+	// ErrType: a buffer is not one of the supported slice types, send
+	// and recv differ, or they overlap without being the same slice.
 	ErrType = errors.New("host: unsupported buffer")
 	// ErrTimeout: a peer (the leaf switch) stayed silent past the
 	// operation's timeout.
@@ -28,8 +28,19 @@ var (
 	ErrInterfaceDown = errors.New("host: interface down")
 	// ErrUnreachable is am.ErrUnreachable: the coordinator cannot be reached.
 	ErrUnreachable = am.ErrUnreachable
-	// ErrClosed: the Comm was closed.
+	// ErrClosed: the Comm was closed. A call on a closed Comm fails with
+	// it at once, before anything is sent.
 	ErrClosed = errors.New("host: communicator closed")
+	// ErrPersistentClosed: the persistent collective was closed (its Comm
+	// may still be open).
+	ErrPersistentClosed = errors.New("host: persistent collective closed")
+	// ErrEarlierCancelled: an earlier call of the same shape, run on the
+	// persistent collective the Comm keeps for it
+	// (Config.PersistentShapes), was cancelled; the other ranks ran that
+	// invocation without this rank,
+	// so the calls queued behind it cannot run in step and fail with this
+	// (not with context.Canceled: their own context was not cancelled).
+	ErrEarlierCancelled = errors.New("host: an earlier call of the same shape was cancelled")
 )
 
 // OpError is the error of one collective call.

@@ -259,9 +259,8 @@ func (c *Comm) checkBuffers(coll string, send, recv any, root int, o *Options) (
 	if sv, err = view(send); err != nil {
 		return sv, rv, fmt.Errorf("send: %w", err)
 	}
-	if sv.n == 0 {
-		return sv, rv, fmt.Errorf("%w: send is empty", ErrType)
-	}
+	// An empty send is a valid call (MPI and NCCL: count 0 is a no-op);
+	// the caller does nothing with it (Comm.start).
 	wantRecv := coll == "allreduce" || c.cfg.Rank == root
 	if rv, err = view(recv); err != nil {
 		return sv, rv, fmt.Errorf("recv: %w", err)
@@ -277,12 +276,17 @@ func (c *Comm) checkBuffers(coll string, send, recv any, root int, o *Options) (
 	if wantRecv && rv.n != sv.n {
 		return sv, rv, fmt.Errorf("%w: recv must be as long as send (%d elements), got %d", ErrType, sv.n, rv.n)
 	}
-	if wantRecv && rv.format != out {
+	if wantRecv && rv.format != out && !(sv.n == 0 && recv == nil) {
 		hint := "pass recv of send's type, or set Options.Output on every rank"
 		if o != nil && o.Output != "" {
 			hint = "pass recv of the Options.Output type"
 		}
 		return sv, rv, fmt.Errorf("%w: recv holds %v but the RESULT format is %v: %s", ErrType, rv.format, out, hint)
+	}
+	if wantRecv && partialOverlap(sv.bytes, rv.bytes) {
+		return sv, rv, fmt.Errorf("%w: send and recv overlap without being the same slice (send is bytes [%#x, %#x), recv [%#x, %#x)): "+
+			"pass recv == send (the same start and length) to reduce in place, or separate buffers",
+			ErrType, addr(sv.bytes), addr(sv.bytes)+uintptr(len(sv.bytes)), addr(rv.bytes), addr(rv.bytes)+uintptr(len(rv.bytes)))
 	}
 	if coll == "reduce" && (root < 0 || root >= c.cfg.Size) {
 		return sv, rv, fmt.Errorf("root %d is outside 0..%d", root, c.cfg.Size-1)
@@ -324,19 +328,19 @@ func (c *Comm) beginRequest(seq uint64, coll string, sv elems, root int, o Optio
 		MAC: net.HardwareAddr(c.mac[:]).String(), Session: c.session, RepeatsPersistent: o.repeatsPersistent}
 }
 
-func (c *Comm) run(ctx context.Context, seq uint64, coll string, send, recv any, root int, o Options) (Stats, error) {
+// run runs an ordinary collective over checked buffers as invocation seq.
+// mark is set when the call is its shape's first (auto.go): a call that
+// gets no grant un-marks it.
+func (c *Comm) run(ctx context.Context, seq uint64, coll string, sv, rv elems, root int, o Options, mark *seenMark) (Stats, error) {
 	var st Stats
 	oe := func(stage string, err error) *OpError {
 		return &OpError{Collective: coll, Rank: c.cfg.Rank, Stage: stage, Err: err}
-	}
-	sv, rv, err := c.checkBuffers(coll, send, recv, root, &o)
-	if err != nil {
-		return st, oe("begin", err)
 	}
 	req := c.beginRequest(seq, coll, sv, root, o)
 	t0 := time.Now()
 	g, err := c.begin(ctx, req)
 	if err != nil {
+		c.unsee(mark)
 		return st, oe("begin", err)
 	}
 	st.Grant = g

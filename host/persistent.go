@@ -48,6 +48,9 @@ type Persistent struct {
 	opts Options
 	n    uint32
 	k    uint32 // invocations one operation holds
+	// auto: the Comm's automatic persistence runs it (auto.go): its
+	// invocations are separate calls, each with its own context.
+	auto bool
 
 	mu  sync.Mutex // the fields below
 	op  *opRun     // nil: none granted (before the first Start, after K)
@@ -81,6 +84,9 @@ func (c *Comm) ReduceInit(send, recv any, root int, opts *Options) (*Persistent,
 
 func (c *Comm) initPersistent(coll string, send, recv any, root int, opts *Options) (*Persistent, error) {
 	oe := func(err error) error { return &OpError{Collective: coll, Rank: c.cfg.Rank, Stage: "begin", Err: err} }
+	if err := c.usable(); err != nil {
+		return nil, oe(err)
+	}
 	if opts == nil {
 		opts = &Options{}
 	}
@@ -105,8 +111,11 @@ func (c *Comm) newPersistent(coll string, root int, sv, rv elems, o Options) *Pe
 		return nil
 	}
 	n := uint32(sv.n)
-	return &Persistent{c: c, coll: coll, root: root, send: sv, recv: rv, opts: o, n: n,
-		k: min(maxInvocations, maxPersistentLen/n)}
+	k := uint32(1) // n = 0: every Start is a no-op (Start)
+	if n > 0 {
+		k = min(maxInvocations, maxPersistentLen/n)
+	}
+	return &Persistent{c: c, coll: coll, root: root, send: sv, recv: rv, opts: o, n: n, k: k}
 }
 
 // Run runs one invocation and waits for it.
@@ -116,51 +125,70 @@ func (p *Persistent) Run(ctx context.Context) error { return p.Start(ctx).Wait()
 // the buffers, as an MPI request does: send is read as the send window
 // admits it and recv is written as results arrive. An invocation that
 // fails, or whose context is cancelled, ends the persistent collective:
-// later Starts return that error.
+// later Starts return that error. A Start on a closed Comm fails at once
+// with ErrClosed, after p.Close with ErrPersistentClosed.
 func (p *Persistent) Start(ctx context.Context) *Request {
-	r := &Request{done: make(chan struct{})}
+	// A closed Comm refuses the Start before anything is sent (its
+	// loop is gone; a setup would wait at the AM's barrier for nothing).
+	cerr := p.c.usable()
 	p.mu.Lock()
 	err := p.err
 	switch {
+	case cerr != nil:
+		err = &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: cerr}
 	case p.closed:
-		err = &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: fmt.Errorf("%w: the persistent collective was closed", ErrClosed)}
+		err = p.closedError()
 	case p.running:
 		err = &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: errors.New("an invocation of this persistent collective is still running; Wait for it first")}
+	case p.n == 0 && err == nil:
+		// Count 0: a no-op, as an ordinary call of 0 elements.
+		p.mu.Unlock()
+		return failedRequest(nil)
 	}
 	if err != nil {
 		p.mu.Unlock()
-		r.err = err
-		close(r.done)
-		return r
+		return failedRequest(err)
 	}
 	p.running = true
-	renew, seq := p.reserve()
+	renew, seq, nth := p.reserve()
 	send, recv := p.send, p.recv
 	p.mu.Unlock()
+	r := &Request{done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		r.stats, r.err = p.runInvocation(ctx, renew, seq, send, recv)
+		r.stats, r.err = p.runInvocation(ctx, renew, seq, nth, send, recv)
 	}()
 	return r
 }
 
+// closedError is the error of a call on p after p.Close: the Comm's
+// ErrClosed if the Comm was closed too (Close closes its persistent
+// collectives), else ErrPersistentClosed, which does not say the Comm is.
+func (p *Persistent) closedError() error {
+	err := ErrPersistentClosed
+	if p.c.usable() != nil {
+		err = ErrClosed
+	}
+	return &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: err}
+}
+
 // reserve takes the next invocation at call time, under p.mu: whether it
-// sets up a new operation (first Start, after K), and then its sequence
+// sets up a new operation (first Start, after K), then its sequence
 // number, taken now like every collective's, since ranks match setups in
-// call order.
-func (p *Persistent) reserve() (renew bool, seq uint64) {
+// call order, and its number (from 1, over every operation).
+func (p *Persistent) reserve() (renew bool, seq uint64, nth int) {
 	renew = p.reserved%uint64(p.k) == 0
 	p.reserved++
 	if renew {
 		seq = p.c.seq.Add(1) - 1
 	}
-	return renew, seq
+	return renew, seq, int(p.reserved)
 }
 
 // runInvocation runs one reserved invocation over send and recv (the
 // buffers bound at init; a shape's buffers of the call for automatic
 // persistence) and records a failure as the collective's sticky error.
-func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, send, recv elems) (Stats, error) {
+func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, nth int, send, recv elems) (Stats, error) {
 	p.mu.Lock()
 	if err := p.err; err != nil {
 		p.running = false
@@ -168,10 +196,11 @@ func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, 
 		return Stats{}, err
 	}
 	if p.closed || !renew && p.op == nil {
-		// Closed (with its Comm) while this call waited for its turn.
+		// Closed (by its Comm, or evicted) while this call waited for its
+		// turn.
 		p.running = false
 		p.mu.Unlock()
-		return Stats{}, &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: fmt.Errorf("%w: the persistent collective was closed", ErrClosed)}
+		return Stats{}, p.closedError()
 	}
 	p.running = true
 	p.send, p.recv = send, recv
@@ -181,6 +210,17 @@ func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, 
 	p.running = false
 	if err != nil && p.err == nil {
 		p.err = err
+		if cause := ctx.Err(); cause != nil && p.auto {
+			// This call's own context ended it: the calls of the shape
+			// after it were not cancelled, and must not look as if they
+			// were (errors.Is(err, context.Canceled) would tell a caller
+			// its own context ended). They fail all the same: the other
+			// ranks' invocation failed with this one. (An explicit
+			// Persistent keeps returning the cancellation: its owner
+			// cancelled it.)
+			p.err = &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin",
+				Err: fmt.Errorf("%w: invocation %d was cancelled (%v), which fails it on every rank: the collective cannot go on", ErrEarlierCancelled, nth, cause)}
+		}
 	}
 	p.mu.Unlock()
 	return st, err

@@ -55,3 +55,20 @@ func littleEndian() bool {
 	x := uint16(1)
 	return *(*byte)(unsafe.Pointer(&x)) == 1
 }
+
+// partialOverlap reports whether a and b share memory without being the
+// same bytes. MPI allows a collective in place (recv is send) and no other
+// aliasing: with recv shifted against send, RESULT written into recv
+// overwrites elements of send whose DATA has not gone out yet, and the
+// sum silently includes results instead of inputs.
+func partialOverlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := addr(a), addr(b)
+	a1, b1 := a0+uintptr(len(a)), b0+uintptr(len(b))
+	return a0 < b1 && b0 < a1 && (a0 != b0 || a1 != b1)
+}
+
+// addr is where b starts in memory (for messages).
+func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -190,6 +190,26 @@ type AliveRequest struct {
 	Rank int `json:"rank"`
 }
 
+// AbandonRequest is POST /v1/abandon (9.8): a rank gives up invocation
+// (Job, Group, Seq) before its grant (its caller cancelled the call, or
+// the call's deadline passed). The body is the rank's BeginRequest for
+// the invocation, so that the AM can refuse the invocation to ranks that
+// have not arrived yet, plus why.
+type AbandonRequest struct {
+	BeginRequest
+	// Reason is the rank's own words ("context canceled"), appended to
+	// the error the other ranks get.
+	Reason string `json:"reason,omitempty"`
+}
+
+// AbandonResponse answers POST /v1/abandon.
+type AbandonResponse struct {
+	// Abandoned says the invocation failed (now or by an earlier repeat of
+	// this request) because this rank abandoned it; false: it had started
+	// setup, been granted or failed otherwise before, and nothing changed.
+	Abandoned bool `json:"abandoned"`
+}
+
 // NodeStatus is one tree node as the AM last saw it.
 type NodeStatus struct {
 	Name   string `json:"name"`
@@ -348,6 +368,7 @@ const (
 	CodeBadRequest         = "bad_request"         // malformed or invalid request (HTTP 400)
 	CodeMismatch           = "mismatch"            // ranks of one invocation disagree (409)
 	CodeBarrierTimeout     = "barrier_timeout"     // not every rank arrived in time (504)
+	CodeAbandoned          = "abandoned"           // a rank cancelled its call at the barrier (409)
 	CodeTopology           = "topology"            // a node/rank cannot be placed (422)
 	CodeUnsupported        = "unsupported"         // no CAPS record covers the tuple (422)
 	CodeSetupFailed        = "setup_failed"        // a node refused or never answered (502)

@@ -114,6 +114,16 @@ func (c *Client) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	return &g, nil
 }
 
+// Abandon is POST /v1/abandon: the rank gives up r's invocation before its
+// grant, and the AM fails it for every rank.
+func (c *Client) Abandon(ctx context.Context, r AbandonRequest) (*AbandonResponse, error) {
+	var a AbandonResponse
+	if err := c.do(ctx, http.MethodPost, APIVersion+"/abandon", r, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
 // Done is POST /v1/ops/{id}/done.
 func (c *Client) Done(ctx context.Context, id string, d DoneRequest) (*OpStatus, error) {
 	var s OpStatus

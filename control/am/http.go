@@ -34,6 +34,23 @@ func (m *Manager) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, g)
 	})
+	mux.HandleFunc("POST "+APIVersion+"/abandon", func(w http.ResponseWriter, r *http.Request) {
+		var req AbandonRequest
+		body, ok := readBody(w, r)
+		if !ok || !decodeBytes(w, body, &req) {
+			return
+		}
+		if aerr := requireFields(body, req.BeginRequest); aerr != nil {
+			writeErr(w, aerr)
+			return
+		}
+		res, err := m.Abandon(req)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
 	mux.HandleFunc("GET "+APIVersion+"/ops", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, m.Ops())
 	})
@@ -145,7 +162,7 @@ func HTTPStatus(code string) int {
 	switch code {
 	case CodeBadRequest:
 		return http.StatusBadRequest
-	case CodeMismatch:
+	case CodeMismatch, CodeAbandoned:
 		return http.StatusConflict
 	case CodeBarrierTimeout:
 		return http.StatusGatewayTimeout

@@ -108,6 +108,9 @@ type invocation struct {
 	// m.mu): a rank whose last one gave up (its client went away) is
 	// withdrawn from a barrier that has not started.
 	waiting map[int]int
+	// abandonedBy is the request of the rank whose POST /v1/abandon failed the
+	// invocation (under m.mu; nil: none did).
+	abandonedBy *BeginRequest
 }
 
 // operation is one installed (or being installed) PRISM operation.
@@ -467,6 +470,11 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 // sessions differ.
 func (m *Manager) restarted(inv *invocation, r BeginRequest) bool {
 	prev, ok := inv.arrived[r.Rank]
+	if by := inv.abandonedBy; !ok && by != nil && by.Rank == r.Rank {
+		// The rank abandoned the invocation without arriving (or its
+		// arrival was withdrawn): a new process of it starts afresh.
+		prev, ok = *by, true
+	}
 	return ok && r.Session != 0 && prev.Session != 0 && prev.Session != r.Session
 }
 
@@ -529,6 +537,68 @@ func (m *Manager) withdraw(inv *invocation, r BeginRequest) {
 		delete(m.invs, inv.key)
 		inv.timer.Stop()
 	}
+}
+
+// Abandon is POST /v1/abandon (9.8): rank r gives up its invocation before
+// the grant (its caller cancelled the call). Unlike a withdrawal (the
+// client just went away: a killed rank, whose restarted job must be able
+// to join the barrier again), the rank says it will not come back for
+// this seq and moves on to the next: the invocation fails at once for
+// every rank, waiting or still to come (for as long as a failed
+// invocation answers, forget), with an error naming r, so all of them
+// leave the seq together and meet again at the next. Without it the
+// others waited the whole barrier timeout, and a retry by r took the next
+// seq while they still waited at this one: every later call of the job
+// was out of step. An invocation whose setup began, was granted or
+// failed otherwise is left as it is.
+func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
+	p, aerr := m.normalize(r.BeginRequest)
+	if aerr != nil {
+		return AbandonResponse{}, aerr
+	}
+	key := invKey{r.Job, r.Group, r.Seq}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return AbandonResponse{}, &APIError{Code: CodeSetupFailed, Message: "the AM is shutting down"}
+	}
+	inv := m.invs[key]
+	if inv != nil && m.restarted(inv, r.BeginRequest) {
+		// The rank's arrival there is another process's (a new run of
+		// the job): not this process's to abandon.
+		m.mu.Unlock()
+		return AbandonResponse{}, nil
+	}
+	if inv != nil && (inv.started || inv.err != nil) {
+		by := inv.abandonedBy
+		m.mu.Unlock()
+		return AbandonResponse{Abandoned: by != nil && by.Rank == r.Rank && by.Session == r.Session}, nil
+	}
+	fresh := inv == nil
+	if fresh {
+		// No rank arrived yet (or the rank's own withdrawal, its request
+		// cancelled, came first): the others must still find the failure
+		// when they arrive.
+		inv = &invocation{key: key, first: r.BeginRequest, p: p, arrived: map[int]BeginRequest{}, ready: make(chan struct{}), created: time.Now(),
+			waiting: map[int]int{}}
+		m.invs[key] = inv
+		inv.timer = time.AfterFunc(m.cfg.BarrierTimeout, func() { m.barrierTimeout(inv) })
+	}
+	msg := fmt.Sprintf("job %d group %d seq %d: rank %d (%s) cancelled its call at the barrier", r.Job, r.Group, r.Seq, r.Rank, r.Node)
+	if r.Reason != "" {
+		msg += " (" + r.Reason + ")"
+	}
+	rank := r.Rank
+	inv.err = &APIError{Code: CodeAbandoned, Rank: &rank, Message: msg}
+	by := r.BeginRequest
+	inv.abandonedBy = &by
+	m.mu.Unlock()
+	inv.timer.Stop()
+	m.metrics.failed.WithLabelValues(CodeAbandoned).Inc()
+	m.logf("am: %s", msg)
+	close(inv.ready)
+	m.forget(inv, time.Minute)
+	return AbandonResponse{Abandoned: true}, nil
 }
 
 func (m *Manager) barrierTimeout(inv *invocation) {

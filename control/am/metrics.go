@@ -29,7 +29,7 @@ const (
 )
 
 var failReasons = []string{CodeBadRequest, CodeTopology, CodeUnsupported, CodeSetupFailed, CodeRollbackIncomplete,
-	reasonRankFailed, reasonWatchdog, reasonNotComplete, reasonKeepalive}
+	CodeMismatch, CodeAbandoned, reasonRankFailed, reasonWatchdog, reasonNotComplete, reasonKeepalive}
 
 // ctlCommands are the commands the AM sends, pre-registered as label values.
 var ctlCommands = []parser.Command{parser.CmdStage, parser.CmdCommit, parser.CmdComplete, parser.CmdRelease,

@@ -1,0 +1,469 @@
+package host
+
+// Tests of what a call does to the call sequence (doc.go, "The call
+// sequence"): calls refused on the rank, empty calls, calls on a closed
+// Comm, failed and cancelled calls, and that every rank's next call still
+// meets the others' with exact sums.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/control/am"
+)
+
+// countingAM puts a proxy before the AM at target that counts the
+// runtime-channel requests ranks send.
+func countingAM(t *testing.T, target string) (string, *atomic.Int64) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0) // a rank's cancelled begin is expected here
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, &n
+}
+
+// seqPair is two ranks of job on the single fabric, their runtime channel
+// counted.
+type seqPair struct {
+	comms []*Comm
+	conns []*memConn
+	url   string // the AM itself
+	reqs  *atomic.Int64
+}
+
+func newSeqPair(t *testing.T, job uint64) *seqPair {
+	t.Helper()
+	f := newMemFabric(t, "single")
+	sp := &seqPair{url: f.startAM("h1")}
+	var proxy string
+	proxy, sp.reqs = countingAM(t, sp.url)
+	for r, h := range []string{"h1", "h2"} {
+		conn := f.attach(h)
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: job, Coordinator: proxy, Node: h}, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		sp.comms, sp.conns = append(sp.comms, c), append(sp.conns, conn)
+	}
+	return sp
+}
+
+// both runs one AllReduce of n elements on both ranks (inputs from seed)
+// and checks every element against the exact sum.
+func (sp *seqPair) both(t *testing.T, what string, seed uint64, n int, o *Options) []Stats {
+	t.Helper()
+	sends, recvs := make([][]float32, 2), make([][]float32, 2)
+	errs, sts := make([]error, 2), make([]Stats, 2)
+	var wg sync.WaitGroup
+	for r, c := range sp.comms {
+		sends[r], recvs[r] = vecFor(seed, r, n), make([]float32, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			q := c.AllReduceAsync(ctx, sends[r], recvs[r], o)
+			errs[r], sts[r] = q.Wait(), q.Stats()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: rank %d: %v", what, r, err)
+		}
+	}
+	checkSums(t, what, sends, recvs)
+	return sts
+}
+
+func checkSums(t *testing.T, what string, sends, recvs [][]float32) {
+	t.Helper()
+	for i := range sends[0] {
+		want := math.Float32bits(exactF32(sends, i))
+		for r := range recvs {
+			if got := math.Float32bits(recvs[r][i]); got != want {
+				t.Fatalf("%s: rank %d element %d: %#x, want %#x", what, r, i, got, want)
+			}
+		}
+	}
+}
+
+// Item: calls on a closed Comm fail at once with ErrClosed and send
+// nothing, not even to the AM (a lone rank sat at the AM's barrier).
+func TestClosedCommRefusesCalls(t *testing.T) {
+	sp := newSeqPair(t, 201)
+	c := sp.comms[0]
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, sends := sp.reqs.Load(), sp.conns[0].sends
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	x := vecFor(1, 0, 100)
+	start := time.Now()
+	if err := c.AllReduce(ctx, x, make([]float32, 100), nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("AllReduce after Close: %v, want ErrClosed", err)
+	}
+	if err := c.Reduce(ctx, x, nil, 1, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Reduce after Close: %v, want ErrClosed", err)
+	}
+	if p, err := c.AllReduceInit(x, x, nil); !errors.Is(err, ErrClosed) || p != nil {
+		t.Errorf("AllReduceInit after Close: collective returned %v, error %v; want ErrClosed", p != nil, err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("calls on a closed Comm took %v, want an immediate error", el)
+	}
+	if n := sp.reqs.Load() - before; n != 0 {
+		t.Errorf("%d runtime-channel requests after Close, want none", n)
+	}
+	if sp.conns[0].sends != sends {
+		t.Errorf("frames sent after Close")
+	}
+}
+
+// Item: a Persistent created on a live Comm refuses Start once the Comm
+// is closed, without a request.
+func TestClosedCommRefusesPersistentStart(t *testing.T) {
+	sp := newSeqPair(t, 202)
+	x := vecFor(2, 0, 50)
+	p, err := sp.comms[0].AllReduceInit(x, x, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.comms[0].Close()
+	before := sp.reqs.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := p.Run(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Run on a closed Comm: %v, want ErrClosed", err)
+	}
+	if n := sp.reqs.Load() - before; n != 0 {
+		t.Errorf("%d requests, want none", n)
+	}
+}
+
+// Item: a call refused on the rank (a []float64) consumes no sequence
+// number: both ranks' next calls still meet, with exact sums.
+func TestRefusedCallKeepsSequence(t *testing.T) {
+	sp := newSeqPair(t, 203)
+	before := sp.reqs.Load()
+	if err := sp.comms[0].AllReduce(context.Background(), []float64{1, 2}, []float64{0, 0}, nil); !errors.Is(err, ErrType) {
+		t.Fatalf("[]float64: %v, want ErrType", err)
+	}
+	if err := sp.comms[0].AllReduce(context.Background(), []float32{1, 2}, []float32{0}, nil); !errors.Is(err, ErrType) {
+		t.Fatalf("short recv: %v, want ErrType", err)
+	}
+	if n := sp.reqs.Load() - before; n != 0 {
+		t.Errorf("refused calls sent %d requests", n)
+	}
+	// Without the fix rank 0 asked for seq 2 here and rank 1 for seq 0:
+	// each waited at its own barrier.
+	sp.both(t, "first call after the refused ones", 31, 300, nil)
+	sp.both(t, "second call", 32, 300, nil)
+}
+
+// Item: a first call of a shape that the AM refused (rank 1 passed 101
+// elements, rank 0 100: a mismatch on both) leaves no rank counting the
+// shape as seen: the next matched call is a first call on both (ordinary,
+// exact) and the one after runs persistent on both. Before, rank 0 had
+// marked 100 as seen and ran its next call persistent, rank 1 ordinary:
+// "persistent false vs true".
+func TestRefusedFirstCallLeavesShapeUnseen(t *testing.T) {
+	sp := newSeqPair(t, 204)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range sp.comms {
+		n := 100 + r
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			errs[r] = c.AllReduce(ctx, vecFor(40, r, n), make([]float32, n), nil)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		var ae *am.APIError
+		if !errors.As(err, &ae) || ae.Code != am.CodeMismatch {
+			t.Fatalf("rank %d: %v, want the AM's mismatch", r, err)
+		}
+	}
+	sts := sp.both(t, "matched call after the mismatch", 41, 100, nil)
+	if sts[0].AutoPersistent || sts[1].AutoPersistent {
+		t.Errorf("matched call after the mismatch: auto %v %v, want an ordinary first call on both", sts[0].AutoPersistent, sts[1].AutoPersistent)
+	}
+	sts = sp.both(t, "the shape's second call", 42, 100, nil)
+	if !sts[0].AutoPersistent || !sts[1].AutoPersistent {
+		t.Errorf("second call: auto %v %v, want persistent on both", sts[0].AutoPersistent, sts[1].AutoPersistent)
+	}
+}
+
+// Item: of three queued calls of a kept shape on rank 0, the second is
+// cancelled before its turn. It fails with context.Canceled; the third,
+// whose context was never cancelled, fails with ErrEarlierCancelled naming
+// the invocation, not with context.Canceled. It cannot run: rank 1 runs
+// that invocation (its second call) without rank 0, which fails it and
+// its third call, so rank 0 running its third call in the second's place
+// would leave the ranks out of step. Then both ranks' next call sets the
+// shape up again and is exact.
+func TestCancelledQueuedCallFailsLaterOnesDistinctly(t *testing.T) {
+	sp := newSeqPair(t, 205)
+	o := &Options{Timeout: 2 * time.Second}
+	const n = 3000
+	sp.both(t, "first call", 51, n, o)
+	sp.both(t, "second call (persistent set up)", 52, n, o)
+	live, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	var qs [2][3]*Request
+	sends, recvs := [3][][]float32{}, [3][][]float32{}
+	for k := range 3 {
+		sends[k], recvs[k] = make([][]float32, 2), make([][]float32, 2)
+		for r, c := range sp.comms {
+			sends[k][r], recvs[k][r] = vecFor(uint64(60+k), r, n), make([]float32, n)
+			ctx := live
+			if r == 0 && k == 1 {
+				ctx = cancelled
+			}
+			qs[r][k] = c.AllReduceAsync(ctx, sends[k][r], recvs[k][r], o)
+		}
+	}
+	for r := range 2 {
+		if err := qs[r][0].Wait(); err != nil {
+			t.Fatalf("rank %d first queued call: %v", r, err)
+		}
+	}
+	checkSums(t, "first queued call", sends[0], recvs[0])
+	if err := qs[0][1].Wait(); !errors.Is(err, context.Canceled) {
+		t.Errorf("rank 0's cancelled call: %v, want context.Canceled", err)
+	}
+	err := qs[0][2].Wait()
+	if err == nil || errors.Is(err, context.Canceled) || !errors.Is(err, ErrEarlierCancelled) || !strings.Contains(err.Error(), "invocation 3 of this shape") {
+		t.Errorf("rank 0's call after the cancelled one: %v, want ErrEarlierCancelled naming invocation 3 (the setup was 1, the first queued call 2), not context.Canceled", err)
+	}
+	for k := 1; k < 3; k++ {
+		if err := qs[1][k].Wait(); err == nil {
+			t.Errorf("rank 1's queued call %d succeeded without rank 0", k)
+		} else {
+			t.Logf("rank 1 queued call %d: %v", k, err)
+		}
+	}
+	sp.both(t, "next call after the cancellation", 70, n, o)
+	sp.both(t, "and the one after", 71, n, o)
+}
+
+// Item: send and recv overlapping without being the same slice are
+// refused before anything is sent; exactly in place is a valid call.
+func TestPartialOverlapRefused(t *testing.T) {
+	sp := newSeqPair(t, 206)
+	const n = 500
+	x := vecFor(80, 0, n+1)
+	before := sp.reqs.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name       string
+		send, recv []float32
+	}{{"recv one element on", x[:n], x[1:]}, {"send one element on", x[1:], x[:n]}, {"recv inside send", x[:n], x[100:100]}} {
+		err := sp.comms[0].AllReduce(ctx, tc.send, tc.recv, nil)
+		if tc.name == "recv inside send" {
+			continue // an empty recv of a non-empty send is a length error
+		}
+		if !errors.Is(err, ErrType) || !strings.Contains(err.Error(), "overlap") {
+			t.Errorf("%s: %v, want ErrType naming the overlap", tc.name, err)
+		}
+	}
+	if n := sp.reqs.Load() - before; n != 0 {
+		t.Errorf("refused calls sent %d requests", n)
+	}
+	// In place on both ranks: exact.
+	ins := [][]float32{vecFor(81, 0, n), vecFor(81, 1, n)}
+	orig := [][]float32{append([]float32(nil), ins[0]...), append([]float32(nil), ins[1]...)}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range sp.comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = c.AllReduce(context.Background(), ins[r], ins[r], nil)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("in place, rank %d: %v", r, err)
+		}
+	}
+	checkSums(t, "in place", orig, ins)
+}
+
+// Item: a count of 0 is a no-op: nil at once, no request, no sequence
+// number (the ranks' next call meets).
+func TestEmptyCallIsNoOp(t *testing.T) {
+	sp := newSeqPair(t, 207)
+	before := sp.reqs.Load()
+	for r, c := range sp.comms {
+		if err := c.AllReduce(context.Background(), []float32{}, []float32{}, nil); err != nil {
+			t.Errorf("rank %d empty AllReduce: %v", r, err)
+		}
+		if err := c.AllReduce(context.Background(), []int8(nil), nil, nil); err != nil {
+			t.Errorf("rank %d nil AllReduce: %v", r, err)
+		}
+		if err := c.Reduce(context.Background(), []float32{}, nil, 1, nil); err != nil {
+			t.Errorf("rank %d empty Reduce: %v", r, err)
+		}
+		p, err := c.AllReduceInit([]float32{}, []float32{}, nil)
+		if err != nil {
+			t.Fatalf("rank %d empty AllReduceInit: %v", r, err)
+		}
+		if err := p.Run(context.Background()); err != nil {
+			t.Errorf("rank %d empty Run: %v", r, err)
+		}
+		p.Close()
+	}
+	if err := sp.comms[0].AllReduce(context.Background(), []float32{}, []float32{1}, nil); !errors.Is(err, ErrType) {
+		t.Errorf("empty send, non-empty recv: %v, want ErrType", err)
+	}
+	if n := sp.reqs.Load() - before; n != 0 {
+		t.Errorf("empty calls sent %d requests", n)
+	}
+	sp.both(t, "call after the empty ones", 90, 200, nil)
+}
+
+// Item: a call on a persistent collective closed on a live Comm says the
+// persistent collective is closed, not the communicator.
+func TestPersistentClosedError(t *testing.T) {
+	sp := newSeqPair(t, 208)
+	x := vecFor(3, 0, 50)
+	p, err := sp.comms[0].AllReduceInit(x, x, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	err = p.Run(context.Background())
+	if !errors.Is(err, ErrPersistentClosed) || errors.Is(err, ErrClosed) || strings.Contains(err.Error(), "communicator closed") ||
+		!strings.Contains(err.Error(), "persistent collective closed") {
+		t.Errorf("Run after p.Close: %v, want ErrPersistentClosed without 'communicator closed'", err)
+	}
+}
+
+// Item: a rank whose call is cancelled at the AM's barrier tells the AM:
+// the other rank's call fails at once, naming it, instead of waiting the
+// barrier timeout (2 minutes); then both ranks' next call meets.
+func TestCancelAtBarrierFailsOthersPromptly(t *testing.T) {
+	sp := newSeqPair(t, 209)
+	cl := am.NewClient(sp.url)
+	ctx, cancel := context.WithCancel(context.Background())
+	q0 := sp.comms[0].AllReduceAsync(ctx, vecFor(1, 0, 100), make([]float32, 100), nil)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		l, err := cl.Ops(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Barriers) == 1 && len(l.Barriers[0].Arrived) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rank 0 never reached the barrier")
+		}
+	}
+	cancel()
+	if err := q0.Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("rank 0: %v, want context.Canceled", err)
+	}
+	start := time.Now()
+	ctx1, cancel1 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel1()
+	err := sp.comms[1].AllReduce(ctx1, vecFor(1, 1, 100), make([]float32, 100), nil)
+	if !strings.Contains(err.Error(), "rank 0 (h1) cancelled its call at the barrier") {
+		t.Fatalf("rank 1: %v, want the abandon naming rank 0", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("rank 1 failed after %v, want at once", el)
+	}
+	sp.both(t, "next call", 2, 100, nil)
+	sp.both(t, "and the one after", 3, 100, nil)
+}
+
+// Item: connect_timeout in a config file as a duration string (integer
+// nanoseconds still work), PRISM_CONNECT_TIMEOUT, and the keys listed in
+// a config error.
+func TestConfigConnectTimeout(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	c, err := LoadConfig(write("a.json", `{"rank": 1, "size": 2, "connect_timeout": "5s"}`))
+	if err != nil || c.ConnectTimeout != 5*time.Second || c.Rank != 1 {
+		t.Errorf("\"5s\": %+v, %v", c, err)
+	}
+	c, err = LoadConfig(write("b.json", `{"connect_timeout": 2000000000}`))
+	if err != nil || c.ConnectTimeout != 2*time.Second {
+		t.Errorf("integer nanoseconds: %v, %v", c.ConnectTimeout, err)
+	}
+	if _, err = LoadConfig(write("c.json", `{"connect_timeout": "soon"}`)); err == nil || !strings.Contains(err.Error(), "connect_timeout") {
+		t.Errorf("bad duration: %v", err)
+	}
+	if _, err = LoadConfig(write("d.json", `{"conect_timeout": "5s"}`)); err == nil || !strings.Contains(err.Error(), "connect_timeout, persistent_shapes") {
+		t.Errorf("unknown key: %v, want the keys listed with connect_timeout", err)
+	}
+	t.Setenv("PRISM_CONFIG", "")
+	t.Setenv("PRISM_CONNECT_TIMEOUT", "750ms")
+	if c, err = ConfigFromEnv(); err != nil || c.ConnectTimeout != 750*time.Millisecond {
+		t.Errorf("PRISM_CONNECT_TIMEOUT=750ms: %v, %v", c.ConnectTimeout, err)
+	}
+	t.Setenv("PRISM_CONNECT_TIMEOUT", "5")
+	if _, err = ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), "Config.ConnectTimeout") {
+		t.Errorf("PRISM_CONNECT_TIMEOUT=5: %v, want an error naming Config.ConnectTimeout", err)
+	}
+	if err := (&Config{Rank: 0, Size: 0}).Validate(); err == nil || !strings.Contains(err.Error(), "Config.Size (prismctl --size, PRISM_SIZE)") {
+		t.Errorf("validate: %v", err)
+	}
+}
+
+// Item: the AM's hint for a rank on the wrong host speaks prismctl's
+// flags; the library adds the Config fields.
+func TestWrongNodeHintNamesConfig(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	// Rank on h1's interface saying it is h2.
+	c, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 1, Iface: "mem0", Job: 210, Coordinator: url, Node: "h2"}, f.attach("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.AllReduce(context.Background(), []float32{1}, []float32{0}, nil)
+	if err == nil || !strings.Contains(err.Error(), "pass --node h1") || !strings.Contains(err.Error(), "Config.Node (prismctl --node, PRISM_NODE)") {
+		t.Fatalf("%v, want the hint naming Config.Node", err)
+	}
+}
