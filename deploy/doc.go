@@ -27,7 +27,12 @@
 // 5, reorder_depth: 8}, egress: {reorder_percent: 5, reorder_depth: 4,
 // delay_us: 20}}; each port gets seeds of its own (PortSeed), derived from
 // the node's name unless seed is given, so a lab is reproducible and its
-// ports do not drop and reorder in step. Unknown keys
+// ports do not drop and reorder in step. macs (any node) gives interfaces
+// MACs of their own instead of derived ones, and a prismd or bridge node
+// its own under node: macs: {node: "02:00:00:00:00:01", p1:
+// "3c:fd:fe:00:00:01"}, as a network of real NICs needs for the AM to
+// address them (docs/lab-hardware.md); a lab sets them on its veths.
+// Unknown keys
 // and values are errors naming the file, the line and the valid choices. From a
 // parsed Topology this package derives everything other tools must agree on
 // without talking to each other: the MAC of every interface (MAC), the port

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -107,6 +108,12 @@ type Node struct {
 	// Fault impairs every port of a prismd node (tests and labs); nil for
 	// none. Only prismd nodes have one.
 	Fault *Fault
+	// MACs gives interfaces (and, under NodeMACIface, a prismd or bridge
+	// node itself) MACs of their own instead of the derived ones (MAC):
+	// real NICs, whose MACs the AM must address, or a node its operator
+	// numbered. A lab sets them on its veths; nil for none.
+	MACs     map[string][6]byte
+	macsLine int // where macs is written (0 if built in code)
 	// Line is where the node is defined in the file (0 if built in code).
 	Line int
 }
@@ -285,9 +292,11 @@ type fileNode struct {
 	Backend string `yaml:"backend"`
 	XDPMode string `yaml:"xdp_mode"`
 	// KulischPartials is prismd's kulisch_partials for the node.
-	KulischPartials string     `yaml:"kulisch_partials"`
-	Fault           *fileFault `yaml:"fault"`
+	KulischPartials string            `yaml:"kulisch_partials"`
+	Fault           *fileFault        `yaml:"fault"`
+	MACs            map[string]string `yaml:"macs"`
 	line            int
+	macsLine        int
 	// Lines of the backend, xdp_mode and kulisch_partials values, so an
 	// error points at the key rather than at the node (a block mapping
 	// spans several lines).
@@ -419,7 +428,7 @@ func (f *fileTopology) UnmarshalYAML(n *yaml.Node) error {
 }
 
 func (f *fileNode) UnmarshalYAML(n *yaml.Node) error {
-	if err := checkKeys(n, "a node", "kind", "ipv4", "backend", "xdp_mode", "kulisch_partials", "fault"); err != nil {
+	if err := checkKeys(n, "a node", "kind", "ipv4", "backend", "xdp_mode", "kulisch_partials", "fault", "macs"); err != nil {
 		return err
 	}
 	type plain fileNode
@@ -432,6 +441,8 @@ func (f *fileNode) UnmarshalYAML(n *yaml.Node) error {
 			f.xdpModeLine = n.Content[i+1].Line
 		case "kulisch_partials":
 			f.kulischLine = n.Content[i+1].Line
+		case "macs":
+			f.macsLine = n.Content[i+1].Line
 		}
 	}
 	return n.Decode((*plain)(f))
@@ -537,6 +548,17 @@ func Parse(src []byte) (*Topology, error) {
 				return nil, err
 			}
 		}
+		for iface, v := range fn.MACs {
+			m, err := net.ParseMAC(v)
+			if err != nil || len(m) != 6 {
+				return nil, errAt(fn.macsLine, "node %s: macs: %s: %q is not a MAC like 02:00:00:00:00:01", name, iface, v)
+			}
+			if n.MACs == nil {
+				n.MACs = map[string][6]byte{}
+			}
+			n.MACs[iface] = [6]byte(m)
+		}
+		n.macsLine = fn.macsLine
 		nodes = append(nodes, n)
 	}
 	links := make([]Link, 0, len(f.Topology.Links))
@@ -772,7 +794,50 @@ func build(name string, mtu int, nodes []*Node, links []Link) (*Topology, error)
 		}
 	}
 	t.Links = links
+	if err := checkMACs(t); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// checkMACs validates the nodes' macs: each names an interface of its node
+// (or NodeMACIface, for a prismd or bridge node) and is a unicast MAC, and
+// no two interfaces of the topology, given or derived, share one: the AM
+// and the switches address nodes and ports by MAC.
+func checkMACs(t *Topology) error {
+	owner := map[[6]byte]string{}
+	for _, name := range t.names {
+		n := t.Nodes[name]
+		line := n.macsLine
+		if line == 0 {
+			line = n.Line
+		}
+		for _, iface := range slices.Sorted(maps.Keys(n.MACs)) {
+			m := n.MACs[iface]
+			switch {
+			case iface == NodeMACIface && n.Kind == KindHost:
+				return errAt(line, "node %s: macs: a host has no MAC of its own (%q); give its interfaces' MACs", name, iface)
+			case iface != NodeMACIface && !slices.Contains(n.Ifaces, iface):
+				return errAt(line, "node %s: macs: %q is not one of its interfaces (%s)", name, iface, strings.Join(n.Ifaces, ", "))
+			case m[0]&1 != 0:
+				return errAt(line, "node %s: macs: %s: %v is a group (multicast) address; give a unicast one", name, iface, HardwareAddr(m))
+			case m == [6]byte{}:
+				return errAt(line, "node %s: macs: %s: the all-zero MAC is not an interface's", name, iface)
+			}
+		}
+		ifaces := n.Ifaces
+		if n.Kind != KindHost {
+			ifaces = append(slices.Clone(ifaces), NodeMACIface)
+		}
+		for _, iface := range ifaces {
+			m := t.MAC(name, iface)
+			if o, dup := owner[m]; dup {
+				return errAt(line, "node %s: %s has MAC %v, as %s does; every interface needs its own", name, iface, HardwareAddr(m), o)
+			}
+			owner[m] = name + ":" + iface
+		}
+	}
+	return nil
 }
 
 // NodeNames returns every node name, sorted.
@@ -913,8 +978,16 @@ func MAC(lab, node, iface string) [6]byte {
 // HardwareAddr converts a MAC to a net.HardwareAddr.
 func HardwareAddr(m [6]byte) net.HardwareAddr { return net.HardwareAddr(m[:]) }
 
-// MAC returns the MAC of node's interface iface in this topology's lab.
-func (t *Topology) MAC(node, iface string) [6]byte { return MAC(t.Name, node, iface) }
+// MAC returns the MAC of node's interface iface in this topology: the one
+// the node's macs key gives, else the derived one (MAC).
+func (t *Topology) MAC(node, iface string) [6]byte {
+	if n := t.Nodes[node]; n != nil {
+		if m, ok := n.MACs[iface]; ok {
+			return m
+		}
+	}
+	return MAC(t.Name, node, iface)
+}
 
 // HostMACs returns the MAC of every host interface, hosts sorted by name and
 // interfaces in link order: the sources prismd accepts an Aggregation
@@ -923,7 +996,7 @@ func (t *Topology) HostMACs() [][6]byte {
 	var r [][6]byte
 	for _, h := range t.Hosts() {
 		for _, ifc := range t.Nodes[h].Ifaces {
-			r = append(r, MAC(t.Name, h, ifc))
+			r = append(r, t.MAC(h, ifc))
 		}
 	}
 	return r
@@ -1005,6 +1078,13 @@ func (t *Topology) Marshal() []byte {
 		}
 		if n.Fault != nil {
 			fmt.Fprintf(&b, ", fault: %s", n.Fault.flow())
+		}
+		if len(n.MACs) > 0 {
+			var ms []string
+			for _, iface := range slices.Sorted(maps.Keys(n.MACs)) {
+				ms = append(ms, fmt.Sprintf("%q: %q", iface, HardwareAddr(n.MACs[iface]).String()))
+			}
+			fmt.Fprintf(&b, ", macs: {%s}", strings.Join(ms, ", "))
 		}
 		b.WriteString("}\n")
 	}

@@ -38,6 +38,11 @@ func TestParseErrors(t *testing.T) {
 		{"unknown node key", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, image: x}", 1), 6, `unknown key "image" in a node; valid keys are: kind, ipv4, backend, xdp_mode, kulisch_partials`},
 		{"unknown link key", strings.Replace(minimal, `    - endpoints: ["h2:eth0", "sw1:p2"]`, "    - endpoints: [\"h2:eth0\", \"sw1:p2\"]\n      mt: 9000", 1), 10, `unknown key "mt" in a link`},
 		{"node not mapping", strings.Replace(minimal, "{kind: prismd}", "prismd", 1), 6, "a node must be a mapping"},
+		{"macs not a MAC", strings.Replace(minimal, "{kind: prismd}", `{kind: prismd, macs: {p1: "02:00:00"}}`, 1), 6, `node sw1: macs: p1: "02:00:00" is not a MAC`},
+		{"macs unknown iface", strings.Replace(minimal, "{kind: prismd}", `{kind: prismd, macs: {p9: "02:00:00:00:00:09"}}`, 1), 6, `node sw1: macs: "p9" is not one of its interfaces (p1, p2)`},
+		{"macs group", strings.Replace(minimal, "{kind: prismd}", `{kind: prismd, macs: {node: "01:00:5e:00:00:01"}}`, 1), 6, "is a group (multicast) address"},
+		{"macs host node", strings.Replace(minimal, "{kind: host, ipv4: 10.0.0.2/24}", `{kind: host, ipv4: 10.0.0.2/24, macs: {node: "02:00:00:00:00:09"}}`, 1), 5, "a host has no MAC of its own"},
+		{"macs duplicate", strings.Replace(minimal, "{kind: prismd}", `{kind: prismd, macs: {p1: "02:00:00:00:00:09", p2: "02:00:00:00:00:09"}}`, 1), 6, "has MAC 02:00:00:00:00:09, as sw1:p1 does"},
 		{"mtu type", "name: a\nmtu: big\n", 2, `mtu: "big" is not a whole number`},
 		{"fault type", strings.Replace(minimal, "{kind: prismd}", "{kind: prismd, fault: {ingress: {drop_percent: abc}}}", 1), 6,
 			`fault.ingress.drop_percent: "abc" is not a number`},
@@ -643,5 +648,42 @@ func TestEmbeddedAndLoad(t *testing.T) {
 	}
 	if _, err := Load("nope"); err == nil {
 		t.Error("Load(nope) succeeded")
+	}
+}
+
+// TestGivenMACsParse: macs replace the derived MACs of the interfaces they
+// name (and of the node), and survive Marshal.
+func TestGivenMACsParse(t *testing.T) {
+	src := strings.Replace(minimal, "{kind: prismd}", `{kind: prismd, macs: {node: "0a:00:00:00:00:01", p2: "0a:00:00:00:00:02"}}`, 1)
+	tp, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		node, iface string
+		want        [6]byte
+	}{
+		{"sw1", NodeMACIface, [6]byte{0x0a, 0, 0, 0, 0, 1}},
+		{"sw1", "p2", [6]byte{0x0a, 0, 0, 0, 0, 2}},
+		{"sw1", "p1", MAC(tp.Name, "sw1", "p1")}, // not given: derived
+		{"h1", "eth0", MAC(tp.Name, "h1", "eth0")},
+	} {
+		if got := tp.MAC(c.node, c.iface); got != c.want {
+			t.Errorf("MAC(%s, %s) = %v, want %v", c.node, c.iface, HardwareAddr(got), HardwareAddr(c.want))
+		}
+	}
+	again, err := Parse(tp.Marshal())
+	if err != nil {
+		t.Fatalf("Marshal does not parse: %v\n%s", err, tp.Marshal())
+	}
+	if got := again.MAC("sw1", "p2"); got != [6]byte{0x0a, 0, 0, 0, 0, 2} {
+		t.Errorf("after Marshal: %v\n%s", HardwareAddr(got), tp.Marshal())
+	}
+	pc, err := NewPrismdConfig(tp, "sw1", "/run/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.NodeMAC != "0a:00:00:00:00:01" {
+		t.Errorf("prismd's node_mac %q, want the given one", pc.NodeMAC)
 	}
 }

@@ -55,7 +55,7 @@ type Edge struct {
 type TreeNode struct {
 	Name   string
 	Role   parser.Role
-	MAC    net.HardwareAddr // node MAC (deploy.MAC(lab, node, "node"))
+	MAC    net.HardwareAddr // node MAC (Topology.MAC(node, "node"))
 	Parent *Edge            // nil at the root / SINGLE
 	// Children are the child subtrees (edges whose Parent is this node),
 	// ordered by child name.
