@@ -62,7 +62,12 @@
 // RESULT received through a stream.RecvWindow and answered with PROGRESS,
 // the completion report to the coordinator and the errors that say what
 // failed (which contributor, which element range, timeout, coordinator
-// unreachable, interface gone, ACCUMULATION_INEXACT). A link that goes down
+// unreachable, interface gone, ACCUMULATION_INEXACT). Every call's error is
+// an *OpError; errors.Is classifies it (ErrTimeout, also for a barrier a
+// rank never reached; ErrMismatch; ErrAbandoned; ErrSetup; ErrFailed;
+// ErrInexact; ErrClosed; context.Canceled for the caller's own cancel), and
+// errors.As reaches the AM's *am.APIError (its Code and Rank) when the AM
+// refused the call. A link that goes down
 // (ENETDOWN) is ridden out: frames lost meanwhile are retransmitted once it
 // is back, and an operation whose timeout expires first says the interface
 // went down and how long ago, or that it has no carrier (the switch's end

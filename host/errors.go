@@ -41,7 +41,44 @@ var (
 	// so the calls queued behind it cannot run in step and fail with this
 	// (not with context.Canceled: their own context was not cancelled).
 	ErrEarlierCancelled = errors.New("host: an earlier call of the same shape was cancelled")
+	// ErrMismatch: the ranks asked for different collectives at one
+	// point of their call sequence (the AM's mismatch: which field, in
+	// the message).
+	ErrMismatch = errors.New("host: ranks disagree")
+	// ErrAbandoned: another rank's call was cancelled while the AM
+	// gathered the ranks; every rank's call of that invocation fails, and
+	// the next calls meet again.
+	ErrAbandoned = errors.New("host: another rank cancelled the call")
+	// ErrSetup: the AM could not set the operation up (the topology cannot
+	// place it, no switch supports it, a switch refused or did not answer,
+	// or the request was invalid); no rank got a grant.
+	ErrSetup = errors.New("host: the AM could not set the operation up")
 )
+
+// Is lets errors.Is classify the AM's refusals by their code (the
+// *am.APIError, which errors.As also reaches, holds the code and message):
+// ErrMismatch, ErrAbandoned, ErrSetup, and ErrTimeout for a barrier that
+// timed out (a rank never arrived) as for a silent peer.
+func (e *OpError) Is(target error) bool {
+	var ae *am.APIError
+	if !errors.As(e.Err, &ae) {
+		return false
+	}
+	switch target {
+	case ErrMismatch:
+		return ae.Code == am.CodeMismatch
+	case ErrAbandoned:
+		return ae.Code == am.CodeAbandoned
+	case ErrTimeout:
+		return ae.Code == am.CodeBarrierTimeout
+	case ErrSetup:
+		switch ae.Code {
+		case am.CodeBadRequest, am.CodeTopology, am.CodeUnsupported, am.CodeSetupFailed, am.CodeRollbackIncomplete:
+			return true
+		}
+	}
+	return false
+}
 
 // OpError is the error of one collective call.
 type OpError struct {

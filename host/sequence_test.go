@@ -212,6 +212,11 @@ func TestRefusedFirstCallLeavesShapeUnseen(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Code != am.CodeMismatch {
 			t.Fatalf("rank %d: %v, want the AM's mismatch", r, err)
 		}
+		// The AM's refusals are classified for errors.Is too (OpError.Is).
+		if !errors.Is(err, ErrMismatch) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrSetup) {
+			t.Errorf("rank %d: errors.Is(ErrMismatch) %v, (ErrTimeout) %v, (ErrSetup) %v; want true, false, false",
+				r, errors.Is(err, ErrMismatch), errors.Is(err, ErrTimeout), errors.Is(err, ErrSetup))
+		}
 	}
 	sts := sp.both(t, "matched call after the mismatch", 41, 100, nil)
 	if sts[0].AutoPersistent || sts[1].AutoPersistent {
@@ -403,6 +408,9 @@ func TestCancelAtBarrierFailsOthersPromptly(t *testing.T) {
 	err := sp.comms[1].AllReduce(ctx1, vecFor(1, 1, 100), make([]float32, 100), nil)
 	if !strings.Contains(err.Error(), "rank 0 (h1) cancelled its call at the barrier") {
 		t.Fatalf("rank 1: %v, want the abandon naming rank 0", err)
+	}
+	if !errors.Is(err, ErrAbandoned) || errors.Is(err, context.Canceled) {
+		t.Errorf("rank 1: errors.Is(ErrAbandoned) %v, (context.Canceled) %v; want true, false", errors.Is(err, ErrAbandoned), errors.Is(err, context.Canceled))
 	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("rank 1 failed after %v, want at once", el)
