@@ -42,7 +42,9 @@ type Options struct {
 	// the AM in whole milliseconds (rounded down), so it is 0 (the AM's
 	// default: prismctl am --timeout-ms, 5s unless set) or within
 	// MinTimeout..MaxTimeout; a call with any other value fails before
-	// anything is sent.
+	// anything is sent. It does not bound the wait at the AM's barrier
+	// for the other ranks (prismctl am --barrier-timeout, 2 minutes by
+	// default): bound a whole call with its context.
 	Timeout time.Duration
 	// OpID pins the Operation ID (nil = the AM chooses). A call with one
 	// is never run on a persistent collective (Config.PersistentShapes).

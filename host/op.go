@@ -291,6 +291,22 @@ func (c *Comm) checkBuffers(coll string, send, recv any, root int, o *Options) (
 	if coll == "reduce" && (root < 0 || root >= c.cfg.Size) {
 		return sv, rv, fmt.Errorf("root %d is outside 0..%d", root, c.cfg.Size-1)
 	}
+	// The options as the AM will read them (Acc, Partial, MTU,
+	// KulischWidth...): a typo failed only at the AM, after every rank
+	// arrived. FP32_ARRIVAL of other inputs has no switch that takes it.
+	var oo Options
+	if o != nil {
+		oo = *o
+	}
+	if sv.n > 0 {
+		if err := am.CheckBegin(c.beginRequest(0, coll, sv, root, oo)); err != nil {
+			return sv, rv, fmt.Errorf("Options: %w", err)
+		}
+		if oo.Acc == "fp32" && sv.format != parser.FormatFP32 {
+			return sv, rv, fmt.Errorf("%w: Options.Acc fp32 (FP32_ARRIVAL) sums FP32 input only, not %v: leave Acc empty (kulisch, exact) for it",
+				ErrType, sv.format)
+		}
+	}
 	return sv, rv, nil
 }
 

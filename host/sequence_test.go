@@ -177,6 +177,27 @@ func TestRefusedCallKeepsSequence(t *testing.T) {
 	if err := sp.comms[0].AllReduce(context.Background(), []float32{1, 2}, []float32{0}, nil); !errors.Is(err, ErrType) {
 		t.Fatalf("short recv: %v, want ErrType", err)
 	}
+	// Options the AM would refuse fail here, before any request: a typo
+	// failed only at the AM, after every rank arrived.
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Acc: "fp23"}, "acc_policy"},
+		{Options{MTU: 1400}, "mtu 1400: want 576, 1500 or 9000"},
+		{Options{Partial: "fp33"}, "partial_policy"},
+		{Options{KulischWidth: 12}, "kulisch_width 12"},
+	} {
+		err := sp.comms[0].AllReduce(context.Background(), []float32{1, 2}, []float32{0, 0}, &c.o)
+		var ae *am.APIError
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ae) || ae.Code != am.CodeBadRequest || !errors.Is(err, ErrSetup) {
+			t.Errorf("Options %+v: %v, want a bad_request naming %q", c.o, err, c.want)
+		}
+	}
+	if err := sp.comms[0].AllReduce(context.Background(), []int8{1, 2}, []int8{0, 0}, &Options{Acc: "fp32"}); !errors.Is(err, ErrType) ||
+		!strings.Contains(err.Error(), "FP32 input only") {
+		t.Errorf("int8 with Acc fp32: %v, want ErrType naming FP32 input", err)
+	}
 	if n := sp.reqs.Load() - before; n != 0 {
 		t.Errorf("refused calls sent %d requests", n)
 	}

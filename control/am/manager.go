@@ -265,6 +265,24 @@ func badReq(format string, args ...any) *APIError {
 
 // normalize validates a request and derives its parameters.
 func (m *Manager) normalize(r BeginRequest) (params, *APIError) {
+	return normalizeRequest(r, m.cfg.DefaultTimeoutMS)
+}
+
+// CheckBegin refuses a begin request any AM refuses as bad_request, without
+// an AM: the rank library checks a call's options with it before the call
+// takes a sequence number, so a typo (Options.Acc "fp23", an MTU of 1400)
+// fails at once on the rank that made it instead of at the AM, after every
+// rank arrived. The error is an *APIError.
+func CheckBegin(r BeginRequest) error {
+	if _, e := normalizeRequest(r, 0); e != nil {
+		return e
+	}
+	return nil
+}
+
+// normalizeRequest validates and normalizes r; defaultTimeoutMS is what a
+// timeout_ms of 0 becomes.
+func normalizeRequest(r BeginRequest, defaultTimeoutMS uint32) (params, *APIError) {
 	var p params
 	var err error
 	if r.Size < 1 {
@@ -341,7 +359,7 @@ func (m *Manager) normalize(r BeginRequest) (params, *APIError) {
 	}
 	p.TimeoutMS = r.TimeoutMS
 	if p.TimeoutMS == 0 {
-		p.TimeoutMS = m.cfg.DefaultTimeoutMS
+		p.TimeoutMS = defaultTimeoutMS
 	}
 	if p.TimeoutMS > 600000 {
 		return p, badReq("timeout_ms %d above 600000", p.TimeoutMS)
