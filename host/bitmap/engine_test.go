@@ -117,7 +117,16 @@ func TestMoEEngineSwitches(t *testing.T) {
 			for i, h := range hosts {
 				batches[h] = randomBatch(uint64(i+1), 16, 128, 4, len(p.Spec.Endpoints))
 			}
-			outs, res := runMoE(t, f, p, hosts, batches, nil)
+			// Rounds: with loss, a round's timeout also runs out when the
+			// machine is busy (make test runs this after the netns e2e
+			// labs): the default 5 ran out for one token in one CI run of
+			// this session, and passed in 9 runs alone. The bound is a
+			// failure bound, not what is asserted: the output is.
+			var opts *MoEOptions
+			if loss > 0 {
+				opts = &MoEOptions{Rounds: 12}
+			}
+			outs, res := runMoE(t, f, p, hosts, batches, opts)
 			if t.Failed() {
 				return
 			}
