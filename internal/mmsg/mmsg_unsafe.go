@@ -117,17 +117,27 @@ func (r *Recv) Size(i, capacity int) int {
 // (TP_STATUS_* bits), or 0 when the frame came without one (a Recv made by
 // NewRecv, or a socket without PACKET_AUXDATA).
 func (r *Recv) Status(i int) uint32 {
+	st, _, _ := r.Aux(i)
+	return st
+}
+
+// Aux returns frame i's tpacket_auxdata: its status (TP_STATUS_* bits) and
+// the 802.1Q tag the kernel took out of the frame (tci, and tpid when
+// TP_STATUS_VLAN_TPID_VALID), valid when TP_STATUS_VLAN_VALID is set; all
+// 0 when the frame came without auxdata.
+func (r *Recv) Aux(i int) (status uint32, tci, tpid uint16) {
 	h := &r.msgs[i].Hdr
 	if r.ctl == nil || int(h.Controllen) < auxLen {
-		return 0
+		return 0, 0, 0
 	}
 	// The kernel puts PACKET_AUXDATA first (packet_recvmsg), and the
 	// buffer holds only one.
 	c := (*unix.Cmsghdr)(unsafe.Pointer(h.Control))
 	if c.Level != unix.SOL_PACKET || c.Type != unix.PACKET_AUXDATA {
-		return 0
+		return 0, 0, 0
 	}
-	return (*unix.TpacketAuxdata)(unsafe.Add(unsafe.Pointer(h.Control), unix.CmsgLen(0))).Status
+	a := (*unix.TpacketAuxdata)(unsafe.Add(unsafe.Pointer(h.Control), unix.CmsgLen(0)))
+	return a.Status, a.Vlan_tci, a.Vlan_tpid
 }
 
 // Send is a transmit batch of up to Max frames.

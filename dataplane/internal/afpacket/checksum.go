@@ -56,16 +56,40 @@ func (c *Checksums) add(t csumTally) {
 	}
 }
 
-// completeAux finishes the frames of a recvmmsg batch that PACKET_AUXDATA
-// marked: bufs[i][:sizes[i]] for i < n, read with r.
-func (c *Checksums) completeAux(r *mmsg.Recv, bufs [][]byte, sizes []int, n int) {
+// completeAux mends the frames of a recvmmsg batch, bufs[i][:sizes[i]] for
+// i < n, read with r, by their PACKET_AUXDATA, as the ring walk does by its
+// frame headers (copyFrame): the 802.1Q tag the kernel took out of a
+// frame is put back (the recvmmsg paths, the lane among them, forwarded
+// tagged frames untagged), and a partial checksum is finished. A frame the
+// tag no longer fits in its buffer becomes size 0 and is counted in the
+// returned truncations, as the ring counts it.
+func (c *Checksums) completeAux(r *mmsg.Recv, bufs [][]byte, sizes []int, n int) (truncated int) {
 	var t csumTally
 	for i := 0; i < n; i++ {
-		if r.Status(i)&unix.TP_STATUS_CSUMNOTREADY != 0 && sizes[i] != 0 {
+		st, tci, tpid := r.Aux(i)
+		if st&(unix.TP_STATUS_VLAN_VALID|unix.TP_STATUS_CSUMNOTREADY) == 0 || sizes[i] == 0 {
+			continue
+		}
+		if st&unix.TP_STATUS_VLAN_VALID != 0 && sizes[i] >= 12 {
+			if sizes[i]+4 > len(bufs[i]) {
+				sizes[i] = 0
+				truncated++
+				continue
+			}
+			if st&unix.TP_STATUS_VLAN_TPID_VALID == 0 {
+				tpid = unix.ETH_P_8021Q
+			}
+			b := bufs[i]
+			copy(b[16:sizes[i]+4], b[12:sizes[i]])
+			b[12], b[13], b[14], b[15] = byte(tpid>>8), byte(tpid), byte(tci>>8), byte(tci)
+			sizes[i] += 4
+		}
+		if st&unix.TP_STATUS_CSUMNOTREADY != 0 {
 			t.complete(bufs[i][:sizes[i]])
 		}
 	}
 	c.add(t)
+	return truncated
 }
 
 // Checksums returns the socket's counts of partial checksums (every receive

@@ -331,7 +331,7 @@ func (s *Socket) preRing(bufs [][]byte, sizes []int) (done bool, n, truncated in
 				truncated++
 			}
 		}
-		s.csum.completeAux(s.rx, bufs, sizes, k)
+		truncated += s.csum.completeAux(s.rx, bufs, sizes, k)
 		return true, k, truncated, nil
 	}
 	s.makeRing()

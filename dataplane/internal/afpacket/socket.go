@@ -305,7 +305,7 @@ func (s *Socket) recvmmsg(rc syscall.RawConn, r *mmsg.Recv, bufs [][]byte, sizes
 			truncated++
 		}
 	}
-	s.csum.completeAux(r, bufs, sizes, n)
+	truncated += s.csum.completeAux(r, bufs, sizes, n)
 	return n, truncated, nil
 }
 
