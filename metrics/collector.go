@@ -68,7 +68,7 @@ func NewCollector(src Source) *Collector {
 		faultDups: d("port_fault_duplicates_total", "Extra copies of received frames the port's ingress fault injection delivered; each copy is counted as received.", port),
 		faultReorders: d("port_fault_reordered_total", "Frames the port's fault injection (tests and labs) held back for later frames to overtake (reorder_percent), by direction.",
 			[]string{"port", "direction"}),
-		ringWaits: d("port_ring_waits_total", "Local PRISM frames the port's receive loop held (up to dataplane.RingWait) until a busy engine worker had room, "+
+		ringWaits: d("port_ring_waits_total", "Local PRISM frames the port's receive loop held (up to "+dataplane.RingWait.String()+") until a busy engine worker had room, "+
 			"instead of dropping them as ring_full.", port),
 		laneAll: d("port_lane_all", "1 while every frame the port receives is read on its lane (traffic below rx_sparse_fps: no ring block wait), "+
 			"0 while only PRISM CONTROL is (the ring's one wakeup per block).", port),

@@ -184,4 +184,10 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("control socket left behind: %v", err)
 	}
+	// Its last word: every port's counters.
+	for _, n := range []string{names[2], names[0]} {
+		if !strings.Contains(logs.String(), `msg="port totals" port=`+n+" rx_frames=") {
+			t.Errorf("no totals for %s at shutdown:\n%s", n, logs.String())
+		}
+	}
 }

@@ -130,6 +130,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Info("shutting down", "signal", sig.String())
 		break
 	}
+	d.logTotals()
 	d.close()
 	log.Info("stopped")
 	return 0
@@ -322,6 +323,18 @@ func (d *daemon) warnOversize(now time.Time) {
 			"frames up to 64 KB) or a larger MTU across the link; turn offload off on the sender (ethtool -K IF tso off gso off) "+
 			"or match the MTUs (prismd_port_drops_total{reason=\"oversize\"} counts them; this repeats at most every minute)",
 			"port", ps.Name, "mtu", mtu, "dropped", n-last)
+	}
+}
+
+// logTotals logs each port's counters at shutdown: the last word of a
+// daemon whose metrics are no longer scraped.
+func (d *daemon) logTotals() {
+	for _, p := range d.dp.Stats().Ports {
+		var drops uint64
+		for _, n := range p.Drops {
+			drops += n
+		}
+		d.log.Info("port totals", "port", p.Name, "rx_frames", p.RxFrames, "tx_frames", p.TxFrames, "drops", drops)
 	}
 }
 
