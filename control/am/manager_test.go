@@ -1385,3 +1385,30 @@ func (r *rig) activeOn(n string, stream uint16, from uint32) {
 	fn.final, fn.missing, fn.missFrom = parser.StateActive, stream, from
 	fn.mu.Unlock()
 }
+
+// TestSameReportsListedOnce: ranks that report the same failure (every
+// rank of an ACCUMULATION_INEXACT operation does) are listed once, not
+// once per rank.
+func TestSameReportsListedOnce(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	const inexact = "host: ACCUMULATION_INEXACT: the exact sum cannot be represented in the requested output"
+	op, aerr := r.m.lookup(grants[0].ID)
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	op.mu.Lock()
+	for _, rk := range []int{1, 3} {
+		op.done[rk] = DoneRequest{Rank: rk, OK: false, Error: inexact}
+	}
+	op.done[2] = DoneRequest{Rank: 2, OK: false, Error: "no RESULT for 5s"}
+	op.mu.Unlock()
+	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: inexact, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Error == nil || strings.Count(st.Error.Message, "ACCUMULATION_INEXACT") != 1 ||
+		!strings.Contains(st.Error.Message, "reported by ranks 0 1 3: "+inexact+"; rank 2: no RESULT for 5s") {
+		t.Fatalf("diagnosis %+v, want the three identical reports listed once", st.Error)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -497,11 +498,26 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	if len(notDone) > 0 {
 		parts = append(parts, "ranks that never reported done: "+strings.Join(notDone, ", "))
 	}
-	var reports []string
+	// Ranks that report the same words are listed once ("ranks 1 2 3:
+	// ..."): every rank of an ACCUMULATION_INEXACT operation says the same
+	// thing, and the message repeated it per rank.
+	var texts []string
+	byText := map[string][]string{}
 	for r := 0; r < op.size; r++ {
 		if d, ok := op.done[r]; ok && !d.OK && (!headFail || r != *op.firstFail) {
-			reports = append(reports, fmt.Sprintf("rank %d: %s", r, d.Error))
+			if _, seen := byText[d.Error]; !seen {
+				texts = append(texts, d.Error)
+			}
+			byText[d.Error] = append(byText[d.Error], strconv.Itoa(r))
 		}
+	}
+	var reports []string
+	for _, text := range texts {
+		who := "rank " + byText[text][0]
+		if rs := byText[text]; len(rs) > 1 {
+			who = "ranks " + strings.Join(rs, " ")
+		}
+		reports = append(reports, who+": "+text)
 	}
 	if len(reports) > 0 {
 		parts = append(parts, "reported by "+strings.Join(reports, "; "))
