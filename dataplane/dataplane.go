@@ -208,8 +208,10 @@ func (d *Dataplane) SetPorts(ports []Port) error {
 	}
 	old := d.snap.Load()
 	byPort := make(map[Port]*portState, len(old.ports))
-	for _, ps := range old.ports {
+	oldIndex := make(map[*portState]int, len(old.ports))
+	for i, ps := range old.ports {
 		byPort[ps.port] = ps
+		oldIndex[ps] = i
 	}
 	seen := make(map[Port]bool, len(ports))
 	next := make([]*portState, 0, len(ports))
@@ -239,7 +241,7 @@ func (d *Dataplane) SetPorts(ports []Port) error {
 	}
 	d.snap.Store(d.buildSnapshot(next))
 	if flush {
-		d.table.Store(newMACTable(d.opts.MACTableSize))
+		d.table.Store(d.remapTable(next, oldIndex))
 	}
 	for _, ps := range started {
 		d.wg.Add(1)
@@ -268,6 +270,29 @@ func (d *Dataplane) newPortState(p Port) *portState {
 		ps.rings[w] = newRing(ps.frameSize)
 	}
 	return ps
+}
+
+// remapTable is the MAC table after the port set changed: the stations
+// learned on ports that stay, at those ports' new indices and with their
+// ages; those of removed ports are forgotten. The table holds port
+// indices, and a reload that removed one port used to flush every station
+// (flooding until each was heard again). Entries learned by the RX loops
+// while this runs may be missed, which costs a flood, never a wrong port.
+func (d *Dataplane) remapTable(next []*portState, oldIndex map[*portState]int) *macTable {
+	remap := make(map[int]int, len(next))
+	for i, ps := range next {
+		if j, ok := oldIndex[ps]; ok {
+			remap[j] = i
+		}
+	}
+	nt := newMACTable(d.opts.MACTableSize)
+	s := d.snap.Load()
+	d.table.Load().each(d.nowSec(), s.aging, func(key uint64, port int, seen uint32) {
+		if i, ok := remap[port]; ok {
+			nt.learn(key, i, seen)
+		}
+	})
+	return nt
 }
 
 // SetMACAging changes the aging time (takes effect at once).

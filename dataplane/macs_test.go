@@ -63,3 +63,43 @@ func TestMACTableListing(t *testing.T) {
 		t.Fatalf("Stats().MACEntries = %d, listing has 1 learned entry", n)
 	}
 }
+
+// TestMACTableKeptAcrossPortRemoval: removing one port used to flush every
+// learned station (the table holds port indices), so a reload that dropped
+// an unused port flooded all traffic until each station spoke again. The
+// stations of the ports that stay keep their port, at its new index, and
+// their age; those of the removed port are forgotten.
+func TestMACTableKeptAcrossPortRemoval(t *testing.T) {
+	var clk fakeClock
+	clk.add(1000 * time.Second)
+	d, ports := setup(t, 3, dataplane.Options{MACAging: 60 * time.Second, Clock: clk.now})
+	send := func(in int, src [6]byte) {
+		t.Helper()
+		ports[in].Inject(eth(bcast, src, 0x0806))
+		for _, o := range []int{0, 1, 2} {
+			if o != in {
+				if _, err := ports[o].Wait(1, 2*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	send(0, hostA)
+	send(1, hostB)
+	send(2, hostC)
+	clk.add(3 * time.Second)
+	// p1 goes: p2 becomes index 1.
+	if err := d.SetPorts([]dataplane.Port{ports[0], ports[2]}); err != nil {
+		t.Fatal(err)
+	}
+	var learned []string
+	for _, e := range d.MACTable() {
+		if !e.Local {
+			learned = append(learned, fmt.Sprintf("%x@%d/%s/%v", e.MAC, e.Port, e.PortName, e.Age))
+		}
+	}
+	want := []string{fmt.Sprintf("%x@0/p0/3s", hostA), fmt.Sprintf("%x@1/p2/3s", hostC)}
+	if fmt.Sprint(learned) != fmt.Sprint(want) {
+		t.Fatalf("learned after removing p1: %v, want %v (hostB's port is gone)", learned, want)
+	}
+}
