@@ -17,18 +17,7 @@ func TestMACTableListing(t *testing.T) {
 	clk.add(1000 * time.Second)
 	node := [6]byte{0x02, 0xee, 0, 0, 0, 1}
 	d, ports := setup(t, 3, dataplane.Options{MACAging: 10 * time.Second, Clock: clk.now, NodeMAC: &node})
-	send := func(in int, src [6]byte) {
-		t.Helper()
-		f := eth(bcast, src, 0x0806)
-		ports[in].Inject(f)
-		for _, o := range []int{0, 1, 2} {
-			if o != in {
-				if _, err := ports[o].Wait(1, 2*time.Second); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	send := func(in int, src [6]byte) { t.Helper(); flood(t, ports, in, src) }
 	send(1, hostB)
 	send(0, hostC)
 	send(0, hostA)
@@ -73,17 +62,7 @@ func TestMACTableKeptAcrossPortRemoval(t *testing.T) {
 	var clk fakeClock
 	clk.add(1000 * time.Second)
 	d, ports := setup(t, 3, dataplane.Options{MACAging: 60 * time.Second, Clock: clk.now})
-	send := func(in int, src [6]byte) {
-		t.Helper()
-		ports[in].Inject(eth(bcast, src, 0x0806))
-		for _, o := range []int{0, 1, 2} {
-			if o != in {
-				if _, err := ports[o].Wait(1, 2*time.Second); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	send := func(in int, src [6]byte) { t.Helper(); flood(t, ports, in, src) }
 	send(0, hostA)
 	send(1, hostB)
 	send(2, hostC)
@@ -101,5 +80,19 @@ func TestMACTableKeptAcrossPortRemoval(t *testing.T) {
 	want := []string{fmt.Sprintf("%x@0/p0/3s", hostA), fmt.Sprintf("%x@1/p2/3s", hostC)}
 	if fmt.Sprint(learned) != fmt.Sprint(want) {
 		t.Fatalf("learned after removing p1: %v, want %v (hostB's port is gone)", learned, want)
+	}
+}
+
+// flood sends a broadcast from src in on port in and waits until every
+// other port has sent it out: the dataplane has learned src on in.
+func flood(t *testing.T, ports []*porttest.Port, in int, src [6]byte) {
+	t.Helper()
+	ports[in].Inject(eth(bcast, src, 0x0806))
+	for o := range ports {
+		if o != in {
+			if _, err := ports[o].Wait(1, 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -220,9 +220,10 @@ func (d *daemon) applyPorts(cfg *Config) error {
 			c.Close()
 		}
 	}
+	ifaces := currentIfaces()
 	for _, pc := range cfg.Ports {
 		old, had := d.ports[pc.Name]
-		cur, present := currentIface(pc.Name)
+		cur, present := ifaces[pc.Name]
 		why := ""
 		if had && reflect.DeepEqual(old.cfg, pc) {
 			switch {
@@ -254,7 +255,7 @@ func (d *daemon) applyPorts(cfg *Config) error {
 		p = dataplane.WithFault(p, pc.fault())
 		opened = append(opened, p)
 		list = append(list, p)
-		now, _ := currentIface(pc.Name)
+		now := currentIfaces()[pc.Name] // as opened (the listing above may predate a re-creation)
 		next[pc.Name] = openPort{cfg: pc, port: p, claim: claim, iface: now}
 		if why != "" {
 			d.log.Warn("port reopened", "port", pc.Name, "why", why, "mtu", p.MTU(), "mac", net.HardwareAddr(macSlice(p.MAC())).String())
@@ -377,8 +378,9 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 		}
 		d.mu.Lock()
 		stale := false
+		ifaces := currentIfaces()
 		for name, o := range d.ports {
-			cur, present := currentIface(name)
+			cur, present := ifaces[name]
 			switch {
 			case !present:
 				if !d.gone[name] {

@@ -83,11 +83,18 @@ type ifaceState struct {
 	index, mtu int
 }
 
-// currentIface is the interface name's state now; ok false when it is gone.
-func currentIface(name string) (ifaceState, bool) {
-	ifi, err := net.InterfaceByName(name)
+// currentIfaces is every interface of this network namespace, by name:
+// one listing for all ports (net.InterfaceByName lists them all to find
+// one, so a per-port lookup was a netlink dump per port every check). On
+// error it is empty, and every port looks gone until the next check.
+func currentIfaces() map[string]ifaceState {
+	all, err := net.Interfaces()
+	m := make(map[string]ifaceState, len(all))
 	if err != nil {
-		return ifaceState{}, false
+		return m
 	}
-	return ifaceState{index: ifi.Index, mtu: ifi.MTU}, true
+	for _, ifi := range all {
+		m[ifi.Name] = ifaceState{index: ifi.Index, mtu: ifi.MTU}
+	}
+	return m
 }

@@ -21,6 +21,13 @@ import (
 	"github.com/prismd/prismd/internal/netnstest"
 )
 
+// fastLinkChecks makes the link watcher look every 50 ms for the test.
+func fastLinkChecks(t *testing.T) {
+	old := linkCheckEvery
+	linkCheckEvery = 50 * time.Millisecond
+	t.Cleanup(func() { linkCheckEvery = old })
+}
+
 // startIn runs startDaemon inside namespace ns (on a thread of its own that
 // stays there) and returns the daemon or its error.
 func startIn(t *testing.T, env *netnstest.Env, ns string, cfg *Config, logs *syncBuf) (*daemon, error) {
@@ -104,9 +111,7 @@ func statusOf(sock string) ([]portStatus, error) {
 // gone, then reopens the port on the new one; an MTU change of an
 // interface whose port leaves the MTU to it is followed the same way.
 func TestRecreatedInterfaceReopened(t *testing.T) {
-	old := linkCheckEvery
-	linkCheckEvery = 50 * time.Millisecond
-	t.Cleanup(func() { linkCheckEvery = old })
+	fastLinkChecks(t)
 	env := netnstest.New(t, "pr")
 	sw, h := env.Namespace("sw"), env.Namespace("h")
 	a, b := env.Veth(h, sw)
@@ -215,9 +220,7 @@ func TestMetricsPromtool(t *testing.T) {
 // through the switch with nothing in the log. The watcher says so, with
 // the likely cause, at most once a minute per port.
 func TestOversizeWarned(t *testing.T) {
-	old := linkCheckEvery
-	linkCheckEvery = 50 * time.Millisecond
-	t.Cleanup(func() { linkCheckEvery = old })
+	fastLinkChecks(t)
 	env := netnstest.New(t, "pv")
 	sw, h := env.Namespace("sw"), env.Namespace("h")
 	a, b := env.Veth(h, sw)
