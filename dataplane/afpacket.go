@@ -5,7 +5,6 @@ package dataplane
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prismd/prismd/dataplane/internal/afpacket"
@@ -65,20 +64,6 @@ type PortOptions struct {
 // (measured in docs/architecture.md: below it the lane was faster).
 const DefaultSparseFPS = 50000
 
-// sparseWindow is how often a port re-decides between lane and ring: long
-// enough to count a few hundred frames at the threshold, short next to a
-// collective. A port goes back to the lane only after sparseQuiet windows
-// in a row below the threshold: on a loaded machine a sender that loses
-// its core for a few milliseconds makes a busy stream look sparse for a
-// window, and every move off the ring leaves the frames of its partly
-// filled block waiting for the block timeout (measured: 4-ms decisions
-// flipped a port 30-250 times in 5 s of MTU-1500 DATA and cost up to 40%
-// of its rate).
-const (
-	sparseWindow = 4 * time.Millisecond
-	sparseQuiet  = 8
-)
-
 // laneClasses is afpacket's class mask for PortOptions.LaneProgress.
 func laneClasses(progress bool) uint16 {
 	if progress {
@@ -93,77 +78,10 @@ type afPort struct {
 	// oversize is written by the RX goroutine and the lane goroutine.
 	oversize atomicCounter
 	// sparse decides where frames are read (PortOptions.SparseFPS); nil
-	// without a lane that can widen.
-	sparse *sparseTuner
-}
-
-// sparseTuner moves every frame to the lane while the port's frame rate is
-// below fps, and back to the ring above 2*fps (the lane keeping CONTROL). Both receive
-// goroutines count what they read and, once per sparseWindow, one of them
-// (TryLock) re-decides. A port that goes quiet on the ring is re-decided
-// by its next read, lane or ring: the AM's CONTROL comes through the lane
-// before any DATA of a new collective, so the lane is widened by then.
-type sparseTuner struct {
-	fps    uint64
-	start  time.Time // the monotonic clock's origin
-	frames atomic.Uint64
-	next   atomic.Int64 // ns since start: when the next decision is due
-	mu     sync.Mutex
-	// under mu:
-	lastNs     int64
-	lastFrames uint64
-	quiet      int         // windows in a row below fps while on the ring
-	wide       atomic.Bool // read by Stats
-	switches   atomic.Uint64
-	set        func(all bool) error
-}
-
-func newSparseTuner(fps int, set func(all bool) error) (*sparseTuner, error) {
-	t := &sparseTuner{fps: uint64(fps), start: time.Now(), set: set}
-	if err := set(true); err != nil { // a new port is quiet
-		return nil, err
-	}
-	t.wide.Store(true)
-	t.next.Store(int64(sparseWindow))
-	return t, nil
-}
-
-// read counts n frames read and re-decides when a window has passed.
-func (t *sparseTuner) read(n int) { t.readAt(n, int64(time.Since(t.start))) }
-
-// readAt is read at now, in ns since t.start.
-func (t *sparseTuner) readAt(n int, now int64) {
-	t.frames.Add(uint64(n))
-	if now < t.next.Load() || !t.mu.TryLock() {
-		return
-	}
-	defer t.mu.Unlock()
-	if now < t.next.Load() {
-		return // another reader just decided
-	}
-	t.next.Store(now + int64(sparseWindow))
-	frames := t.frames.Load()
-	elapsed := uint64(now - t.lastNs)
-	rate := (frames - t.lastFrames) * uint64(time.Second) / max(elapsed, 1)
-	t.lastNs, t.lastFrames = now, frames
-	wide := t.wide.Load()
-	switch {
-	case wide && rate > 2*t.fps:
-		wide = false
-		t.quiet = 0
-	case !wide && rate < t.fps:
-		if t.quiet++; t.quiet < sparseQuiet {
-			return
-		}
-		wide = true
-	default:
-		t.quiet = 0
-		return
-	}
-	if t.set(wide) == nil {
-		t.wide.Store(wide)
-		t.switches.Add(1)
-	}
+	// without a lane that can widen. stopMover ends its mover goroutine.
+	sparse    *sparseTuner
+	stopMover chan struct{}
+	closeOnce sync.Once
 }
 
 // OpenAFPacket opens an AF_PACKET port on interface name (needs CAP_NET_RAW).
@@ -185,10 +103,12 @@ func OpenAFPacket(name string, o PortOptions) (Port, error) {
 		p.mtu = s.MTU()
 	}
 	if o.SparseFPS > 0 && s.CanWidenLane() {
-		if p.sparse, err = newSparseTuner(o.SparseFPS, s.SetLaneAll); err != nil {
+		if p.sparse, err = newSparseTuner(o.SparseFPS, s.SetLaneAll, func() (blocks, timed uint64) { blocks, timed, _ = s.Held(); return }); err != nil {
 			_ = s.Close()
 			return nil, fmt.Errorf("dataplane: port %q: %w", name, err)
 		}
+		p.stopMover = make(chan struct{})
+		p.sparse.startMover(p.stopMover)
 	}
 	return p, nil
 }
@@ -207,10 +127,20 @@ func (p *afPort) keepLaneNarrow() {
 	}
 }
 
-func (p *afPort) Name() string   { return p.s.Name() }
-func (p *afPort) MAC() [6]byte   { return p.s.MAC() }
-func (p *afPort) MTU() int       { return p.mtu }
-func (p *afPort) Close() error   { return p.s.Close() }
+func (p *afPort) Name() string { return p.s.Name() }
+func (p *afPort) MAC() [6]byte { return p.s.MAC() }
+func (p *afPort) MTU() int     { return p.mtu }
+
+// Close closes the socket and ends the lane mover, if any.
+func (p *afPort) Close() error {
+	p.closeOnce.Do(func() {
+		if p.stopMover != nil {
+			close(p.stopMover)
+		}
+	})
+	return p.s.Close()
+}
+
 func (p *afPort) String() string { return "afpacket:" + p.s.Name() }
 
 func (p *afPort) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
@@ -254,6 +184,7 @@ func (p *afPort) Stats() PortStats {
 	kd, _ := p.s.KernelDrops()
 	st := PortStats{KernelDrops: kd, Oversize: p.oversize.Load()}
 	st.Checksum.Completed, st.Checksum.Unfinished = p.s.Checksums()
+	_, _, st.RingHeld = p.s.Held()
 	if t := p.sparse; t != nil {
 		st.LaneTuned, st.LaneAll, st.LaneSwitches = true, t.wide.Load(), t.switches.Load()
 	}

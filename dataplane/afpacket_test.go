@@ -519,9 +519,12 @@ func TestSparseLaneFollowsRate(t *testing.T) {
 		send(1)
 		time.Sleep(2 * time.Millisecond)
 	}
+	// Bursts this short leave ring blocks to the kernel's timer, so the
+	// port may also have gone back to the lane for them (the held rule)
+	// and to the ring again: any even number of moves.
 	st := portA()
-	if !st.LaneAll || st.LaneSwitches != 2 {
-		t.Fatalf("after the stream: LaneAll %v, switches %d; want the lane again after 2 switches", st.LaneAll, st.LaneSwitches)
+	if !st.LaneAll || st.LaneSwitches < 2 || st.LaneSwitches%2 != 0 {
+		t.Fatalf("after the stream: LaneAll %v, switches %d; want the lane again after an even number of switches", st.LaneAll, st.LaneSwitches)
 	}
 	send(1)
 	for last := int64(-1); got.Load() != last; {

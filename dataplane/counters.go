@@ -103,6 +103,8 @@ type PortSample struct {
 	LaneTuned    bool
 	LaneAll      bool
 	LaneSwitches uint64
+	// RingHeld is the port's (PortStats).
+	RingHeld uint64
 	// Checksum counts received frames with a partial checksum (PortStats).
 	Checksum ChecksumStats
 }

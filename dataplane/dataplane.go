@@ -362,7 +362,7 @@ func (d *Dataplane) Stats() Stats {
 		ps2.Drops[DropOversize] += ks.Oversize
 		ps2.Fault = ks.Fault
 		ps2.LaneTuned, ps2.LaneAll, ps2.LaneSwitches = ks.LaneTuned, ks.LaneAll, ks.LaneSwitches
-		ps2.Checksum = ks.Checksum
+		ps2.Checksum, ps2.RingHeld = ks.Checksum, ks.RingHeld
 		for c := range st.Classes {
 			st.Classes[c] += ps.ctr.classes[c].Load()
 		}

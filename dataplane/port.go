@@ -69,6 +69,10 @@ type PortStats struct {
 	LaneTuned    bool
 	LaneAll      bool
 	LaneSwitches uint64
+	// RingHeld counts the frames the receive ring handed out from blocks
+	// the kernel retired on its timer, partly filled: each waited up to
+	// the ring timeout (afpacket ports with a ring).
+	RingHeld uint64
 	// Checksum counts the received frames the sending host left with a
 	// partial TCP/UDP checksum (TX checksum offload).
 	Checksum ChecksumStats

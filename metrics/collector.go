@@ -23,7 +23,7 @@ type Collector struct {
 	ringWaits                            *prometheus.Desc
 	drops, kernelDrops, frames, macs     *prometheus.Desc
 	faultDrops, faultDups, faultReorders *prometheus.Desc
-	laneAll, laneSwitches                *prometheus.Desc
+	laneAll, laneSwitches, ringHeld      *prometheus.Desc
 	csumCompleted, csumUnfinished        *prometheus.Desc
 }
 
@@ -73,6 +73,8 @@ func NewCollector(src Source) *Collector {
 		laneAll: d("port_lane_all", "1 while every frame the port receives is read on its lane (traffic below rx_sparse_fps: no ring block wait), "+
 			"0 while only PRISM CONTROL is (the ring's one wakeup per block).", port),
 		laneSwitches: d("port_lane_switches_total", "Times the port moved its frames between its lane and its ring (rx_sparse_fps).", port),
+		ringHeld: d("port_ring_held_frames_total", "Frames the port's receive ring handed out from a block the kernel retired on its timer, partly filled: "+
+			"each waited up to rx_ring_timeout. Many of them mean bursty traffic the lane would serve faster (the port moves to it by itself with rx_sparse_fps).", port),
 		csumCompleted: d("port_checksum_completed_total", "Received TCP/UDP frames whose checksum the sending host left partial (TX checksum offload) "+
 			"and prismd completed before forwarding them (afpacket ports only: afxdp ports are not told).", port),
 		csumUnfinished: d("port_checksum_unfinished_total", "Received frames marked with a partial checksum that prismd could not complete "+
@@ -85,7 +87,7 @@ func NewCollector(src Source) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches, c.csumCompleted, c.csumUnfinished} {
+	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches, c.ringHeld, c.csumCompleted, c.csumUnfinished} {
 		ch <- d
 	}
 }
@@ -119,6 +121,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.laneAll, prometheus.GaugeValue, all, p.Name)
 		cnt(c.laneSwitches, p.LaneSwitches, p.Name)
+		cnt(c.ringHeld, p.RingHeld, p.Name)
 		cnt(c.csumCompleted, p.Checksum.Completed, p.Name)
 		cnt(c.csumUnfinished, p.Checksum.Unfinished, p.Name)
 	}

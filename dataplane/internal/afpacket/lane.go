@@ -363,7 +363,10 @@ func (s *Socket) makeRing() {
 	s.ringWant.Store(false)
 	_ = s.conn.SetReadDeadline(time.Time{})
 	var r *ring
-	err := control(s.rc, func(fd int) (e error) { r, e = setupRing(fd, s.ringBytes, s.ringTov, s.ifi.MTU, &s.csum); return })
+	err := control(s.rc, func(fd int) (e error) {
+		r, e = setupRing(fd, s.ringBytes, s.ringTov, s.ifi.MTU, &s.csum, &s.held)
+		return
+	})
 	if err != nil {
 		s.ringFailed, s.wide = true, true
 		return

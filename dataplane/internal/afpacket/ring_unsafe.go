@@ -75,12 +75,17 @@ type ring struct {
 	lent int
 	// csum counts the partial checksums the walk finished (the socket's).
 	csum *Checksums
+	// held counts the blocks with frames the walk entered, those of them
+	// the kernel retired on its timer rather than full, and their frames
+	// (the socket's, Socket.Held): each of those waited in the ring for up
+	// to the block timeout.
+	held *Held
 }
 
 // setupRing switches fd to TPACKET_V3 and maps an RX ring of about total
 // bytes, in blocks sized for the interface MTU (blockSizeFor), whose walks
-// count into csum.
-func setupRing(fd int, total int, timeout time.Duration, mtu int, csum *Checksums) (*ring, error) {
+// count into csum and held.
+func setupRing(fd int, total int, timeout time.Duration, mtu int, csum *Checksums, held *Held) (*ring, error) {
 	ringBlockSize := blockSizeFor(mtu)
 	if e := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); e != nil {
 		return nil, os.NewSyscallError("setsockopt PACKET_VERSION", e)
@@ -107,7 +112,7 @@ func setupRing(fd int, total int, timeout time.Duration, mtu int, csum *Checksum
 	if e != nil {
 		return nil, os.NewSyscallError("mmap rx ring", e)
 	}
-	return &ring{mem: mem, bs: ringBlockSize, nblocks: nb, csum: csum}, nil
+	return &ring{mem: mem, bs: ringBlockSize, nblocks: nb, csum: csum, held: held}, nil
 }
 
 func (r *ring) unmap() {
@@ -142,12 +147,20 @@ func (r *ring) release() {
 // retired yet.
 func (r *ring) enter(lending bool) bool {
 	for {
-		if atomic.LoadUint32(r.status(r.cur))&unix.TP_STATUS_USER == 0 {
+		st := atomic.LoadUint32(r.status(r.cur))
+		if st&unix.TP_STATUS_USER == 0 {
 			return false
 		}
 		bh := (*unix.TpacketHdrV1)(unsafe.Pointer(&r.mem[r.cur*r.bs+blockStatusOff]))
 		r.owned, r.left, r.off = true, bh.Num_pkts, bh.Offset_to_first_pkt
 		if r.left > 0 {
+			if r.held != nil {
+				r.held.Blocks.Add(1)
+				if st&unix.TP_STATUS_BLK_TMO != 0 {
+					r.held.Timed.Add(1)
+					r.held.Frames.Add(uint64(r.left))
+				}
+			}
 			if lending {
 				// Load the whole retired block now: the walk of its
 				// frame headers is a chain of dependent cache misses

@@ -131,6 +131,17 @@ type Socket struct {
 	// csum counts the received frames with a partial checksum
 	// (checksum.go), on every receive path.
 	csum Checksums
+	// held counts the ring's blocks and frames that waited for a block
+	// timeout (Held).
+	held Held
+}
+
+// Held counts the blocks with frames a receive ring handed out (Blocks),
+// those of them the kernel retired on its timer (RingTimeout) before they
+// were full (Timed), and the frames in those (Frames): frames that waited
+// in a partly filled block.
+type Held struct {
+	Blocks, Timed, Frames atomic.Uint64
 }
 
 // Open opens and configures the socket on interface name.
@@ -183,7 +194,7 @@ func Open(name string, opts Options) (*Socket, error) {
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
 		}
 		if opts.RxRing && !lazy {
-			s.ring, serr = setupRing(int(fd), bufSize, tov, ifi.MTU, &s.csum)
+			s.ring, serr = setupRing(int(fd), bufSize, tov, ifi.MTU, &s.csum, &s.held)
 		}
 	})
 	if cerr != nil {
@@ -211,7 +222,7 @@ func Open(name string, opts Options) (*Socket, error) {
 			// No fanout group to hand frames to the lane meanwhile: the
 			// ring now, as without LazyRing.
 			lazy = false
-			if err := control(rc, func(fd int) (e error) { s.ring, e = setupRing(fd, bufSize, tov, ifi.MTU, &s.csum); return }); err != nil {
+			if err := control(rc, func(fd int) (e error) { s.ring, e = setupRing(fd, bufSize, tov, ifi.MTU, &s.csum, &s.held); return }); err != nil {
 				_ = s.lane.conn.Close()
 				_ = s.tx.Close()
 				return fail(err)
@@ -455,6 +466,15 @@ func (e *linkDownError) Unwrap() []error { return []error{ErrLinkDown, e.err} }
 // txTimeout bounds how long a send blocks on a full send buffer, so Close
 // (which waits for senders) and a closed port are noticed.
 const txTimeout = 100 * time.Millisecond
+
+// Held returns how many blocks with frames the receive ring handed out,
+// how many of them the kernel retired on its timer, and the frames in
+// those. Traffic that comes in bursts, each waiting for the last, pays
+// the timer's wait on every burst, and the lane serves it better
+// (dataplane's sparse tuner reads this).
+func (s *Socket) Held() (blocks, timed, frames uint64) {
+	return s.held.Blocks.Load(), s.held.Timed.Load(), s.held.Frames.Load()
+}
 
 // KernelDrops returns the cumulative number of frames the kernel dropped
 // because the receive buffer was full. PACKET_STATISTICS resets on every read,
