@@ -14,7 +14,7 @@ const (
 	DropTruncated               // local PRISM frame too short for control word + operation identity
 	DropBadVersion              // PRISM major version is not 1
 	DropUnknownClass            // PRISM class not 1..4
-	DropBadSrcMAC               // group (multicast/broadcast) source MAC
+	DropBadSrcMAC               // group (multicast/broadcast) or all-zero source MAC
 	DropLoopback                // source MAC is one of our own MACs: the frame came back to us
 	DropHairpin                 // destination learned on the ingress port
 	DropOversize                // longer than the port's read buffer (MTU + header)
@@ -37,12 +37,22 @@ const (
 	// The egress link is down, gone or without carrier (ErrLinkDown): the
 	// frames of the batch from there on were dropped.
 	DropTxLinkDown
+	// IEEE 802.1 reserved link-local group (01:80:C2:00:00:01 to 0F:
+	// PAUSE, LACP, 802.1X, LLDP, ...): a bridge never relays these; they
+	// are for the link's two ends. 01:80:C2:00:00:00 (STP BPDUs) is
+	// flooded, as a Linux bridge with STP off does, so a neighbour that
+	// runs STP sees a loop through prismd.
+	DropLinkLocal
+	// Longer than the egress port's MTU (plus header and one 802.1Q
+	// tag): a frame from a port with a larger MTU. Counted on the egress
+	// port; the kernel would have refused it (EMSGSIZE).
+	DropTxOversize
 	numDropReasons
 )
 
 var dropNames = [numDropReasons]string{"", "short_frame", "truncated", "bad_version", "unknown_class",
 	"bad_src_mac", "loopback", "hairpin", "oversize", "ring_full", "tx_queue_full", "tx_error", "unsupported",
-	"tx_ring_full", "tx_invalid_desc", "tx_driver_drop", "tx_link_down"}
+	"tx_ring_full", "tx_invalid_desc", "tx_driver_drop", "tx_link_down", "link_local", "tx_oversize"}
 
 func (r DropReason) String() string {
 	if r > 0 && r < numDropReasons {
@@ -82,6 +92,7 @@ type portCounters struct {
 	rxFrames, rxBytes atomic.Uint64
 	txFrames, txBytes atomic.Uint64
 	ringWaits         atomic.Uint64
+	unlearned         atomic.Uint64
 	drops             [numDropReasons]atomic.Uint64
 	classes           [numFrameClasses]atomic.Uint64
 }
@@ -94,6 +105,10 @@ type PortSample struct {
 	// RingWaits counts local PRISM frames the receive loop held until a
 	// busy engine worker made room (RingWait), instead of dropping them.
 	RingWaits uint64
+	// Unlearned counts frames whose source MAC the MAC table could not
+	// take: it was full (Options.MACTableSize). They are forwarded, and
+	// frames to their senders are flooded.
+	Unlearned uint64
 	// Drops is indexed by DropReason (index 0 unused): the dataplane's own
 	// counts plus what the port counted itself (PortStats).
 	Drops [numDropReasons]uint64
@@ -107,6 +122,34 @@ type PortSample struct {
 	RingHeld uint64
 	// Checksum counts received frames with a partial checksum (PortStats).
 	Checksum ChecksumStats
+	// classes is the port's share of Stats.Classes.
+	classes [numFrameClasses]uint64
+}
+
+// add adds o's counts to s (not its name or lane state).
+func (s *PortSample) add(o *PortSample) {
+	s.RxFrames += o.RxFrames
+	s.RxBytes += o.RxBytes
+	s.TxFrames += o.TxFrames
+	s.TxBytes += o.TxBytes
+	s.KernelDrops += o.KernelDrops
+	s.RingWaits += o.RingWaits
+	s.Unlearned += o.Unlearned
+	for i := range s.Drops {
+		s.Drops[i] += o.Drops[i]
+	}
+	s.Fault.IngressDrops += o.Fault.IngressDrops
+	s.Fault.IngressDuplicates += o.Fault.IngressDuplicates
+	s.Fault.EgressDrops += o.Fault.EgressDrops
+	s.Fault.IngressReordered += o.Fault.IngressReordered
+	s.Fault.EgressReordered += o.Fault.EgressReordered
+	s.LaneSwitches += o.LaneSwitches
+	s.RingHeld += o.RingHeld
+	s.Checksum.Completed += o.Checksum.Completed
+	s.Checksum.Unfinished += o.Checksum.Unfinished
+	for i := range s.classes {
+		s.classes[i] += o.classes[i]
+	}
 }
 
 // Stats is a snapshot of every counter, for package metrics.
@@ -116,6 +159,9 @@ type Stats struct {
 	Classes [numFrameClasses]uint64
 	// MACEntries is the number of live (not aged) MAC table entries.
 	MACEntries int
+	// MACCapacity is how many stations the MAC table holds (half its
+	// slots, Options.MACTableSize, so that probes stay short).
+	MACCapacity int
 }
 
 // DropReasons lists every valid DropReason, for pre-registering label values.

@@ -86,6 +86,28 @@ type portState struct {
 	// laneDone is closed when the port's lane loop has stopped (at once
 	// for a port without a lane).
 	laneDone chan struct{}
+	// d is the dataplane, for forgetStations.
+	d *Dataplane
+	// linkDown is set when a send to the port failed for its link
+	// (ErrLinkDown) and its stations were forgotten, and cleared by the
+	// next batch the port sends or receives: one flush per outage.
+	linkDown atomic.Bool
+	// downSaid is set while the log says the port's link is down (one
+	// line per outage from its two receive loops).
+	downSaid atomic.Bool
+	// past holds the counts of the ports of the same name this one
+	// replaced (an interface reopened: re-created, or its MTU changed),
+	// which its own continue: Prometheus counters must not go back to 0
+	// while prismd runs, nor a port's drop history vanish.
+	past atomic.Pointer[portPast]
+}
+
+// portPast is what a port's counts continue: the port it replaced, while
+// that one still runs, then that port's final counts. One pointer, so a
+// Stats never counts the old port twice or not at all.
+type portPast struct {
+	running *portState
+	final   *PortSample
 }
 
 // snapshot is the immutable port set; RX goroutines and workers load it once
@@ -94,6 +116,10 @@ type snapshot struct {
 	ports []*portState
 	local []uint64 // macKeys of every local MAC (ports + node)
 	aging uint32   // seconds
+	// mixedMTU: the ports' MTUs differ, so a bridged frame may be too
+	// long for its egress port (DropTxOversize); with one MTU the read
+	// buffer's limit already is the egress limit.
+	mixedMTU bool
 }
 
 func (s *snapshot) port(i int) *portState {
@@ -114,12 +140,15 @@ func (s *snapshot) isLocal(key uint64) bool {
 
 // Dataplane is a running switch. Its methods are safe for concurrent use.
 type Dataplane struct {
-	opts    Options
-	log     *slog.Logger
-	start   time.Time
-	snap    atomic.Pointer[snapshot]
-	table   atomic.Pointer[macTable]
-	workers []*worker
+	opts  Options
+	log   *slog.Logger
+	start time.Time
+	snap  atomic.Pointer[snapshot]
+	table atomic.Pointer[macTable]
+	// pastClasses are the frame classes of ports removed for good
+	// (Stats.Classes must not go back when a port goes).
+	pastClasses [numFrameClasses]atomic.Uint64
+	workers     []*worker
 
 	mu      sync.Mutex // serializes configuration changes
 	nodeMAC *[6]byte
@@ -187,6 +216,9 @@ func (d *Dataplane) Now() int64 {
 func (d *Dataplane) buildSnapshot(ports []*portState) *snapshot {
 	s := &snapshot{ports: ports, aging: uint32((d.aging + time.Second - 1) / time.Second)}
 	for _, p := range ports {
+		if p.frameSize != ports[0].frameSize {
+			s.mixedMTU = true
+		}
 		if p.mac != macKey(make([]byte, 6)) {
 			s.local = append(s.local, p.mac)
 		}
@@ -239,6 +271,16 @@ func (d *Dataplane) SetPorts(ports []Port) error {
 			flush = true
 		}
 	}
+	heir := map[*portState]*portState{} // a stopped port -> the started one of its name
+	for _, ps := range stopped {
+		for _, n := range started {
+			if n.port.Name() == ps.port.Name() && n.past.Load() == nil {
+				n.past.Store(&portPast{running: ps})
+				heir[ps] = n
+				break
+			}
+		}
+	}
 	d.snap.Store(d.buildSnapshot(next))
 	if flush {
 		d.table.Store(d.remapTable(next, oldIndex))
@@ -257,6 +299,14 @@ func (d *Dataplane) SetPorts(ports []Port) error {
 		_ = ps.port.Close()
 		<-ps.done
 		<-ps.laneDone
+		final := d.sample(ps)
+		if n := heir[ps]; n != nil {
+			n.past.Store(&portPast{final: &final})
+		} else {
+			for c, v := range final.classes {
+				d.pastClasses[c].Add(v)
+			}
+		}
 	}
 	return nil
 }
@@ -264,7 +314,7 @@ func (d *Dataplane) SetPorts(ports []Port) error {
 func (d *Dataplane) newPortState(p Port) *portState {
 	m := p.MAC()
 	ps := &portState{port: p, mac: macKey(m[:]), hw: m, frameSize: FrameSize(p.MTU()), done: make(chan struct{}),
-		laneDone: make(chan struct{})}
+		laneDone: make(chan struct{}), d: d}
 	ps.rings = make([]*spscRing, len(d.workers))
 	for w := range ps.rings {
 		ps.rings[w] = newRing(ps.frameSize)
@@ -351,28 +401,51 @@ func (d *Dataplane) Close() error {
 func (d *Dataplane) Stats() Stats {
 	s := d.snap.Load()
 	var st Stats
+	for c := range st.Classes {
+		st.Classes[c] = d.pastClasses[c].Load()
+	}
 	for _, ps := range s.ports {
-		ks := ps.port.Stats()
-		ps2 := PortSample{Name: ps.port.Name(), KernelDrops: ks.KernelDrops,
-			RxFrames: ps.ctr.rxFrames.Load(), RxBytes: ps.ctr.rxBytes.Load(),
-			TxFrames: ps.ctr.txFrames.Load(), TxBytes: ps.ctr.txBytes.Load(), RingWaits: ps.ctr.ringWaits.Load()}
-		for r := range ps2.Drops {
-			ps2.Drops[r] = ps.ctr.drops[r].Load() + ks.Drops[r]
-		}
-		ps2.Drops[DropOversize] += ks.Oversize
-		ps2.Fault = ks.Fault
-		ps2.LaneTuned, ps2.LaneAll, ps2.LaneSwitches = ks.LaneTuned, ks.LaneAll, ks.LaneSwitches
-		ps2.Checksum, ps2.RingHeld = ks.Checksum, ks.RingHeld
-		for c := range st.Classes {
-			st.Classes[c] += ps.ctr.classes[c].Load()
+		ps2 := d.sample(ps)
+		for c, v := range ps2.classes {
+			st.Classes[c] += v
 		}
 		st.Ports = append(st.Ports, ps2)
 	}
-	st.MACEntries, _ = d.table.Load().live(d.nowSec(), s.aging)
+	tab := d.table.Load()
+	st.MACEntries, _ = tab.live(d.nowSec(), s.aging)
+	st.MACCapacity = int(tab.limit)
 	return st
 }
 
 func (d *Dataplane) nowSec() uint32 { return uint32(d.Now() / int64(time.Second)) }
+
+// sample is ps's counts, continuing those of the ports it replaced.
+func (d *Dataplane) sample(ps *portState) PortSample {
+	ks := ps.port.Stats()
+	ps2 := PortSample{Name: ps.port.Name(), KernelDrops: ks.KernelDrops,
+		RxFrames: ps.ctr.rxFrames.Load(), RxBytes: ps.ctr.rxBytes.Load(),
+		TxFrames: ps.ctr.txFrames.Load(), TxBytes: ps.ctr.txBytes.Load(), RingWaits: ps.ctr.ringWaits.Load(),
+		Unlearned: ps.ctr.unlearned.Load()}
+	for r := range ps2.Drops {
+		ps2.Drops[r] = ps.ctr.drops[r].Load() + ks.Drops[r]
+	}
+	ps2.Drops[DropOversize] += ks.Oversize
+	ps2.Fault = ks.Fault
+	ps2.LaneTuned, ps2.LaneAll, ps2.LaneSwitches = ks.LaneTuned, ks.LaneAll, ks.LaneSwitches
+	ps2.Checksum, ps2.RingHeld = ks.Checksum, ks.RingHeld
+	for c := range ps2.classes {
+		ps2.classes[c] = ps.ctr.classes[c].Load()
+	}
+	if p := ps.past.Load(); p != nil {
+		if p.final != nil {
+			ps2.add(p.final)
+		} else {
+			old := d.sample(p.running)
+			ps2.add(&old)
+		}
+	}
+	return ps2
+}
 
 // sweeper rebuilds the MAC table without aged entries, RCU-style.
 func (d *Dataplane) sweeper() {
@@ -433,6 +506,7 @@ type rx struct {
 	tally struct {
 		frames, bytes uint64
 		classes       [numFrameClasses]uint64
+		unlearned     uint64 // sources the full MAC table could not take
 	}
 }
 
@@ -599,8 +673,15 @@ func (r *rx) loop(read func() (int, error)) {
 				// The kernel tells each packet socket once that the link
 				// went down, and the socket receives again when it is back
 				// up: a link event, not a failing read. Counted, it stopped
-				// an idle port for good after maxRxErrors flaps.
-				d.log.Info("port link went down; its frames are lost until it is up again", "port", ps.port.Name())
+				// an idle port for good after maxRxErrors flaps. The port
+				// has two sockets (ring and lane), each told: one line per
+				// outage, and its stations are forgotten at once.
+				if ps.downSaid.CompareAndSwap(false, true) {
+					d.log.Info("port link is down; its frames are lost until it is up again", "port", ps.port.Name())
+				}
+				if ps.linkDown.CompareAndSwap(false, true) {
+					d.forgetStations(ps)
+				}
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
@@ -614,6 +695,9 @@ func (r *rx) loop(read func() (int, error)) {
 			continue
 		}
 		errs = 0
+		if ps.downSaid.Load() && ps.downSaid.CompareAndSwap(true, false) {
+			d.log.Info("port link is up again: it receives", "port", ps.port.Name())
+		}
 		r.process(n)
 	}
 }
@@ -676,7 +760,13 @@ func (r *rx) publish() {
 			c.classes[i].Add(v)
 		}
 	}
-	t.frames, t.bytes, t.classes = 0, 0, [numFrameClasses]uint64{}
+	if t.unlearned != 0 {
+		c.unlearned.Add(t.unlearned)
+	}
+	t.frames, t.bytes, t.classes, t.unlearned = 0, 0, [numFrameClasses]uint64{}, 0
+	if r.ps.linkDown.Load() { // it receives: its link is up again
+		r.ps.linkDown.Store(false)
+	}
 }
 
 func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
@@ -692,11 +782,17 @@ func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
 		return
 	}
 	src := macKey(f[6:12])
+	if src == zeroMACKey {
+		c.drops[DropBadSrcMAC].Add(1) // not a station: nothing to learn or answer
+		return
+	}
 	if s.isLocal(src) {
 		c.drops[DropLoopback].Add(1)
 		return
 	}
-	tab.learn(src, in, now)
+	if !tab.learn(src, in, now) {
+		t.unlearned++
+	}
 	groupDst := f[0]&1 != 0
 	var dst uint64
 	if !groupDst {
@@ -721,19 +817,41 @@ func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
 				c.drops[DropHairpin].Add(1)
 				return
 			}
+			if s.mixedMTU && len(f) > s.ports[out].frameSize {
+				s.ports[out].ctr.drops[DropTxOversize].Add(1)
+				return
+			}
 			r.txq[out] = append(r.txq[out], f)
 			return
 		}
+	} else if linkLocal(f) {
+		c.drops[DropLinkLocal].Add(1)
+		return
 	} else if uint16(f[12])<<8|uint16(f[13]) == parser.EtherType {
 		t.classes[ClassTransit]++
 	} else {
 		t.classes[ClassL2]++
 	}
 	for out := range r.txq {
-		if out != in {
-			r.txq[out] = append(r.txq[out], f)
+		if out == in {
+			continue
 		}
+		if s.mixedMTU && len(f) > s.ports[out].frameSize {
+			s.ports[out].ctr.drops[DropTxOversize].Add(1)
+			continue
+		}
+		r.txq[out] = append(r.txq[out], f)
 	}
+}
+
+// zeroMACKey is macKey of 00:00:00:00:00:00.
+const zeroMACKey = 1 << 48
+
+// linkLocal reports whether group frame f is addressed to an IEEE 802.1
+// reserved link-local address a bridge must not relay (DropLinkLocal):
+// 01:80:C2:00:00:01 to 0F.
+func linkLocal(f []byte) bool {
+	return f[0] == 0x01 && f[1] == 0x80 && f[2] == 0xc2 && f[3] == 0 && f[4] == 0 && f[5] >= 0x01 && f[5] <= 0x0f
 }
 
 // local hands a locally addressed PRISM frame to the worker owning its shard.
@@ -887,6 +1005,35 @@ func sendCounted(ps *portState, q [][]byte) {
 		// Counted, not logged: the log would flood at line rate.
 		if r := txDropReason(err); r != 0 {
 			ps.ctr.drops[r].Add(uint64(len(q) - n))
+			if r == DropTxLinkDown && ps.linkDown.CompareAndSwap(false, true) {
+				ps.d.forgetStations(ps)
+			}
+		}
+	} else if ps.linkDown.Load() {
+		ps.linkDown.Store(false)
+	}
+}
+
+// forgetStations drops the MAC table's entries on ps, whose link is down:
+// a station kept there had its frames dropped (tx_link_down) until it aged
+// out, 300 s by default, while one that moved its cable to another port
+// and stayed silent was unreachable; forgotten, its frames are flooded
+// and reach it wherever it is (a Linux bridge flushes on carrier loss
+// too). Done once per outage, by the goroutine whose send found the link
+// down; a station learned meanwhile on another port may be missed, which
+// costs a flood.
+func (d *Dataplane) forgetStations(ps *portState) {
+	down := int(ps.index.Load())
+	for range 3 {
+		tab := d.table.Load()
+		nt := newMACTable(d.opts.MACTableSize)
+		tab.each(d.nowSec(), d.snap.Load().aging, func(key uint64, port int, seen uint32) {
+			if port != down {
+				nt.learn(key, port, seen)
+			}
+		})
+		if d.table.CompareAndSwap(tab, nt) {
+			return
 		}
 	}
 }

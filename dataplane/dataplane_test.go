@@ -124,7 +124,7 @@ func TestLearningAndFlooding(t *testing.T) {
 	ports[0].Inject(f4)
 	expect(t, ports, f4, 1, 2)
 
-	f5 := eth(mcast, hostB, 0x88cc, 7)
+	f5 := eth([6]byte{0x01, 0x00, 0x5e, 0, 0, 0xfb}, hostB, 0x0800, 7) // IPv4 multicast (mDNS)
 	ports[1].Inject(f5)
 	expect(t, ports, f5, 0, 2)
 
@@ -150,6 +150,60 @@ func TestHairpinDropped(t *testing.T) {
 	ports[0].Inject(f)
 	waitDrops(t, d, 0, dataplane.DropHairpin, 1)
 	expect(t, ports, nil)
+}
+
+// TestLinkLocalBoundaries: the reserved range is 01:80:C2:00:00:01-0F;
+// STP's :00 and the next group address, :10, are flooded, and a zero
+// source learns nothing (a frame to 00:00:00:00:00:00 is still unknown
+// unicast, flooded).
+func TestLinkLocalBoundaries(t *testing.T) {
+	d, ports := setup(t, 3, dataplane.Options{})
+	for _, last := range []byte{0x00, 0x10} {
+		f := eth([6]byte{0x01, 0x80, 0xc2, 0, 0, last}, hostA, 0x0027, 1)
+		ports[0].Inject(f)
+		expect(t, ports, f, 1, 2)
+	}
+	ports[0].Inject(eth(bcast, [6]byte{}, 0x0806, 1))
+	waitDrops(t, d, 0, dataplane.DropBadSrcMAC, 1)
+	f := eth([6]byte{}, hostB, 0x0800, 2)
+	ports[1].Inject(f)
+	expect(t, ports, f, 0, 2)
+	if got := drops(d, 0, dataplane.DropLinkLocal); got != 0 {
+		t.Fatalf("link_local drops %d, want 0", got)
+	}
+}
+
+// TestEgressMTU: between ports of different MTUs a frame too long for its
+// egress port is dropped there as tx_oversize, flooded or unicast, and
+// still reaches the ports it fits.
+func TestEgressMTU(t *testing.T) {
+	d, err := dataplane.New(dataplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ports := []*porttest.Port{porttest.New("p0", porttest.MAC(0x10), 9000), porttest.New("p1", porttest.MAC(0x11), 1500),
+		porttest.New("p2", porttest.MAC(0x12), 9000)}
+	if err := d.SetPorts([]dataplane.Port{ports[0], ports[1], ports[2]}); err != nil {
+		t.Fatal(err)
+	}
+	big := eth(bcast, hostA, 0x0800, make([]byte, 4000)...)
+	ports[0].Inject(big)
+	expect(t, ports, big, 2)
+	waitDrops(t, d, 1, dataplane.DropTxOversize, 1)
+	// Learn B on p1, then a unicast frame too long for it, and one that fits
+	// (1500 bytes of payload, the header and a tag's worth of slack).
+	fb := eth(bcast, hostB, 0x0806, 1)
+	ports[1].Inject(fb)
+	expect(t, ports, fb, 0, 2)
+	ports[0].Inject(eth(hostB, hostA, 0x0800, make([]byte, 1600)...))
+	waitDrops(t, d, 1, dataplane.DropTxOversize, 2)
+	fits := eth(hostB, hostA, 0x0800, make([]byte, 1500)...)
+	ports[0].Inject(fits)
+	expect(t, ports, fits, 1)
+	if got := drops(d, 0, dataplane.DropTxOversize) + drops(d, 2, dataplane.DropTxOversize); got != 0 {
+		t.Fatalf("tx_oversize counted on ports 0 or 2: %d", got)
+	}
 }
 
 func TestAging(t *testing.T) {
@@ -188,6 +242,12 @@ func TestDropsByReason(t *testing.T) {
 		{"short", []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, dataplane.DropShortFrame},
 		{"empty-ethertype", eth(hostB, hostA, 0x0800)[:12], dataplane.DropShortFrame},
 		{"group source", eth(hostB, mcast, 0x0800, 1), dataplane.DropBadSrcMAC},
+		{"zero source", eth(bcast, [6]byte{}, 0x0806, 1), dataplane.DropBadSrcMAC},
+		{"PAUSE", eth([6]byte{0x01, 0x80, 0xc2, 0, 0, 0x01}, hostA, 0x8808, 1), dataplane.DropLinkLocal},
+		{"LACP", eth([6]byte{0x01, 0x80, 0xc2, 0, 0, 0x02}, hostA, 0x8809, 1), dataplane.DropLinkLocal},
+		{"802.1X", eth([6]byte{0x01, 0x80, 0xc2, 0, 0, 0x03}, hostA, 0x888e, 1), dataplane.DropLinkLocal},
+		{"LLDP", eth(mcast, hostA, 0x88cc, 1), dataplane.DropLinkLocal},
+		{"reserved 0F", eth([6]byte{0x01, 0x80, 0xc2, 0, 0, 0x0f}, hostA, 0x88cc, 1), dataplane.DropLinkLocal},
 		{"own source", eth(hostB, porttest.MAC(0x11), 0x0800, 1), dataplane.DropLoopback},
 		{"bad version", prism(local, hostA, 0x20, 2, 1, 1, 1), dataplane.DropBadVersion},
 		{"version 0", prism(local, hostA, 0x00, 2, 1, 1, 1), dataplane.DropBadVersion},
@@ -480,4 +540,122 @@ func TestJumboFrames(t *testing.T) {
 	}
 	a.Inject(append(f, 1, 2, 3, 4, 5)) // 9019 bytes: over MTU + header + tag
 	waitDrops(t, d, 0, dataplane.DropOversize, 1)
+}
+
+// TestLinkDownForgetsStations: a station learned on a port whose link then
+// goes down is forgotten at the first send that finds the link down, so
+// its later frames are flooded (and reach it if it moved) instead of being
+// dropped until it ages out; once the port sends again, the next outage
+// forgets again.
+func TestLinkDownForgetsStations(t *testing.T) {
+	d, ports := setup(t, 3, dataplane.Options{})
+	learnB := func(on int) {
+		t.Helper()
+		fb := eth(bcast, hostB, 0x0806, byte(on))
+		ports[on].Inject(fb)
+		var others []int
+		for i := range ports {
+			if i != on {
+				others = append(others, i)
+			}
+		}
+		expect(t, ports, fb, others...)
+	}
+	for outage := 1; outage <= 2; outage++ {
+		learnB(1)
+		f := eth(hostB, hostA, 0x0800, 1)
+		ports[0].Inject(f)
+		expect(t, ports, f, 1) // unicast to B's port
+		ports[1].SetLinkDown(true)
+		ports[0].Inject(eth(hostB, hostA, 0x0800, 2))
+		waitDrops(t, d, 1, dataplane.DropTxLinkDown, uint64(2*outage-1))
+		// Forgotten: flooded, to p2 (where B might be now) and to p1 (dropped).
+		f3 := eth(hostB, hostA, 0x0800, 3)
+		ports[0].Inject(f3)
+		expect(t, ports, f3, 2)
+		waitDrops(t, d, 1, dataplane.DropTxLinkDown, uint64(2*outage))
+		if n := d.Stats().MACEntries; n != 1 { // A only
+			t.Fatalf("outage %d: %d MAC entries after the link went down, want 1 (A)", outage, n)
+		}
+		ports[1].SetLinkDown(false)
+	}
+}
+
+// TestMACTableFullCounted: a full MAC table learns no new station; the
+// frames whose sources it could not take are counted per port, the
+// capacity is reported, and a frame to such a station is flooded.
+func TestMACTableFullCounted(t *testing.T) {
+	d, ports := setup(t, 3, dataplane.Options{MACTableSize: 64})
+	capacity := d.Stats().MACCapacity
+	if capacity != 32 {
+		t.Fatalf("MACCapacity %d for 64 slots, want 32", capacity)
+	}
+	const stations = 40
+	for i := range stations {
+		f := eth(bcast, [6]byte{0x02, 0xaa, 0, 0, 0, byte(i)}, 0x0806, byte(i))
+		ports[0].Inject(f)
+		expect(t, ports, f, 1, 2)
+	}
+	st := d.Stats()
+	if st.MACEntries != capacity || st.Ports[0].Unlearned != stations-uint64(capacity) {
+		t.Fatalf("%d stations in a table of %d: %d entries, %d unlearned; want %d, %d",
+			stations, capacity, st.MACEntries, st.Ports[0].Unlearned, capacity, stations-capacity)
+	}
+	// The last station was not learned: a frame to it is flooded.
+	f := eth([6]byte{0x02, 0xaa, 0, 0, 0, stations - 1}, hostB, 0x0800, 1)
+	ports[1].Inject(f)
+	expect(t, ports, f, 0, 2)
+}
+
+// TestCountersSurviveReopen: a port reopened under its name (an interface
+// re-created, or its MTU changed) continues its counts instead of starting
+// over at 0, and the frame classes of a port removed for good stay in the
+// totals: Prometheus counters never go back while prismd runs.
+func TestCountersSurviveReopen(t *testing.T) {
+	d, ports := setup(t, 2, dataplane.Options{})
+	f := eth(bcast, hostA, 0x0806, 1)
+	for range 3 {
+		ports[1].Inject(f)
+		expect(t, ports, f, 0)
+	}
+	ports[0].Inject(eth([6]byte{0x01, 0x80, 0xc2, 0, 0, 0x0e}, hostB, 0x88cc, 1))
+	waitDrops(t, d, 0, dataplane.DropLinkLocal, 1)
+	before := d.Stats()
+	p1b := porttest.New("p1", porttest.MAC(0x21), 1500)
+	if err := d.SetPorts([]dataplane.Port{ports[0], p1b}); err != nil {
+		t.Fatal(err)
+	}
+	after := d.Stats()
+	if a, b := after.Ports[1], before.Ports[1]; a.RxFrames != b.RxFrames || a.TxFrames != b.TxFrames || a.RxBytes != b.RxBytes {
+		t.Fatalf("reopened p1: rx %d tx %d bytes %d, want the old port's %d %d %d", a.RxFrames, a.TxFrames, a.RxBytes, b.RxFrames, b.TxFrames, b.RxBytes)
+	}
+	p1b.Inject(f)
+	if _, err := ports[0].Wait(1, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Stats().Ports[1].RxFrames; got != before.Ports[1].RxFrames+1 {
+		t.Fatalf("reopened p1 received one more frame: rx %d, want %d", got, before.Ports[1].RxFrames+1)
+	}
+	// p0 reopened too, then removed for good: its port series goes, the
+	// class totals stay.
+	classes := func(st dataplane.Stats) (n uint64) {
+		for _, v := range st.Classes {
+			n += v
+		}
+		return n
+	}
+	total := classes(d.Stats())
+	p0b := porttest.New("p0", porttest.MAC(0x20), 1500)
+	if err := d.SetPorts([]dataplane.Port{p0b, p1b}); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Stats().Ports[0].Drops[dataplane.DropLinkLocal]; got != 1 {
+		t.Fatalf("reopened p0: link_local drops %d, want the old port's 1", got)
+	}
+	if err := d.SetPorts([]dataplane.Port{p1b}); err != nil {
+		t.Fatal(err)
+	}
+	if got := classes(d.Stats()); got != total {
+		t.Fatalf("frame classes summed %d after removing p0, want %d", got, total)
+	}
 }

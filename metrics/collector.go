@@ -22,6 +22,7 @@ type Collector struct {
 	rxFrames, rxBytes, txFrames, txBytes *prometheus.Desc
 	ringWaits                            *prometheus.Desc
 	drops, kernelDrops, frames, macs     *prometheus.Desc
+	macCapacity, unlearned               *prometheus.Desc
 	faultDrops, faultDups, faultReorders *prometheus.Desc
 	laneAll, laneSwitches, ringHeld      *prometheus.Desc
 	csumCompleted, csumUnfinished        *prometheus.Desc
@@ -53,7 +54,7 @@ func NewCollector(src Source) *Collector {
 	}
 	return &Collector{
 		src:      src,
-		rxFrames: d("port_receive_frames_total", "Frames read from the port, including ones later dropped.", port),
+		rxFrames: d("port_receive_frames_total", "Frames read from the port, including ones later dropped, but not those longer than its MTU, which only prismd_port_drops_total{reason=\"oversize\"} counts.", port),
 		rxBytes:  d("port_receive_bytes_total", "Bytes of frames read from the port (Ethernet header included, FCS excluded).", port),
 		txFrames: d("port_transmit_frames_total", "Frames the port accepted for transmission.", port),
 		txBytes:  d("port_transmit_bytes_total", "Bytes of frames the port accepted for transmission.", port),
@@ -82,12 +83,16 @@ func NewCollector(src Source) *Collector {
 			"so their receiver likely drops them.", port),
 		frames: d("frames_total", "Received frames by classification.", []string{"class"}),
 		macs:   d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
+		macCapacity: d("mac_table_capacity", "Stations the MAC learning table holds (mac_table_size); at capacity new stations are not learned "+
+			"and frames to them are flooded to every port.", nil),
+		unlearned: d("port_mac_unlearned_total", "Received frames whose source MAC the full MAC table could not learn "+
+			"(prismd_mac_table_entries at prismd_mac_table_capacity): forwarded, but frames to their senders are flooded.", port),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches, c.ringHeld, c.csumCompleted, c.csumUnfinished} {
+	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.macCapacity, c.unlearned, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches, c.ringHeld, c.csumCompleted, c.csumUnfinished} {
 		ch <- d
 	}
 }
@@ -122,6 +127,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.laneAll, prometheus.GaugeValue, all, p.Name)
 		cnt(c.laneSwitches, p.LaneSwitches, p.Name)
 		cnt(c.ringHeld, p.RingHeld, p.Name)
+		cnt(c.unlearned, p.Unlearned, p.Name)
 		cnt(c.csumCompleted, p.Checksum.Completed, p.Name)
 		cnt(c.csumUnfinished, p.Checksum.Unfinished, p.Name)
 	}
@@ -129,6 +135,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		cnt(c.frames, st.Classes[cl], cl.String())
 	}
 	ch <- prometheus.MustNewConstMetric(c.macs, prometheus.GaugeValue, float64(st.MACEntries))
+	ch <- prometheus.MustNewConstMetric(c.macCapacity, prometheus.GaugeValue, float64(st.MACCapacity))
 }
 
 // BuildInfo is exported as prismd_build_info.

@@ -27,14 +27,16 @@ func TestCollectorExposition(t *testing.T) {
 	p.Drops[dataplane.DropTxDriverDrop] = 8
 	p.Fault = dataplane.FaultStats{IngressDrops: 11, IngressDuplicates: 4, EgressDrops: 13, IngressReordered: 21, EgressReordered: 8}
 	p.LaneAll, p.LaneSwitches = true, 6
+	p.Unlearned, p.RingHeld = 12, 17
 	st.Ports = append(st.Ports, p)
+	st.MACCapacity = 32768
 	st.Classes[dataplane.ClassL2] = 4
 	st.Classes[dataplane.ClassData] = 6
 	st.MACEntries = 9
 	reg := mustServer(t, fakeSource{st}).Registry()
 
 	want := `
-# HELP prismd_port_receive_frames_total Frames read from the port, including ones later dropped.
+# HELP prismd_port_receive_frames_total Frames read from the port, including ones later dropped, but not those longer than its MTU, which only prismd_port_drops_total{reason="oversize"} counts.
 # TYPE prismd_port_receive_frames_total counter
 prismd_port_receive_frames_total{port="p1"} 10
 # HELP prismd_port_receive_bytes_total Bytes of frames read from the port (Ethernet header included, FCS excluded).
@@ -77,6 +79,7 @@ prismd_frames_total{class="transit"} 0
 prismd_port_drops_total{port="p1",reason="bad_src_mac"} 0
 prismd_port_drops_total{port="p1",reason="bad_version"} 0
 prismd_port_drops_total{port="p1",reason="hairpin"} 2
+prismd_port_drops_total{port="p1",reason="link_local"} 0
 prismd_port_drops_total{port="p1",reason="loopback"} 0
 prismd_port_drops_total{port="p1",reason="oversize"} 0
 prismd_port_drops_total{port="p1",reason="ring_full"} 0
@@ -86,6 +89,7 @@ prismd_port_drops_total{port="p1",reason="tx_driver_drop"} 8
 prismd_port_drops_total{port="p1",reason="tx_error"} 0
 prismd_port_drops_total{port="p1",reason="tx_invalid_desc"} 0
 prismd_port_drops_total{port="p1",reason="tx_link_down"} 0
+prismd_port_drops_total{port="p1",reason="tx_oversize"} 0
 prismd_port_drops_total{port="p1",reason="tx_queue_full"} 0
 prismd_port_drops_total{port="p1",reason="tx_ring_full"} 0
 prismd_port_drops_total{port="p1",reason="unknown_class"} 0
@@ -100,6 +104,21 @@ prismd_port_lane_all{port="p1"} 1
 prismd_port_lane_switches_total{port="p1"} 6
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantLane), "prismd_port_lane_all", "prismd_port_lane_switches_total"); err != nil {
+		t.Fatal(err)
+	}
+	wantMore := `
+# HELP prismd_mac_table_capacity Stations the MAC learning table holds (mac_table_size); at capacity new stations are not learned and frames to them are flooded to every port.
+# TYPE prismd_mac_table_capacity gauge
+prismd_mac_table_capacity 32768
+# HELP prismd_port_mac_unlearned_total Received frames whose source MAC the full MAC table could not learn (prismd_mac_table_entries at prismd_mac_table_capacity): forwarded, but frames to their senders are flooded.
+# TYPE prismd_port_mac_unlearned_total counter
+prismd_port_mac_unlearned_total{port="p1"} 12
+# HELP prismd_port_ring_held_frames_total Frames the port's receive ring handed out from a block the kernel retired on its timer, partly filled: each waited up to rx_ring_timeout. Many of them mean bursty traffic the lane would serve faster (the port moves to it by itself with rx_sparse_fps).
+# TYPE prismd_port_ring_held_frames_total counter
+prismd_port_ring_held_frames_total{port="p1"} 17
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantMore), "prismd_mac_table_capacity", "prismd_port_mac_unlearned_total",
+		"prismd_port_ring_held_frames_total"); err != nil {
 		t.Fatal(err)
 	}
 	names := []string{"prismd_port_receive_frames_total", "prismd_port_receive_bytes_total",

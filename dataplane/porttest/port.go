@@ -25,8 +25,9 @@ type Port struct {
 	sent   [][]byte
 	notify chan struct{}
 
-	replay  [][]byte // if set, every ReadBatch returns these frames (benchmarks)
-	discard bool     // WriteBatch only counts
+	replay  [][]byte    // if set, every ReadBatch returns these frames (benchmarks)
+	discard bool        // WriteBatch only counts
+	down    atomic.Bool // WriteBatch fails with dataplane.ErrLinkDown (SetLinkDown)
 
 	written     atomic.Uint64
 	oversize    atomic.Uint64
@@ -52,6 +53,10 @@ func (p *Port) SetReplay(frames [][]byte) {
 	p.replay = frames
 	p.discard = true
 }
+
+// SetLinkDown makes WriteBatch send nothing and fail with
+// dataplane.ErrLinkDown while down is set, as a port without carrier does.
+func (p *Port) SetLinkDown(down bool) { p.down.Store(down) }
 
 // SetDiscard makes WriteBatch only count frames (see Written), never store them.
 func (p *Port) SetDiscard() { p.discard = true }
@@ -110,6 +115,9 @@ func (p *Port) WriteBatch(bufs [][]byte) (int, error) {
 	case <-p.closed:
 		return 0, net.ErrClosed
 	default:
+	}
+	if p.down.Load() {
+		return 0, fmt.Errorf("porttest: %s: %w", p.name, dataplane.ErrLinkDown)
 	}
 	p.written.Add(uint64(len(bufs)))
 	if p.discard {
