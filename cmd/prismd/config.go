@@ -216,6 +216,9 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 			return nil, &ConfigError{File: file, Msg: "file is empty; it needs at least a ports: list"}
 		}
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if te := (*yaml.TypeError)(nil); !errors.As(err, &te) {
+			msg = syntaxLine(b, msg)
+		}
 		msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
 		msg = describeTypes(b, msg)
 		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, worker_handoff, mac_aging, metrics_listen, control_listen, am_sources, kulisch_partials)")
@@ -239,6 +242,49 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// syntaxLine gives a YAML syntax error msg the line where the problem is.
+// The library reports the line where the enclosing block began, one before
+// the block's first entry ("line 1" for a ports entry's key indented too
+// little on line 3), or no line at all ("mapping values are not allowed in
+// this context"), and keeps the problem's own position to itself. The
+// first prefix of whole lines that fails with the same problem ends at
+// the line where the parser met it; for an unclosed quote or bracket that
+// is the line that opened it, which is where the fix goes.
+func syntaxLine(src []byte, msg string) string {
+	_, problem := cutLine(msg)
+	lines := bytes.SplitAfter(src, []byte("\n"))
+	if len(lines) > maxSyntaxLines {
+		return msg
+	}
+	for k := 1; k <= len(lines); k++ {
+		var n yaml.Node
+		err := yaml.Unmarshal(bytes.Join(lines[:k], nil), &n)
+		if err == nil {
+			continue
+		}
+		if _, p := cutLine(strings.TrimPrefix(err.Error(), "yaml: ")); p == problem {
+			return fmt.Sprintf("line %d: %s", k, problem)
+		}
+	}
+	return msg
+}
+
+// maxSyntaxLines bounds syntaxLine, which parses the file once per line:
+// a hand-written configuration has a few hundred at most.
+const maxSyntaxLines = 5000
+
+// cutLine splits "line N: problem" into N and the problem; 0 and msg when
+// msg names no line.
+func cutLine(msg string) (int, string) {
+	var n int
+	if _, err := fmt.Sscanf(msg, "line %d:", &n); err == nil {
+		if _, rest, ok := strings.Cut(msg, ": "); ok {
+			return n, rest
+		}
+	}
+	return 0, msg
 }
 
 // describeTypes rewrites each "line N: cannot unmarshal ..." of msg to name

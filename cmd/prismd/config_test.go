@@ -94,6 +94,12 @@ func TestConfigErrors(t *testing.T) {
 		{"control", "control_listen: rel.sock\nports: [{name: a}]\n", "control_listen: \"rel.sock\" must be an absolute path"},
 		{"am source", "am_sources: [\"ff:ff:ff:ff:ff:ff\"]\nports: [{name: a}]\n", "am_sources[0]: ff:ff:ff:ff:ff:ff is a group"},
 		{"two docs", "ports: [{name: a}]\n---\nports: [{name: b}]\n", "second YAML document"},
+		// Syntax errors name the line with the problem: the library said
+		// "line 1" (where the ports list began) for a key on line 3, and
+		// no line at all for the second.
+		{"key under list", "ports:\n  - name: w1m-p1\n  mac_aging: 5s\n", "t.yaml: line 3: did not find expected '-' indicator"},
+		{"key dedented", "workers: 1\nports:\n  - name: a\n mtu: 5\n", "t.yaml: line 4: did not find expected key"},
+		{"colon in value", "mac_aging: 5s: 6s\nports: [{name: a}]\n", "t.yaml: line 1: mapping values are not allowed"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -118,11 +124,10 @@ func TestCheckConfigFlag(t *testing.T) {
 	os.WriteFile(good, []byte(fullConfig), 0o644)
 	os.WriteFile(bad, []byte("ports: [{name: a}]\nbogus: 1\n"), 0o644)
 	var out, errb bytes.Buffer
-	if rc := run([]string{"--config", good, "--check-config"}, &out, &errb); rc != 0 {
-		t.Fatalf("good config: rc=%d stderr=%s", rc, errb.String())
-	}
-	if !strings.Contains(out.String(), "is valid") {
-		t.Fatalf("stdout %q", out.String())
+	// A good file whose interfaces are not here (p1, p2) fails on them
+	// alone; TestCheckConfigInterfaces passes one whose interfaces exist.
+	if rc := run([]string{"--config", good, "--check-config"}, &out, &errb); rc != 1 || strings.Count(errb.String(), "no such network interface") != 2 {
+		t.Fatalf("good config, missing interfaces: rc=%d stderr=%s", rc, errb.String())
 	}
 	out.Reset()
 	errb.Reset()
@@ -139,7 +144,8 @@ func TestCheckConfigFlag(t *testing.T) {
 		t.Fatalf("bad flag: rc=%d", rc)
 	}
 	// The interfaces as this namespace has them: the loopback is wrong
-	// anywhere; a missing one is a note (it may exist where prismd runs).
+	// anywhere, and so is a missing one here: the daemon refuses to start
+	// with it, so a check guarding ExecStartPre must fail.
 	lo, missing := filepath.Join(dir, "lo.yaml"), filepath.Join(dir, "missing-if.yaml")
 	os.WriteFile(lo, []byte("ports: [{name: lo}]\n"), 0o644)
 	os.WriteFile(missing, []byte("ports: [{name: prismd-nope9}]\n"), 0o644)
@@ -148,8 +154,11 @@ func TestCheckConfigFlag(t *testing.T) {
 		t.Fatalf("loopback port: rc=%d stderr %q", rc, errb.String())
 	}
 	errb.Reset()
-	if rc := run([]string{"--config", missing, "--check-config"}, &out, &errb); rc != 0 || !strings.Contains(errb.String(), `note: port "prismd-nope9"`) {
-		t.Fatalf("missing interface: rc=%d stderr %q", rc, errb.String())
+	out.Reset()
+	if rc := run([]string{"--config", missing, "--check-config"}, &out, &errb); rc != 1 ||
+		!strings.Contains(errb.String(), `configuration invalid: `+missing+`: port "prismd-nope9": interface "prismd-nope9": no such network interface`) ||
+		!strings.Contains(errb.String(), "(it has: ") || !strings.Contains(errb.String(), "prismd would refuse to start") || out.Len() != 0 {
+		t.Fatalf("missing interface: rc=%d stdout %q stderr %q; want 1, naming the interface and that prismd would not start", rc, out.String(), errb.String())
 	}
 	out.Reset()
 	if rc := run([]string{"--version"}, &out, &errb); rc != 0 || !strings.HasPrefix(out.String(), "prismd ") {

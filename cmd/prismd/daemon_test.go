@@ -134,8 +134,17 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 		t.Fatalf("%d ports opened, want 3 (untouched ports must not be reopened)\n%s", n, logs.String())
 	}
 	waitLog(1, "configuration reloaded")
-	if !strings.Contains(logs.String(), `changed="mac_aging 5m0s -> 1m0s"`) {
-		t.Errorf("the reload does not say what changed:\n%s", logs.String())
+	// The added port is in the summary too, and durations read alike.
+	if want := `changed="ports added: ` + names[2] + `; mac_aging 300s -> 60s"`; !strings.Contains(logs.String(), want) {
+		t.Errorf("the reload does not say what changed (want %s):\n%s", want, logs.String())
+	}
+
+	// The same file again: nothing changed, and no port lines come before
+	// the summary (it said "nothing besides the ports above").
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitLog(2, "configuration reloaded")
+	if !strings.Contains(logs.String(), `msg="configuration reloaded" ports=3 changed=nothing`+"\n") {
+		t.Errorf("an unchanged reload does not say changed=nothing:\n%s", logs.String())
 	}
 
 	// A bad configuration is rejected and the running one stays.
@@ -155,7 +164,7 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 	for i, kp := range []string{"scaled", "scaled", "f64"} {
 		writeCfg(ports(names[0], names[1], names[2]) + "kulisch_partials: " + kp + "\n")
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		waitLog(2+i, "configuration reloaded")
+		waitLog(3+i, "configuration reloaded")
 	}
 	if c, back := strings.Count(logs.String(), "running=\"\" configured=scaled"), strings.Count(logs.String(), "configured=f64"); c != 2 || back != 0 {
 		t.Errorf("kulisch_partials warnings for scaled, scaled, f64 while the default (f64) runs: %d for scaled, %d for f64; want 2 and 0\n%s",
@@ -170,6 +179,10 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 	waitLog(2, "port moved to another index") // names[0] moved from 0 to 1 too
 	if !strings.Contains(logs.String(), "port="+names[2]+" index=0 was=2") {
 		t.Errorf("the moved port's warning does not name it and both indices:\n%s", logs.String())
+	}
+	waitLog(6, "configuration reloaded")
+	if want := fmt.Sprintf(`changed="ports removed: %s; port order %s, %s -> %s, %s"`, names[1], names[0], names[2], names[2], names[0]); !strings.Contains(logs.String(), want) {
+		t.Errorf("the reload does not list the removed port and the new order (want %s):\n%s", want, logs.String())
 	}
 
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)

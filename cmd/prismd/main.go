@@ -17,12 +17,15 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/internal/netif"
@@ -38,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("prismd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgFile := fs.String("config", "/etc/prismd/prismd.yaml", "configuration `file` (YAML)")
-	check := fs.Bool("check-config", false, "validate the configuration, print the result and exit 0 (valid) or 1 (invalid)")
+	check := fs.Bool("check-config", false, "validate the configuration and its ports' interfaces in this network namespace, print the result and exit 0 (valid) or 1 (invalid)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log format: text or json")
 	cpuprof := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (for go tool pprof; stopped on shutdown)")
@@ -79,21 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "prismd: configuration invalid: %v\n", err)
 			return 1
 		}
-		// The interfaces as this namespace has them: one that cannot carry
-		// frames (the loopback, a tun) is wrong anywhere; one missing may
-		// be fine where prismd will run, so it is a note. Both passed
-		// before and failed only at start.
-		for _, pc := range cfg.Ports {
-			switch _, err := netif.Ethernet(pc.Name); {
-			case errors.Is(err, netif.ErrNotEthernet):
-				fmt.Fprintf(stderr, "prismd: configuration invalid: %s: port %q: %v\n", *cfgFile, pc.Name, err)
-				return 1
-			case err != nil:
-				fmt.Fprintf(stderr, "prismd: note: port %q: %v: prismd fails to start here unless it exists by then\n", pc.Name, err)
-			}
-		}
-		fmt.Fprintf(stdout, "prismd: configuration %s is valid (%s, %s)\n", *cfgFile, plural(len(cfg.Ports), "port"), plural(cfg.Workers, "worker"))
-		return 0
+		return checkInterfaces(*cfgFile, cfg, stdout, stderr)
 	}
 	if err != nil {
 		log.Error("cannot start: configuration invalid", "err", err)
@@ -136,6 +125,63 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// checkInterfaces is --check-config's look at the ports' interfaces as
+// this network namespace has them, after the file itself passed. One that
+// is missing or cannot carry frames fails the check: the daemon refuses to
+// start with it, and a reload with it is rejected, so a check that passed
+// it could not guard an ExecStartPre. A configured MTU above the
+// interface's is a warning only: the interface may be raised before start.
+func checkInterfaces(file string, cfg *Config, stdout, stderr io.Writer) int {
+	ifaces := currentIfaces()
+	rc := 0
+	for _, pc := range cfg.Ports {
+		switch _, err := netif.Ethernet(pc.Name); {
+		case errors.Is(err, netif.ErrNotEthernet):
+			fmt.Fprintf(stderr, "prismd: configuration invalid: %s: port %q: %v\n", file, pc.Name, err)
+			rc = 1
+		case err != nil:
+			fmt.Fprintf(stderr, "prismd: configuration invalid: %s: port %q: %v; prismd would refuse to start with this configuration "+
+				"(and a reload with it is rejected): create the interface or correct the name, and run the check in the network namespace prismd runs in\n",
+				file, pc.Name, err)
+			rc = 1
+		default:
+			if w := mtuAbove(pc, ifaces[pc.Name].mtu); w != "" {
+				fmt.Fprintf(stderr, "prismd: warning: %s: port %q: %s\n", file, pc.Name, w)
+			}
+		}
+	}
+	if rc == 0 {
+		fmt.Fprintf(stdout, "prismd: configuration %s is valid (%s, %s)\n", file, plural(len(cfg.Ports), "port"), plural(cfg.Workers, "worker"))
+	}
+	return rc
+}
+
+// mtuAbove says what goes wrong when port pc's configured mtu is above
+// its interface's MTU ifMTU, or "" when it is not: the port then reads and
+// forwards frames the kernel refuses to send on the interface, and each is
+// lost as tx_error, while the port opened without a word.
+func mtuAbove(pc PortConfig, ifMTU int) string {
+	if pc.MTU == 0 || ifMTU == 0 || pc.MTU <= ifMTU {
+		return ""
+	}
+	return fmt.Sprintf("mtu %d is above interface %s's MTU %d: frames longer than %d bytes cannot be sent on it and are dropped as tx_error; "+
+		"raise the interface's MTU (ip link set %s mtu %d) or leave mtu out to follow the interface",
+		pc.MTU, pc.Name, ifMTU, ifMTU, pc.Name, pc.MTU)
+}
+
+// warnMTUs warns, at start and on every reload, of each port whose
+// configured mtu is above its interface's (mtuAbove).
+func (d *daemon) warnMTUs(cfg *Config) {
+	ifaces := currentIfaces()
+	for _, pc := range cfg.Ports {
+		if ifMTU := ifaces[pc.Name].mtu; mtuAbove(pc, ifMTU) != "" {
+			d.log.Warn("port's mtu is above its interface's MTU: frames longer than the interface's MTU cannot be sent on it and are dropped as tx_error",
+				"port", pc.Name, "mtu", pc.MTU, "interface_mtu", ifMTU,
+				"fix", fmt.Sprintf("ip link set %s mtu %d, or leave mtu out to follow the interface", pc.Name, pc.MTU))
+		}
+	}
+}
+
 type openPort struct {
 	cfg   PortConfig
 	port  dataplane.Port
@@ -156,6 +202,9 @@ type daemon struct {
 	// watcher's reopening of a re-created interface.
 	mu   sync.Mutex
 	gone map[string]bool // ports whose interface is missing, said once
+	// noCarrier holds the ports whose link is said to have no carrier
+	// (carrier), until it is said to be back.
+	noCarrier map[string]bool
 	// oversize is each port's oversize drop count at the last look, and
 	// oversizeAt when it was last warned of (oversizeWarnEvery).
 	oversize   map[string]uint64
@@ -173,7 +222,7 @@ func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{file: file, log: log, cfg: cfg, dp: dp, ports: map[string]openPort{}, gone: map[string]bool{},
+	d := &daemon{file: file, log: log, cfg: cfg, dp: dp, ports: map[string]openPort{}, gone: map[string]bool{}, noCarrier: map[string]bool{},
 		oversize: map[string]uint64{}, oversizeAt: map[string]time.Time{}, quit: make(chan struct{}), done: make(chan struct{})}
 	if err := d.applyPorts(cfg); err != nil {
 		dp.Close()
@@ -194,7 +243,12 @@ func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
 		d.close()
 		return nil, fmt.Errorf("reading this thread's network namespace: %w", err)
 	}
+	ifaces := currentIfaces()
+	for _, pc := range cfg.Ports {
+		d.carrier(pc.Name, ifaces[pc.Name], true)
+	}
 	go d.watchLinks(ns, linkCheckEvery)
+	d.warnMTUs(cfg)
 	warnNoAM(log, cfg)
 	log.Info("prismd running", "version", version, "ports", len(cfg.Ports), "workers", cfg.Workers,
 		"metrics", cfg.MetricsListen, "control", cfg.ControlListen)
@@ -285,6 +339,7 @@ func (d *daemon) applyPorts(cfg *Config) error {
 		if _, ok := next[name]; !ok {
 			o.claim.Close()
 			delete(d.gone, name)
+			delete(d.noCarrier, name)
 			d.log.Info("port removed", "port", name)
 		}
 	}
@@ -331,7 +386,7 @@ func (d *daemon) warnOversize(now time.Time) {
 // daemon whose metrics are no longer scraped.
 func (d *daemon) logTotals() {
 	for _, p := range d.dp.Stats().Ports {
-		var drops uint64
+		drops := p.KernelDrops // as /v1/status counts them
 		for _, n := range p.Drops {
 			drops += n
 		}
@@ -368,12 +423,31 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 		<-d.quit
 		return
 	}
+	// Link events say a lost carrier at once: polled, a flap shorter
+	// than every went unsaid. Without them the polling below still says
+	// the longer ones.
+	updates := make(chan netlink.LinkUpdate, 64)
+	if err := netlink.LinkSubscribeWithOptions(updates, d.quit, netlink.LinkSubscribeOptions{}); err != nil {
+		d.log.Debug("link watcher: no netlink link events; carrier changes are seen by polling only", "err", err)
+		updates = nil
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-d.quit:
 			return
+		case u, ok := <-updates:
+			if !ok {
+				updates = nil
+				continue
+			}
+			d.mu.Lock()
+			if a := u.Attrs(); a != nil && u.Header.Type == unix.RTM_NEWLINK && d.ports[a.Name].port != nil && !d.gone[a.Name] {
+				d.carrier(a.Name, ifaceState{up: a.RawFlags&unix.IFF_UP != 0, running: a.RawFlags&unix.IFF_RUNNING != 0}, false)
+			}
+			d.mu.Unlock()
+			continue
 		case <-t.C:
 		}
 		d.mu.Lock()
@@ -383,6 +457,7 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 			cur, present := ifaces[name]
 			switch {
 			case !present:
+				delete(d.noCarrier, name) // said again of the new one, if so
 				if !d.gone[name] {
 					d.gone[name] = true
 					d.log.Warn("port's interface is gone: its frames are lost until an interface of that name exists again, and prismd then reopens it",
@@ -393,6 +468,7 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 				delete(d.gone, name)
 				d.log.Info("port's interface is back", "port", name)
 			}
+			d.carrier(name, cur, false)
 			stale = stale || cur.index != o.iface.index || o.cfg.MTU == 0 && cur.mtu != o.iface.mtu
 		}
 		if stale {
@@ -402,6 +478,30 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 		}
 		d.warnOversize(time.Now())
 		d.mu.Unlock()
+	}
+}
+
+// carrier says when port name's link loses its carrier and when it has
+// it again, one line each, and at start a port whose link is down then.
+// The dataplane's sockets are told only of an interface set down (ip link
+// set IF down), which the dataplane logs; a link without carrier (a veth
+// whose peer is down, an unplugged cable) loses every frame without a
+// word from them. An interface set down is left to the dataplane's line.
+// Callers hold d.mu (or run before any goroutine that takes it).
+func (d *daemon) carrier(name string, cur ifaceState, start bool) {
+	switch {
+	case cur.up && !cur.running && !d.noCarrier[name]:
+		d.noCarrier[name] = true
+		if start {
+			d.log.Info("port's link is down at start (no carrier: its peer, cable or switch port is down); its frames are dropped until it comes up", "port", name)
+		} else {
+			d.log.Info("port's link went down (no carrier: its peer, cable or switch port is down); its frames are dropped until it comes up again", "port", name)
+		}
+	case cur.running && d.noCarrier[name]:
+		delete(d.noCarrier, name)
+		d.log.Info("port's link is up again (carrier back)", "port", name)
+	case !cur.up && d.noCarrier[name]:
+		delete(d.noCarrier, name) // set down meanwhile: the dataplane's line says so
 	}
 }
 
@@ -479,6 +579,10 @@ func (d *daemon) startServers(cfg *Config) error {
 	return nil
 }
 
+// kernelDrops is the drops key of /v1/status for PortSample.KernelDrops
+// (prismd_port_kernel_drops_total).
+const kernelDrops = "kernel"
+
 // status is the introspection endpoint: port set and counters as JSON.
 func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 	st := d.dp.Stats()
@@ -520,6 +624,12 @@ func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 				p.Drops[r.String()] = ps.Drops[r]
 			}
 		}
+		// Frames the kernel dropped because the port's socket buffer or
+		// ring was full: not a dataplane DropReason, but the loss an
+		// operator looking at a port's drops most needs to see.
+		if ps.KernelDrops != 0 {
+			p.Drops[kernelDrops] = ps.KernelDrops
+		}
 		out.Ports = append(out.Ports, p)
 	}
 	for _, c := range dataplane.FrameClasses() {
@@ -557,13 +667,14 @@ func (d *daemon) reload() {
 		d.log.Error("reload rejected; keeping the running configuration", "err", err)
 		return
 	}
+	d.warnMTUs(cfg)
 	d.dp.SetMACAging(cfg.Aging())
 	d.dp.SetNodeMAC(cfg.NodeMACAddr())
-	// What took effect, by key (ports log their own changes): "configuration
-	// reloaded" alone left the operator to diff the file.
-	var changed []string
+	// What took effect, by key: "configuration reloaded" alone left the
+	// operator to diff the file.
+	changed := portChanges(d.cfg.Ports, cfg.Ports)
 	if cfg.Aging() != d.cfg.Aging() {
-		changed = append(changed, fmt.Sprintf("mac_aging %v -> %v", d.cfg.Aging(), cfg.Aging()))
+		changed = append(changed, fmt.Sprintf("mac_aging %s -> %s", seconds(d.cfg.Aging()), seconds(cfg.Aging())))
 	}
 	if cfg.NodeMAC != d.cfg.NodeMAC {
 		changed = append(changed, fmt.Sprintf("node_mac %q -> %q", d.cfg.NodeMAC, cfg.NodeMAC))
@@ -582,9 +693,76 @@ func (d *daemon) reload() {
 	}
 	warnNoAM(d.log, cfg)
 	if len(changed) == 0 {
-		changed = []string{"nothing besides the ports above"}
+		changed = []string{"nothing"}
 	}
 	d.log.Info("configuration reloaded", "ports", len(cfg.Ports), "changed", strings.Join(changed, "; "))
+}
+
+// portChanges lists, for the reload summary, the ports the new list adds,
+// removes, configures differently (naming the keys) or puts in another
+// order. "port opened" and "port removed" lines say it too, but a summary
+// that left them out read as if the reload changed nothing.
+func portChanges(old, cur []PortConfig) []string {
+	was := map[string]PortConfig{}
+	for _, pc := range old {
+		was[pc.Name] = pc
+	}
+	is := map[string]bool{}
+	var added, removed, keys, oldOrder, newOrder []string
+	for _, pc := range cur {
+		is[pc.Name] = true
+		o, ok := was[pc.Name]
+		if !ok {
+			added = append(added, pc.Name)
+			continue
+		}
+		newOrder = append(newOrder, pc.Name)
+		if k := changedKeys(o, pc); len(k) > 0 {
+			keys = append(keys, fmt.Sprintf("port %s %s", pc.Name, strings.Join(k, ", ")))
+		}
+	}
+	for _, pc := range old {
+		if !is[pc.Name] {
+			removed = append(removed, pc.Name)
+		} else {
+			oldOrder = append(oldOrder, pc.Name)
+		}
+	}
+	var out []string
+	if len(added) > 0 {
+		out = append(out, "ports added: "+strings.Join(added, ", "))
+	}
+	if len(removed) > 0 {
+		out = append(out, "ports removed: "+strings.Join(removed, ", "))
+	}
+	out = append(out, keys...)
+	if !slices.Equal(oldOrder, newOrder) {
+		out = append(out, fmt.Sprintf("port order %s -> %s", strings.Join(oldOrder, ", "), strings.Join(newOrder, ", ")))
+	}
+	return out
+}
+
+// changedKeys names the YAML keys whose values differ between a and b.
+func changedKeys(a, b PortConfig) []string {
+	var keys []string
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	for i := 0; i < va.NumField(); i++ {
+		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			k := strings.Split(va.Type().Field(i).Tag.Get("yaml"), ",")[0]
+			if k == "" {
+				k = va.Type().Field(i).Name
+			}
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// seconds prints a duration in seconds, as the configuration's examples
+// write them (300s): Duration's own String printed 5s but 5m0s, so one
+// summary showed "5s -> 10s" and "5m0s -> 3m20s".
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 }
 
 func (d *daemon) close() {

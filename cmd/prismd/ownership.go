@@ -81,6 +81,10 @@ func checkControlSocket(path string) (stale bool, err error) {
 // ifaceState is what a port's interface was when the port was opened.
 type ifaceState struct {
 	index, mtu int
+	// up is administratively up (ip link set IF up); running is up with
+	// a carrier (operationally up). Up but not running: the peer of a
+	// veth, or the cable or the switch port, is down.
+	up, running bool
 }
 
 // currentIfaces is every interface of this network namespace, by name:
@@ -94,7 +98,8 @@ func currentIfaces() map[string]ifaceState {
 		return m
 	}
 	for _, ifi := range all {
-		m[ifi.Name] = ifaceState{index: ifi.Index, mtu: ifi.MTU}
+		m[ifi.Name] = ifaceState{index: ifi.Index, mtu: ifi.MTU,
+			up: ifi.Flags&net.FlagUp != 0, running: ifi.Flags&net.FlagRunning != 0}
 	}
 	return m
 }

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prismd/prismd/internal/netnstest"
+)
+
+// TestCarrierLogged: a port whose link loses its carrier (here the veth's
+// peer set down, as a cable pulled) is said once when it goes and once
+// when it is back, and one down at start is said so at start. The
+// dataplane's sockets are not told of a lost carrier: the log said
+// nothing, or, on the port's own down, twice (once per socket).
+//
+// The watcher polls every linkCheckEvery (2 s, kept here), and the outage
+// is 1 s, as a tester's: link events must say it.
+func TestCarrierLogged(t *testing.T) {
+	env := netnstest.New(t, "w3l")
+	sw, h := env.Namespace("sw"), env.Namespace("h")
+	a0, b0 := env.Veth(h, sw)
+	a1, b1 := env.Veth(h, sw)
+	env.MustExec(h, "ip", "link", "set", a1, "down") // b1 has no carrier at start
+	var logs syncBuf
+	if _, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}, {name: %s}]\n", b0, b1)), &logs); err != nil {
+		t.Fatalf("daemon: %v\n%s", err, logs.String())
+	}
+	const (
+		atStart = "port's link is down at start"
+		down    = "port's link went down"
+		up      = "port's link is up again"
+	)
+	count := func(what, port string) int {
+		n := 0
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, what) && strings.Contains(l, "port="+port) {
+				n++
+			}
+		}
+		return n
+	}
+	wait := func(what, port string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); count(what, port) == 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q for %s:\n%s", what, port, logs.String())
+			}
+		}
+	}
+	if count(atStart, b1) != 1 || count(atStart, b0) != 0 {
+		t.Fatalf("want one %q, for %s only:\n%s", atStart, b1, logs.String())
+	}
+	env.MustExec(h, "ip", "link", "set", a0, "down")
+	wait(down, b0)
+	time.Sleep(1 * time.Second)
+	env.MustExec(h, "ip", "link", "set", a0, "up")
+	env.MustExec(h, "ip", "link", "set", a1, "up")
+	wait(up, b0)
+	wait(up, b1)
+	time.Sleep(linkCheckEvery + 500*time.Millisecond) // a poll too: nothing more is said
+	for _, c := range []struct {
+		what, port string
+		n          int
+	}{{down, b0, 1}, {up, b0, 1}, {up, b1, 1}, {down, b1, 0}, {atStart, b1, 1}, {"link is down", b0, 0}} {
+		if got := count(c.what, c.port); got != c.n {
+			t.Errorf("%d lines with %q for %s, want %d", got, c.what, c.port, c.n)
+		}
+	}
+	if t.Failed() {
+		t.Logf("log:\n%s", logs.String())
+	}
+}
