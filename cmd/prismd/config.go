@@ -48,18 +48,23 @@ import (
 //	workers: 1                      # engine workers (default 1)
 //	worker_handoff: false           # true: every local PRISM frame waits for its worker goroutine
 //	mac_aging: 300s                 # default 300s
+//	mac_table_size: 32768           # stations the MAC table holds, rounded up to a power of two (default 32768; 32..4194304; restart to change)
 //	metrics_listen: "127.0.0.1:9100"   # empty or absent disables
 //	control_listen: "/run/prismd/prismd.sock"  # HTTP over a unix socket; empty or absent disables
 //	am_sources: ["02:00:00:00:00:aa"]  # MACs allowed to send CONTROL
 //	kulisch_partials: f64           # f64 (default: KULISCH_F64 where binary64 holds a frame), scaled (fewest bytes) or plain (KULISCH only)
 type Config struct {
-	NodeMAC       string       `yaml:"node_mac"`
-	Ports         []PortConfig `yaml:"ports"`
-	Workers       int          `yaml:"workers"`
-	MACAging      string       `yaml:"mac_aging"`
-	MetricsListen string       `yaml:"metrics_listen"`
-	ControlListen string       `yaml:"control_listen"`
-	AMSources     []string     `yaml:"am_sources"`
+	NodeMAC  string       `yaml:"node_mac"`
+	Ports    []PortConfig `yaml:"ports"`
+	Workers  int          `yaml:"workers"`
+	MACAging string       `yaml:"mac_aging"`
+	// MACTableSize is how many stations the MAC table holds (0: the
+	// default, dataplane.DefaultMACTableSize/2). A full table learns no
+	// new station and floods frames to them. Read at start.
+	MACTableSize  int      `yaml:"mac_table_size"`
+	MetricsListen string   `yaml:"metrics_listen"`
+	ControlListen string   `yaml:"control_listen"`
+	AMSources     []string `yaml:"am_sources"`
 	// KulischPartials chooses how exact partials travel to a parent
 	// (protocol section 6): "f64" (default) sends a frame whose values
 	// binary64 holds as one KULISCH_F64 group and plans KULISCH_SCALED
@@ -221,7 +226,7 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		}
 		msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
 		msg = describeTypes(b, msg)
-		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, worker_handoff, mac_aging, metrics_listen, control_listen, am_sources, kulisch_partials)")
+		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, worker_handoff, mac_aging, mac_table_size, metrics_listen, control_listen, am_sources, kulisch_partials)")
 		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, rx_ring, rx_ring_timeout, rx_lane, rx_sparse_fps, qdisc_bypass, backend, xdp_mode, fault)")
 		msg = strings.ReplaceAll(msg, "in type main.FaultConfig", "in fault (valid keys: reorder_percent, reorder_depth, delay_us, ingress, egress)")
 		msg = strings.ReplaceAll(msg, "in type main.IngressFaultConfig", "in fault.ingress (valid keys: drop_percent, duplicate_percent, reorder_percent, reorder_depth, delay_us, seed)")
@@ -311,7 +316,7 @@ func describeTypes(src []byte, msg string) string {
 // wholeKeys are the keys of the schema that hold whole numbers: yaml
 // decodes 1500.5 into an int as 1500, silently, so a fraction there is
 // refused by fraction instead.
-var wholeKeys = map[string]bool{"workers": true, "mtu": true, "rx_sparse_fps": true, "reorder_depth": true, "delay_us": true, "seed": true}
+var wholeKeys = map[string]bool{"workers": true, "mac_table_size": true, "mtu": true, "rx_sparse_fps": true, "reorder_depth": true, "delay_us": true, "seed": true}
 
 // fraction returns the first key/value pair under n whose key is one of
 // wholeKeys and whose value is written as a float, or nil.
@@ -359,6 +364,9 @@ func (c *Config) Validate(file string) error {
 	}
 	if len(c.Ports) == 0 {
 		return bad("ports", "no ports; list at least one interface, e.g.\n  ports:\n    - name: eth1")
+	}
+	if c.MACTableSize != 0 && (c.MACTableSize < 32 || c.MACTableSize > maxMACTableSize) {
+		return bad("mac_table_size", "%d is out of range; use 32..%d stations (default %d)", c.MACTableSize, maxMACTableSize, dataplane.DefaultMACTableSize/2)
 	}
 	switch c.KulischPartials {
 	case "", "f64", "scaled", "plain":
@@ -469,6 +477,15 @@ func (c *Config) Aging() time.Duration { return c.aging }
 
 // AMSourceMACs returns the parsed am_sources.
 func (c *Config) AMSourceMACs() [][6]byte { return c.amSources }
+
+// maxMACTableSize bounds mac_table_size: 4M stations are 8M slots of 16
+// bytes, 128 MiB, allocated at start and at every flush.
+const maxMACTableSize = 1 << 22
+
+// MACTableSlots is dataplane.Options.MACTableSize for mac_table_size: the
+// table keeps itself at most half full, so twice the stations (0 keeps
+// the default).
+func (c *Config) MACTableSlots() int { return 2 * c.MACTableSize }
 
 // PlainKulischPartials reports whether exact partials must be sent as plain
 // KULISCH values (kulisch_partials: plain).

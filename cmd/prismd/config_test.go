@@ -89,6 +89,8 @@ func TestConfigErrors(t *testing.T) {
 		{"node mac junk", "node_mac: zz\nports: [{name: a}]\n", "node_mac: \"zz\" is not a MAC"},
 		{"aging", "mac_aging: forever\nports: [{name: a}]\n", "mac_aging: \"forever\" is not a duration"},
 		{"aging small", "mac_aging: 1ms\nports: [{name: a}]\n", "mac_aging: 1ms is out of range"},
+		{"mac table size", "mac_table_size: 8\nports: [{name: a}]\n", "mac_table_size: 8 is out of range; use 32..4194304 stations (default 32768)"},
+		{"mac table size type", "mac_table_size: many\nports: [{name: a}]\n", "mac_table_size"},
 		{"workers", "workers: -1\nports: [{name: a}]\n", "workers: -1 is out of range"},
 		{"metrics", "metrics_listen: nope\nports: [{name: a}]\n", "metrics_listen: \"nope\" is not host:port"},
 		{"control", "control_listen: rel.sock\nports: [{name: a}]\n", "control_listen: \"rel.sock\" must be an absolute path"},

@@ -205,8 +205,9 @@ type daemon struct {
 	// noCarrier holds the ports whose link is said to have no carrier
 	// (carrier), until it is said to be back.
 	noCarrier map[string]bool
-	// oversize is each port's oversize drop count at the last look, and
-	// oversizeAt when it was last warned of (oversizeWarnEvery).
+	// oversize is each dropWarning's count per port ("kind/port") at the
+	// last look, and oversizeAt when it was last warned of
+	// (oversizeWarnEvery).
 	oversize   map[string]uint64
 	oversizeAt map[string]time.Time
 	quit       chan struct{}
@@ -214,7 +215,8 @@ type daemon struct {
 }
 
 func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
-	opts := dataplane.Options{Workers: cfg.Workers, NoInline: cfg.WorkerHandoff, MACAging: cfg.Aging(), NodeMAC: cfg.NodeMACAddr(), Logger: log}
+	opts := dataplane.Options{Workers: cfg.Workers, NoInline: cfg.WorkerHandoff, MACAging: cfg.Aging(), NodeMAC: cfg.NodeMACAddr(), Logger: log,
+		MACTableSize: cfg.MACTableSlots()}
 	if handlerFactory != nil {
 		opts.Handler = handlerFactory(cfg)
 	}
@@ -354,31 +356,73 @@ func (d *daemon) applyPorts(cfg *Config) error {
 	return nil
 }
 
-// oversizeWarnEvery bounds the oversize warning per port.
+// oversizeWarnEvery bounds each of warnDrops's warnings per port.
 const oversizeWarnEvery = time.Minute
 
-// warnOversize warns of ports that dropped frames longer than their MTU
-// since the last look. Such drops were only counted, and the usual cause
-// is not the link's MTU but a sender on a veth with segmentation offload
-// on (TSO/GSO, on by default), whose TCP reaches prismd as frames of up to
-// 64 KB: TCP through the switch then crawls or hangs while ping works.
-func (d *daemon) warnOversize(now time.Time) {
+// dropWarning is a per-port count that was only counted, at line rate too
+// fast to log each, and the warning warnDrops gives when it grew.
+type dropWarning struct {
+	key   string
+	count func(dataplane.PortSample) uint64
+	// say logs the warning for port (its MTU, or 0 if unknown) that
+	// counted n more since the last look.
+	say func(d *daemon, port string, mtu int, n uint64)
+}
+
+var dropWarnings = []dropWarning{
+	// The usual cause of oversize drops is not the link's MTU but a sender
+	// on a veth with segmentation offload on (TSO/GSO, on by default), whose
+	// TCP reaches prismd as frames of up to 64 KB: TCP through the switch
+	// then crawls or hangs while ping works.
+	{"oversize", func(p dataplane.PortSample) uint64 { return p.Drops[dataplane.DropOversize] },
+		func(d *daemon, port string, mtu int, n uint64) {
+			d.log.Warn("port dropped frames longer than its MTU: a sender with segmentation offload on (TSO/GSO, the default on a veth: "+
+				"frames up to 64 KB) or a larger MTU across the link; turn offload off on the sender (ethtool -K IF tso off gso off) "+
+				"or match the MTUs (prismd_port_drops_total{reason=\"oversize\"} counts them; this repeats at most every minute)",
+				"port", port, "mtu", mtu, "dropped", n)
+		}},
+	{"tx_oversize", func(p dataplane.PortSample) uint64 { return p.Drops[dataplane.DropTxOversize] },
+		func(d *daemon, port string, mtu int, n uint64) {
+			d.log.Warn("port could not send frames longer than its MTU that came in on a port with a larger one: "+
+				"give the ports one MTU, or the hosts behind the larger one this port's "+
+				"(prismd_port_drops_total{reason=\"tx_oversize\"} counts them; this repeats at most every minute)",
+				"port", port, "mtu", mtu, "dropped", n)
+		}},
+	{"tx_error", func(p dataplane.PortSample) uint64 { return p.Drops[dataplane.DropTxError] },
+		func(d *daemon, port string, mtu int, n uint64) {
+			d.log.Warn("sending on the port failed: the kernel refused the frames (ip -s link show "+port+" may say why) "+
+				"(prismd_port_drops_total{reason=\"tx_error\"} counts them; this repeats at most every minute)",
+				"port", port, "mtu", mtu, "dropped", n)
+		}},
+	{"unlearned", func(p dataplane.PortSample) uint64 { return p.Unlearned },
+		func(d *daemon, port string, _ int, n uint64) {
+			st := d.dp.Stats()
+			d.log.Warn("the MAC table is full: stations behind this port are not learned and frames to them are flooded to every port; "+
+				"raise mac_table_size (a restart), shorten mac_aging, or find what sends from so many MACs "+
+				"(prismd_port_mac_unlearned_total counts the frames; this repeats at most every minute)",
+				"port", port, "stations", st.MACEntries, "capacity", st.MACCapacity, "frames", n)
+		}},
+}
+
+// warnDrops gives each dropWarning for the ports whose count grew since
+// the last look, at most once every oversizeWarnEvery per port and kind.
+func (d *daemon) warnDrops(now time.Time) {
 	for _, ps := range d.dp.Stats().Ports {
-		n := ps.Drops[dataplane.DropOversize]
-		last, seen := d.oversize[ps.Name]
-		d.oversize[ps.Name] = n
-		if !seen || n <= last || now.Sub(d.oversizeAt[ps.Name]) < oversizeWarnEvery {
-			continue
+		for _, w := range dropWarnings {
+			key := w.key + "/" + ps.Name
+			n := w.count(ps)
+			last, seen := d.oversize[key]
+			d.oversize[key] = n
+			if !seen || n <= last || now.Sub(d.oversizeAt[key]) < oversizeWarnEvery {
+				continue
+			}
+			d.oversizeAt[key] = now
+			mtu := 0
+			if o, ok := d.ports[ps.Name]; ok {
+				mtu = o.port.MTU()
+			}
+			w.say(d, ps.Name, mtu, n-last)
 		}
-		d.oversizeAt[ps.Name] = now
-		mtu := 0
-		if o, ok := d.ports[ps.Name]; ok {
-			mtu = o.port.MTU()
-		}
-		d.log.Warn("port dropped frames longer than its MTU: a sender with segmentation offload on (TSO/GSO, the default on a veth: "+
-			"frames up to 64 KB) or a larger MTU across the link; turn offload off on the sender (ethtool -K IF tso off gso off) "+
-			"or match the MTUs (prismd_port_drops_total{reason=\"oversize\"} counts them; this repeats at most every minute)",
-			"port", ps.Name, "mtu", mtu, "dropped", n-last)
 	}
 }
 
@@ -476,7 +520,7 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 				d.log.Error("reopening a re-created interface failed; retrying", "err", err)
 			}
 		}
-		d.warnOversize(time.Now())
+		d.warnDrops(time.Now())
 		d.mu.Unlock()
 	}
 }
@@ -660,6 +704,9 @@ func (d *daemon) reload() {
 	if cfg.ControlListen != d.cfg.ControlListen {
 		d.log.Warn("control_listen changed; takes effect only after a restart", "running", d.cfg.ControlListen, "configured", cfg.ControlListen)
 	}
+	if cfg.MACTableSize != d.cfg.MACTableSize {
+		d.log.Warn("mac_table_size changed; takes effect only after a restart", "running", d.cfg.MACTableSize, "configured", cfg.MACTableSize)
+	}
 	if cfg.PlainKulischPartials() != d.cfg.PlainKulischPartials() || cfg.CompactKulischPartials() != d.cfg.CompactKulischPartials() {
 		d.log.Warn("kulisch_partials changed; takes effect only after a restart", "running", d.cfg.KulischPartials, "configured", cfg.KulischPartials)
 	}
@@ -685,9 +732,9 @@ func (d *daemon) reload() {
 	// What needs a restart stays as it runs, so the next reload compares
 	// against what runs (it warned of kulisch_partials after a reload
 	// back to the running value, and not on a second reload of a change).
-	keepW, keepH, keepM, keepC, keepK := d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials
+	keepW, keepH, keepM, keepC, keepK, keepT := d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials, d.cfg.MACTableSize
 	d.cfg = cfg
-	d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials = keepW, keepH, keepM, keepC, keepK
+	d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials, d.cfg.MACTableSize = keepW, keepH, keepM, keepC, keepK, keepT
 	if onReload != nil {
 		onReload(cfg)
 	}

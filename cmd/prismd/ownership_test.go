@@ -270,3 +270,58 @@ func TestOversizeWarned(t *testing.T) {
 		t.Errorf("%d warnings within a minute, want 1", c)
 	}
 }
+
+// TestDropWarnings: what the dataplane only counts at line rate is said
+// in the log, once, with the fix: frames too long for a port with a
+// smaller MTU than their ingress port's (tx_oversize), and stations a full
+// MAC table (mac_table_size) could not learn.
+func TestDropWarnings(t *testing.T) {
+	fastLinkChecks(t)
+	env := netnstest.New(t, "pw")
+	sw, h1, h2 := env.Namespace("sw"), env.Namespace("h1"), env.Namespace("h2")
+	a1, b1 := env.Veth(h1, sw)
+	_, b2 := env.Veth(h2, sw)
+	env.MustExec(h1, "ip", "link", "set", a1, "mtu", "9000")
+	env.MustExec(sw, "ip", "link", "set", b1, "mtu", "9000")
+	var logs syncBuf
+	if _, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("mac_table_size: 32\nports: [{name: %s}, {name: %s}]\n", b1, b2)), &logs); err != nil {
+		t.Fatalf("daemon: %v\n%s", err, logs.String())
+	}
+	time.Sleep(3 * linkCheckEvery) // the watcher's first look: nothing dropped yet
+	var err error
+	env.Do(h1, func() { // (no t.Fatal here: Do may run fn on another goroutine)
+		var ifi *net.Interface
+		if ifi, err = net.InterfaceByName(a1); err != nil {
+			return
+		}
+		var c *packet.Conn
+		if c, err = packet.Listen(ifi, packet.Raw, 0x88b6, nil); err != nil {
+			return
+		}
+		defer c.Close()
+		bc := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+		big := make([]byte, 4000) // fits p1's 9000, not p2's 1500
+		copy(big, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x88, 0xb6})
+		if _, err = c.WriteTo(big, &packet.Addr{HardwareAddr: bc}); err != nil {
+			return
+		}
+		for i := range 40 { // 40 stations, a table of 32
+			f := make([]byte, 60)
+			copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0xaa, 0, 0, 0, byte(i), 0x88, 0xb6})
+			if _, err = c.WriteTo(f, &packet.Addr{HardwareAddr: bc}); err != nil {
+				return
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"port could not send frames longer than its MTU", "port=" + b2 + " mtu=1500",
+		"the MAC table is full", "port=" + b1, "capacity=32", "raise mac_table_size"} {
+		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the log:\n%s", want, logs.String())
+			}
+		}
+	}
+}
