@@ -93,6 +93,7 @@ type portCounters struct {
 	txFrames, txBytes atomic.Uint64
 	ringWaits         atomic.Uint64
 	unlearned         atomic.Uint64
+	moved             atomic.Uint64
 	drops             [numDropReasons]atomic.Uint64
 	classes           [numFrameClasses]atomic.Uint64
 }
@@ -109,6 +110,10 @@ type PortSample struct {
 	// take: it was full (Options.MACTableSize). They are forwarded, and
 	// frames to their senders are flooded.
 	Unlearned uint64
+	// Moved counts frames whose source MAC was learned on another port
+	// until then: a station that moved its cable, once; a loop through
+	// the switch, all the time (prismd runs no spanning tree).
+	Moved uint64
 	// Drops is indexed by DropReason (index 0 unused): the dataplane's own
 	// counts plus what the port counted itself (PortStats).
 	Drops [numDropReasons]uint64
@@ -135,6 +140,7 @@ func (s *PortSample) add(o *PortSample) {
 	s.KernelDrops += o.KernelDrops
 	s.RingWaits += o.RingWaits
 	s.Unlearned += o.Unlearned
+	s.Moved += o.Moved
 	for i := range s.Drops {
 		s.Drops[i] += o.Drops[i]
 	}

@@ -425,7 +425,7 @@ func (d *Dataplane) sample(ps *portState) PortSample {
 	ps2 := PortSample{Name: ps.port.Name(), KernelDrops: ks.KernelDrops,
 		RxFrames: ps.ctr.rxFrames.Load(), RxBytes: ps.ctr.rxBytes.Load(),
 		TxFrames: ps.ctr.txFrames.Load(), TxBytes: ps.ctr.txBytes.Load(), RingWaits: ps.ctr.ringWaits.Load(),
-		Unlearned: ps.ctr.unlearned.Load()}
+		Unlearned: ps.ctr.unlearned.Load(), Moved: ps.ctr.moved.Load()}
 	for r := range ps2.Drops {
 		ps2.Drops[r] = ps.ctr.drops[r].Load() + ks.Drops[r]
 	}
@@ -507,6 +507,7 @@ type rx struct {
 		frames, bytes uint64
 		classes       [numFrameClasses]uint64
 		unlearned     uint64 // sources the full MAC table could not take
+		moved         uint64 // sources learned on another port until this frame
 	}
 }
 
@@ -763,7 +764,10 @@ func (r *rx) publish() {
 	if t.unlearned != 0 {
 		c.unlearned.Add(t.unlearned)
 	}
-	t.frames, t.bytes, t.classes, t.unlearned = 0, 0, [numFrameClasses]uint64{}, 0
+	if t.moved != 0 {
+		c.moved.Add(t.moved)
+	}
+	t.frames, t.bytes, t.classes, t.unlearned, t.moved = 0, 0, [numFrameClasses]uint64{}, 0, 0
 	if r.ps.linkDown.Load() { // it receives: its link is up again
 		r.ps.linkDown.Store(false)
 	}
@@ -790,8 +794,11 @@ func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
 		c.drops[DropLoopback].Add(1)
 		return
 	}
-	if !tab.learn(src, in, now) {
+	switch tab.learn(src, in, now) {
+	case learnFull:
 		t.unlearned++
+	case learnMoved:
+		t.moved++
 	}
 	groupDst := f[0]&1 != 0
 	var dst uint64

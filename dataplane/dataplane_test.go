@@ -107,7 +107,7 @@ func waitDrops(t *testing.T, d *dataplane.Dataplane, port int, r dataplane.DropR
 }
 
 func TestLearningAndFlooding(t *testing.T) {
-	_, ports := setup(t, 3, dataplane.Options{})
+	d, ports := setup(t, 3, dataplane.Options{})
 	f1 := eth(hostB, hostA, 0x0800, 1, 2, 3)
 	ports[0].Inject(f1)
 	expect(t, ports, f1, 1, 2) // B unknown: flood to all but ingress
@@ -132,6 +132,9 @@ func TestLearningAndFlooding(t *testing.T) {
 	f6 := eth(bcast, hostA, 0x0806, 8)
 	ports[2].Inject(f6)
 	expect(t, ports, f6, 0, 1)
+	if m := d.Stats().Ports[2].Moved; m != 1 {
+		t.Fatalf("A moved to port 2: moves counted there %d, want 1", m)
+	}
 	f7 := eth(hostA, hostB, 0x0800, 9)
 	ports[1].Inject(f7)
 	expect(t, ports, f7, 2)

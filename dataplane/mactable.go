@@ -52,9 +52,17 @@ func macKey(m []byte) uint64 {
 
 func (t *macTable) home(key uint64) uint64 { return (key * 0x9E3779B97F4A7C15) >> t.shift }
 
-// learn records that mac was seen on port at second now. It returns false if
-// the table is full (the frame is still forwarded; the station is flooded to).
-func (t *macTable) learn(key uint64, port int, now uint32) bool {
+// learnResult is what learn did.
+type learnResult uint8
+
+const (
+	learnFull  learnResult = iota // the table is full: not learned (the frame is still forwarded; the station is flooded to)
+	learnOK                       // learned, or refreshed where it was
+	learnMoved                    // the station was learned on another port until now
+)
+
+// learn records that mac was seen on port at second now.
+func (t *macTable) learn(key uint64, port int, now uint32) learnResult {
 	want := uint64(port+1)<<32 | uint64(now)
 	mask := uint64(len(t.slots) - 1)
 	i := t.home(key)
@@ -63,24 +71,27 @@ func (t *macTable) learn(key uint64, port int, now uint32) bool {
 		k := s.key.Load()
 		if k == 0 {
 			if t.used.Load() >= t.limit {
-				return false
+				return learnFull
 			}
 			if s.key.CompareAndSwap(0, key) {
 				t.used.Add(1)
 				s.val.Store(want)
-				return true
+				return learnOK
 			}
 			k = s.key.Load()
 		}
 		if k == key {
-			if s.val.Load() != want {
+			if v := s.val.Load(); v != want {
 				s.val.Store(want)
+				if v>>32 != want>>32 && v != 0 {
+					return learnMoved
+				}
 			}
-			return true
+			return learnOK
 		}
 		i++
 	}
-	return false
+	return learnFull
 }
 
 // lookup returns the port mac was learned on, if the entry is younger than aging seconds.

@@ -45,7 +45,7 @@ func TestMACTableEachAgainstMap(t *testing.T) {
 		switch op := rng.IntN(1000); {
 		case op < 900:
 			k, p := macs[rng.IntN(len(macs))], rng.IntN(8)
-			if tab.learn(k, p, now) {
+			if tab.learn(k, p, now) != learnFull {
 				ref[k] = oracleEnt{p, now}
 			}
 		case op < 980:
@@ -98,7 +98,7 @@ func TestMACTableEachConcurrent(t *testing.T) {
 	index := map[uint64]int{}
 	for i := 0; i < stable+moving; i++ {
 		index[key(i)] = i
-		if !tab.learn(key(i), portA(i), 1) {
+		if tab.learn(key(i), portA(i), 1) == learnFull {
 			t.Fatalf("learn %d failed", i)
 		}
 	}

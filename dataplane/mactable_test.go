@@ -29,7 +29,11 @@ func TestMACTableAgainstMap(t *testing.T) {
 		switch op := rng.IntN(100); {
 		case op < 45:
 			p := rng.IntN(8)
-			if tab.learn(k, p, now) {
+			if r := tab.learn(k, p, now); r != learnFull {
+				e, had := ref[k]
+				if moved := had && e.port != p; (r == learnMoved) != moved {
+					t.Fatalf("step %d: learn on port %d = %d, map has (%d, %v): moved %v", step, p, r, e.port, had, moved)
+				}
 				ref[k] = ent{p, now}
 			}
 		case op < 98:
@@ -66,7 +70,7 @@ func TestMACTableFull(t *testing.T) {
 	tab := newMACTable(64) // limit 32 entries
 	learned := 0
 	for i := 0; i < 100; i++ {
-		if tab.learn(macKey([]byte{2, 0, 0, 0, 0, byte(i)}), 1, 1) {
+		if tab.learn(macKey([]byte{2, 0, 0, 0, 0, byte(i)}), 1, 1) != learnFull {
 			learned++
 		}
 	}

@@ -22,7 +22,7 @@ type Collector struct {
 	rxFrames, rxBytes, txFrames, txBytes *prometheus.Desc
 	ringWaits                            *prometheus.Desc
 	drops, kernelDrops, frames, macs     *prometheus.Desc
-	macCapacity, unlearned               *prometheus.Desc
+	macCapacity, unlearned, moved        *prometheus.Desc
 	faultDrops, faultDups, faultReorders *prometheus.Desc
 	laneAll, laneSwitches, ringHeld      *prometheus.Desc
 	csumCompleted, csumUnfinished        *prometheus.Desc
@@ -87,12 +87,14 @@ func NewCollector(src Source) *Collector {
 			"and frames to them are flooded to every port.", nil),
 		unlearned: d("port_mac_unlearned_total", "Received frames whose source MAC the full MAC table could not learn "+
 			"(prismd_mac_table_entries at prismd_mac_table_capacity): forwarded, but frames to their senders are flooded.", port),
+		moved: d("port_mac_moves_total", "Received frames whose source MAC was learned on another port until then: a station that moved, once; "+
+			"a loop through the switch, at the rate of the looping frames (prismd runs no spanning tree).", port),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.macCapacity, c.unlearned, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches, c.ringHeld, c.csumCompleted, c.csumUnfinished} {
+	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.macCapacity, c.unlearned, c.moved, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches, c.ringHeld, c.csumCompleted, c.csumUnfinished} {
 		ch <- d
 	}
 }
@@ -128,6 +130,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		cnt(c.laneSwitches, p.LaneSwitches, p.Name)
 		cnt(c.ringHeld, p.RingHeld, p.Name)
 		cnt(c.unlearned, p.Unlearned, p.Name)
+		cnt(c.moved, p.Moved, p.Name)
 		cnt(c.csumCompleted, p.Checksum.Completed, p.Name)
 		cnt(c.csumUnfinished, p.Checksum.Unfinished, p.Name)
 	}

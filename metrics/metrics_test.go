@@ -27,7 +27,7 @@ func TestCollectorExposition(t *testing.T) {
 	p.Drops[dataplane.DropTxDriverDrop] = 8
 	p.Fault = dataplane.FaultStats{IngressDrops: 11, IngressDuplicates: 4, EgressDrops: 13, IngressReordered: 21, EgressReordered: 8}
 	p.LaneAll, p.LaneSwitches = true, 6
-	p.Unlearned, p.RingHeld = 12, 17
+	p.Unlearned, p.RingHeld, p.Moved = 12, 17, 5
 	st.Ports = append(st.Ports, p)
 	st.MACCapacity = 32768
 	st.Classes[dataplane.ClassL2] = 4
@@ -113,11 +113,14 @@ prismd_mac_table_capacity 32768
 # HELP prismd_port_mac_unlearned_total Received frames whose source MAC the full MAC table could not learn (prismd_mac_table_entries at prismd_mac_table_capacity): forwarded, but frames to their senders are flooded.
 # TYPE prismd_port_mac_unlearned_total counter
 prismd_port_mac_unlearned_total{port="p1"} 12
+# HELP prismd_port_mac_moves_total Received frames whose source MAC was learned on another port until then: a station that moved, once; a loop through the switch, at the rate of the looping frames (prismd runs no spanning tree).
+# TYPE prismd_port_mac_moves_total counter
+prismd_port_mac_moves_total{port="p1"} 5
 # HELP prismd_port_ring_held_frames_total Frames the port's receive ring handed out from a block the kernel retired on its timer, partly filled: each waited up to rx_ring_timeout. Many of them mean bursty traffic the lane would serve faster (the port moves to it by itself with rx_sparse_fps).
 # TYPE prismd_port_ring_held_frames_total counter
 prismd_port_ring_held_frames_total{port="p1"} 17
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantMore), "prismd_mac_table_capacity", "prismd_port_mac_unlearned_total",
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantMore), "prismd_mac_table_capacity", "prismd_port_mac_unlearned_total", "prismd_port_mac_moves_total",
 		"prismd_port_ring_held_frames_total"); err != nil {
 		t.Fatal(err)
 	}

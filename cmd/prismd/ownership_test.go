@@ -325,3 +325,51 @@ func TestDropWarnings(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopWarned: two ports of one switch cabled to each other make a
+// loop; one broadcast then circulates for ever, its sender's MAC moving
+// between ports at the loop's rate, and the log says it is a loop.
+func TestLoopWarned(t *testing.T) {
+	fastLinkChecks(t)
+	env := netnstest.New(t, "pl")
+	sw, h := env.Namespace("sw"), env.Namespace("h")
+	a, b := env.Veth(h, sw)
+	l1, l2 := env.Veth(sw, sw)
+	var logs syncBuf
+	d, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}, {name: %s}, {name: %s}]\n", b, l1, l2)), &logs)
+	if err != nil {
+		t.Fatalf("daemon: %v\n%s", err, logs.String())
+	}
+	time.Sleep(3 * linkCheckEvery)
+	env.Do(h, func() {
+		var ifi *net.Interface
+		if ifi, err = net.InterfaceByName(a); err != nil {
+			return
+		}
+		var c *packet.Conn
+		if c, err = packet.Listen(ifi, packet.Raw, 0x88b6, nil); err != nil {
+			return
+		}
+		defer c.Close()
+		f := make([]byte, 60)
+		copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0xbb, 0, 0, 0, 1, 0x88, 0xb6})
+		_, err = c.WriteTo(f, &packet.Addr{HardwareAddr: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "stations keep moving to this port from others: most likely a loop"
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no loop warning; moves per port: %v\n%s", moves(d), logs.String())
+		}
+	}
+}
+
+func moves(d *daemon) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, p := range d.dp.Stats().Ports {
+		m[p.Name] = p.Moved
+	}
+	return m
+}
