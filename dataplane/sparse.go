@@ -83,10 +83,10 @@ type sparseTuner struct {
 	ringSince             int64       // ns since start: when the port last moved to the ring
 	wide                  atomic.Bool // read by Stats
 	switches              atomic.Uint64
-	heldMoves             atomic.Uint64 // moves to the lane for held blocks (Stats)
+	heldMoves             atomic.Uint64 // moves to the lane for held blocks (for tests)
 	// set makes the first move (onto the lane, at creation); move makes
-	// the later ones: set itself, or a laneMover's move off the
-	// receive path (startMover).
+	// the later ones: set itself, or, after startMover, a hand-off to the
+	// mover goroutine.
 	set, move func(all bool) error
 }
 

@@ -566,7 +566,7 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 			need = 2
 		}
 		for i := range o.outs {
-			if o.outs[i].sw.Free() < need || !o.outs[i].sw.CanSend(now, first+count, n) {
+			if o.outs[i].sw.Free() < need || !o.outs[i].sw.CanSend(now, first, first+count, n) {
 				m.drop(DropNoCredit)
 				o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusNoCredit, tx)
 				return
@@ -748,7 +748,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		// made now would be thrown away below. A leaf whose parent is out
 		// of credit planned again at every arrival (TestAutoPlansNotWasted).
 		for _, ob := range o.emitOut {
-			if !ob.sw.CanSend(now, o.emitted+1, 1) {
+			if !ob.sw.CanSend(now, o.emitted, o.emitted+1, 1) {
 				goto done
 			}
 		}
@@ -881,7 +881,7 @@ func (o *op) emit(now int64, tx dataplane.Sender) {
 		}
 		end := o.emitted + count
 		for _, ob := range o.emitOut {
-			if !ob.sw.CanSend(now, end, ob.sw.FrameSize()) {
+			if !ob.sw.CanSend(now, o.emitted, end, ob.sw.FrameSize()) {
 				goto done
 			}
 		}
@@ -1222,7 +1222,7 @@ func (o *op) goInexact(now int64, tx dataplane.Sender) {
 // retries).
 func (o *op) sendTerminal(now int64, outs []*outbound, class parser.Class, tx dataplane.Sender) bool {
 	for _, ob := range outs {
-		if !ob.sw.CanSend(now, 0, parser.DataBodyOff) {
+		if !ob.sw.CanSend(now, 0, 0, parser.DataBodyOff) {
 			return false
 		}
 	}

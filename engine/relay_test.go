@@ -44,21 +44,15 @@ func (s *relaySink) Send(port int, frame []byte) bool {
 func (s *relaySink) PortMAC(port int) [6]byte { return [6]byte{2, 0, 0, 0, byte(port), 1} }
 func (s *relaySink) NumPorts() int            { return 4 }
 
-// TestRelayCreditsFollowOutputs: a leaf relays the parent's RESULT to two
-// ranks through 8-frame replay buffers while its own receive window takes
-// 64 intervals. A parent that sends exactly what the leaf's PROGRESS grants
-// must never be refused (the leaf promised room its outputs did not have:
-// thousands of NO_CREDIT refusals and resends per 1M ALLREDUCE), and when
-// the slow ranks catch up the leaf must say so without waiting for a
-// retransmission timer, so the whole vector arrives.
-func TestRelayCreditsFollowOutputs(t *testing.T) {
-	const (
-		per   = 363
-		vlen  = per * 200
-		depth = 8
-	)
-	key := parser.OpKey{Job: 3, Group: 1, Op: 1, OpGen: 1}
-	parentMAC := [6]byte{2, 0x5e, 0, 9, 0, 1}
+// relayParentMAC is the parent switch of relayLeaf's leaf.
+var relayParentMAC = [6]byte{2, 0x5e, 0, 9, 0, 1}
+
+// relayLeaf stages and commits a leaf of an FP32 ALLREDUCE of vlen
+// elements (per a frame) between two ranks (ports 0, 1) and a parent (port
+// 2), with replay buffers of depth frames and a 64-interval window.
+func relayLeaf(t *testing.T, key parser.OpKey, vlen, per uint32, depth int) (*Engine, *relaySink, int64) {
+	t.Helper()
+	parentMAC := relayParentMAC
 	spec := Spec{Op: key, Role: parser.RoleLeaf, Collective: parser.CollAllReduce, VectorLen: vlen, MTU: 1500,
 		Tuple:           kulisch.Tuple{Input: kulisch.FP32, Acc: kulisch.FP32Arrival, Partial: kulisch.FP32, Output: kulisch.FP32},
 		WindowIntervals: 64, ReplayDepth: depth, WindowBytes: 64 * 1514, WindowElements: 64 * per, MaxTerms: 4,
@@ -80,6 +74,24 @@ func TestRelayCreditsFollowOutputs(t *testing.T) {
 	if err := e.Commit(now, key); err != nil {
 		t.Fatal(err)
 	}
+	return e, tx, now
+}
+
+// TestRelayCreditsFollowOutputs: a leaf relays the parent's RESULT to two
+// ranks through 8-frame replay buffers while its own receive window takes
+// 64 intervals. A parent that sends exactly what the leaf's PROGRESS grants
+// must never be refused (the leaf promised room its outputs did not have:
+// thousands of NO_CREDIT refusals and resends per 1M ALLREDUCE), and when
+// the slow ranks catch up the leaf must say so without waiting for a
+// retransmission timer, so the whole vector arrives.
+func TestRelayCreditsFollowOutputs(t *testing.T) {
+	const (
+		per   = 363
+		vlen  = per * 200
+		depth = 8
+	)
+	key := parser.OpKey{Job: 3, Group: 1, Op: 1, OpGen: 1}
+	e, tx, now := relayLeaf(t, key, vlen, per, depth)
 	vals := make([]byte, 4*per)
 	for k := range per {
 		binary.LittleEndian.PutUint32(vals[4*k:], uint32(k))
@@ -89,7 +101,7 @@ func TestRelayCreditsFollowOutputs(t *testing.T) {
 		if first+per == vlen {
 			flags = parser.FlagLast
 		}
-		f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: tx.PortMAC(2), Src: parentMAC},
+		f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: tx.PortMAC(2), Src: relayParentMAC},
 			Class: parser.ClassResult, Op: key, SrcEP: 901, DstEP: 103, PacketID: pid, First: first, Flags: flags, Stream: 31}, nil,
 			parser.Group{Format: parser.FormatFP32, Count: per, Values: vals})
 		if err != nil {
@@ -143,5 +155,64 @@ func TestRelayCreditsFollowOutputs(t *testing.T) {
 	}
 	if tx.results[0] != vlen/per || tx.results[1] != vlen/per {
 		t.Fatalf("RESULT frames per rank %v, want %d each (no resends)", tx.results, vlen/per)
+	}
+}
+
+// TestRelayForwardsHoleWithoutCredit: the parent's first RESULT frame is
+// lost and the next ones fill the ranks' receive windows above the hole,
+// so the ranks grant no credit but the room they keep for the frame that
+// closes it. When the parent resends that frame, the leaf must take it and
+// forward it, new to its outputs, into that room: it used to wait for
+// credit, refuse the frame from its parent (NO_CREDIT), and the whole
+// ALLREDUCE hung (fat-tree, 5% loss).
+func TestRelayForwardsHoleWithoutCredit(t *testing.T) {
+	const (
+		per   = 363
+		above = 20 // frames sent above the hole
+		vlen  = per * 64
+	)
+	key := parser.OpKey{Job: 4, Group: 1, Op: 1, OpGen: 1}
+	e, tx, now := relayLeaf(t, key, vlen, per, 64)
+	vals := make([]byte, 4*per)
+	result := func(pid, first uint32) []byte {
+		f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: tx.PortMAC(2), Src: relayParentMAC},
+			Class: parser.ClassResult, Op: key, SrcEP: 901, DstEP: 103, PacketID: pid, First: first, Stream: 31}, nil,
+			parser.Group{Format: parser.FormatFP32, Count: per, Values: vals})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// What a rank's window says when it is full above the hole at 0: no
+	// interval, less than a frame of bytes (stream.RecvWindow.Credits).
+	rankFull := func(r int) []byte {
+		p := parser.Progress{Op: key, SrcEP: uint16(1 + r), DstEP: uint16(200 + r), Stream: uint16(20 + r),
+			Committed: 0, IntervalCredits: 0, ByteCredits: 742, Flags: parser.ProgressFlagResult, NHoles: 1}
+		p.Holes[0] = parser.Hole{Start: 0, End: per}
+		b := make([]byte, parser.EthLen+p.Len())
+		if _, err := p.Encode(b, parser.Eth{Dst: tx.PortMAC(r), Src: [][6]byte{rank0, rank1}[r]}); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for i := uint32(1); i <= above; i++ {
+		now += 1000
+		e.HandleData(now, 2, result(i+1, i*per), tx)
+	}
+	if tx.results != [2]int{above, above} {
+		t.Fatalf("RESULT frames forwarded above the hole %v, want %d each", tx.results, above)
+	}
+	now += 1000
+	for r := range 2 {
+		e.HandleProgress(now, r, rankFull(r), tx)
+	}
+	refused := e.Metrics().Drops[DropNoCredit].Load()
+	now += 1000
+	e.HandleData(now, 2, result(1, 0), tx) // the lost frame, resent
+	if d := e.Metrics().Drops[DropNoCredit].Load() - refused; d != 0 {
+		t.Fatalf("the leaf refused the frame that closes its outputs' hole for credit (%d)", d)
+	}
+	if want := uint32((above + 1) * per); tx.resEnd != [2]uint32{want, want} {
+		t.Fatalf("ranks hold %v contiguous elements, want %d each: the hole's frame was not forwarded", tx.resEnd, want)
 	}
 }

@@ -42,7 +42,7 @@ func state(w *SendWindow, now int64, probe uint32) view {
 	v.committed = w.Committed()
 	v.ci, v.cb = w.Credits()
 	v.retx, v.timeouts = w.Stats()
-	v.next, v.can, v.rto, v.srtt = w.NextPacketID(), w.CanSend(now, probe, 20), w.RTO(), w.SRTT()
+	v.next, v.can, v.rto, v.srtt = w.NextPacketID(), w.CanSend(now, probe-min(probe, 20), probe, 20), w.RTO(), w.SRTT()
 	return v
 }
 

@@ -777,7 +777,7 @@ func TestRejectedResentOnlyOnMoreRoom(t *testing.T) {
 			if f, ok := sw.NextRetransmit(3); ok {
 				t.Fatalf("resent pid %d on the refusals' own PROGRESS", f[0])
 			}
-			if sw.CanSend(3, 90, 10) {
+			if sw.CanSend(3, 90, 90, 10) {
 				t.Fatal("a new frame is admitted while refused ones wait")
 			}
 			sw.OnProgress(4, tc.pid, tc.committed, nil, tc.credits, 1000)
@@ -792,7 +792,7 @@ func TestRejectedResentOnlyOnMoreRoom(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Fatalf("resent %v, want %v", got, tc.want)
 			}
-			if sw.CanSend(4, 90, 10) {
+			if sw.CanSend(4, 90, 90, 10) {
 				t.Fatal("a new frame is admitted while refused ones wait")
 			}
 		})
@@ -863,17 +863,17 @@ func TestRearmedBeforeNewFrames(t *testing.T) {
 	sw.OnProgress(1, 2, 10, nil, 0, 0)
 	sw.OnRejected(2)
 	sw.OnProgress(2, 0, 10, nil, 1, 64) // window update: room for one frame
-	if sw.CanSend(2, 30, 10) {
+	if sw.CanSend(2, 20, 30, 10) {
 		t.Fatal("a new frame may take the credit the refused frame was re-armed with")
 	}
 	if _, ok := sw.NextRetransmit(2); !ok {
 		t.Fatal("the refused frame is not resent")
 	}
-	if sw.CanSend(2, 30, 10) {
+	if sw.CanSend(2, 20, 30, 10) {
 		t.Fatal("a new frame is admitted beyond the credit")
 	}
 	sw.OnProgress(3, 2, 20, nil, 1, 64) // accepted, one more frame of room
-	if !sw.CanSend(3, 30, 10) {
+	if !sw.CanSend(3, 20, 30, 10) {
 		t.Fatal("no new frame admitted once the refused one was accepted")
 	}
 }
@@ -992,5 +992,43 @@ func TestCreditsAreHonoured(t *testing.T) {
 				t.Fatalf("trial %d step %d: frame [%d,%d) of %d bytes within credits %d / %d refused: %v", trial, step, first, first+count, size, ci, cb, v)
 			}
 		}
+	}
+}
+
+// TestWatermarkFrameNeedsNoCredit: a receiver whose window is full of
+// frames above a hole advertises no credit, yet keeps room for the frame
+// that closes the hole; its sender may send that frame as a new frame, not
+// only as a retransmission (a relay forwards the hole's frame to its
+// outputs only once it has it), and the receiver takes it. A frame above
+// the watermark still waits for credit.
+func TestWatermarkFrameNeedsNoCredit(t *testing.T) {
+	const frame = 100
+	rw := NewRecvWindow(RecvConfig{VectorLen: 1000, Intervals: 8, Bytes: 8 * frame, MaxFrame: frame})
+	pid := uint32(2)
+	for first := uint32(10); ; first += 10 {
+		if v := rw.Admit(pid, first, 10, frame, uint64(first)); v != Accepted {
+			if v != NoCredit {
+				t.Fatalf("frame at %d: %v", first, v)
+			}
+			break
+		}
+		pid++
+	}
+	ci, cb := rw.Credits()
+	sw := NewSendWindow(SendConfig{ReplayDepth: 16, FrameSize: frame, Intervals: 8, Bytes: 8 * frame, RTO: 1e9})
+	sw.OnProgress(1, 0, rw.Committed(), nil, ci, int(cb))
+	if ci != 0 || int(cb) >= frame {
+		t.Fatalf("a full window advertises %d intervals and %d bytes: room for a frame above the hole", ci, cb)
+	}
+	if sw.CanSend(2, 100, 110, frame) {
+		t.Fatal("a frame above the hole may go without credit")
+	}
+	if !sw.CanSend(2, 0, 10, frame) {
+		t.Fatal("the frame that closes the hole is withheld for credit")
+	}
+	if _, p, ok := sw.Reserve(2, 0, 10, frame); !ok {
+		t.Fatal("Reserve refused the frame that closes the hole")
+	} else if v := rw.Admit(p, 0, 10, frame, 0); v != Accepted || rw.Committed() != uint32(10+10*(pid-2)) {
+		t.Fatalf("the receiver answered %v to the frame that closes its hole (committed %d)", v, rw.Committed())
 	}
 }
