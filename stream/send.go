@@ -141,11 +141,14 @@ type SendWindow struct {
 	resFirst uint32
 	resEnd   uint32
 
-	committed  uint32 // peer's committed watermark
-	reflected  uint32 // newest Packet ID a PROGRESS named
-	creditI    int    // interval credits from the newest PROGRESS (<0 = unlimited)
-	creditB    int    // byte credits (<0 = unlimited)
-	afterN     int    // unacked frames sent after reflected
+	committed uint32 // peer's committed watermark
+	reflected uint32 // newest Packet ID a PROGRESS named
+	creditI   int    // interval credits from the newest PROGRESS (<0 = unlimited)
+	creditB   int    // byte credits (<0 = unlimited)
+	// peerHole: the newest PROGRESS reported a hole at the watermark, so
+	// the peer keeps room for the frame that closes it (CanSend).
+	peerHole   bool
+	afterN     int // unacked frames sent after reflected
 	afterBytes int
 	// rejectedN counts frames the peer refused for credit and that wait for
 	// room: while any does, no new frame is admitted (it would be refused
@@ -231,10 +234,12 @@ func (w *SendWindow) Buffer() []byte { return w.cfg.Buffer }
 // CanSend reports whether a new frame of size bytes covering [first, end)
 // would be admitted now.
 //
-// A frame that starts at the peer's watermark (first == Committed) needs
-// no credit: the receiver keeps one interval and one full frame of room
-// for the frame that closes its lowest hole, and its credits leave that
-// room out. Only a retransmission used to be let into it, but a relay
+// A frame that closes the peer's lowest hole (first == Committed while the
+// peer reports a hole there) needs no credit: the receiver keeps one
+// interval and one full frame of room for it, and its credits leave that
+// room out. (With no hole there is no such room: a receiver with nothing
+// above its watermark that grants no credit is bound by its element
+// window, and refuses.) Only a retransmission used to be let in, but a relay
 // forwards the frame that closes its outputs' hole as a new frame: it
 // never had it before. Withheld for credit, it never went, the outputs'
 // receivers kept their windows full of the frames above the hole, and
@@ -247,7 +252,7 @@ func (w *SendWindow) CanSend(now int64, first, end uint32, size int) bool {
 	if w.cfg.Elements > 0 && uint64(end) > uint64(w.committed)+uint64(w.cfg.Elements) {
 		return false
 	}
-	if first == w.committed && end > first {
+	if first == w.committed && end > first && w.peerHole {
 		return true
 	}
 	if w.rejectedN > 0 {
@@ -423,6 +428,7 @@ func (w *SendWindow) onProgress(now int64, pid, committed uint32, holes []Hole, 
 		w.reflected = pid
 	}
 	w.creditI, w.creditB = intervalCredits, byteCredits
+	w.peerHole = len(holes) > 0 && holes[0].Start == w.committed
 	// The frames sent after the reflected one are a suffix (Packet ID
 	// order); what it leaves out is usually nothing, the frames up to the
 	// named one having just been released.

@@ -1000,7 +1000,8 @@ func TestCreditsAreHonoured(t *testing.T) {
 // that closes the hole; its sender may send that frame as a new frame, not
 // only as a retransmission (a relay forwards the hole's frame to its
 // outputs only once it has it), and the receiver takes it. A frame above
-// the watermark still waits for credit.
+// the watermark still waits for credit, and so does one at the watermark
+// while the peer reports no hole.
 func TestWatermarkFrameNeedsNoCredit(t *testing.T) {
 	const frame = 100
 	rw := NewRecvWindow(RecvConfig{VectorLen: 1000, Intervals: 8, Bytes: 8 * frame, MaxFrame: frame})
@@ -1015,8 +1016,14 @@ func TestWatermarkFrameNeedsNoCredit(t *testing.T) {
 		pid++
 	}
 	ci, cb := rw.Credits()
+	holes := make([]Hole, MaxHoles)
+	holes = holes[:rw.Holes(holes)]
 	sw := NewSendWindow(SendConfig{ReplayDepth: 16, FrameSize: frame, Intervals: 8, Bytes: 8 * frame, RTO: 1e9})
-	sw.OnProgress(1, 0, rw.Committed(), nil, ci, int(cb))
+	sw.OnProgress(1, 0, rw.Committed(), nil, 0, 0)
+	if sw.CanSend(1, 0, 10, frame) {
+		t.Fatal("a frame at the watermark may go without credit while the peer reports no hole (its element window may bind)")
+	}
+	sw.OnProgress(1, 0, rw.Committed(), holes, ci, int(cb))
 	if ci != 0 || int(cb) >= frame {
 		t.Fatalf("a full window advertises %d intervals and %d bytes: room for a frame above the hole", ci, cb)
 	}
