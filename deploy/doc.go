@@ -43,8 +43,9 @@
 // Up builds a lab on this host: one network namespace per node, veth pairs per
 // link, addresses, Linux bridges, and a prismd per switch node started with a
 // generated configuration (PrismdConfig) and its share of the machine's cores
-// (shared with the hosts' processes) as GOMAXPROCS (Options.SwitchProcs, SwitchProcsFor). Down removes all of it
-// and only it.
+// (shared with the hosts' processes) as GOMAXPROCS (Options.SwitchProcs, SwitchProcsFor). Restart starts
+// again the prismd of a lab that is up but has some stopped (killed, crashed), as Up
+// started them, and leaves the rest alone. Down removes all of it and only it.
 //
 // What this package must not touch: it never imports the dataplane, engine or
 // control packages (it runs prismd as a separate binary, the way an operator

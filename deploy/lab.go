@@ -481,16 +481,14 @@ func (l *Lab) build(ctx context.Context) error {
 	phase = time.Now()
 	// 4. prismd nodes.
 	sw := t.NodesOf(KindPrismd)
-	procs := l.opts.SwitchProcs
-	if procs <= 0 {
-		if env, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && env > 0 {
-			procs = env
-		} else {
-			procs = SwitchProcsFor(runtime.NumCPU(), len(sw))
+	procs := l.switchProcs(len(sw))
+	if len(sw) > 0 {
+		if err := l.writeStart(procs); err != nil {
+			return err
 		}
 	}
 	for _, node := range sw {
-		if err := l.startPrismd(node, procs); err != nil {
+		if err := l.startPrismd(node, procs, false); err != nil {
 			return err
 		}
 	}
@@ -657,17 +655,23 @@ func (l *Lab) offloadsOff(node string, h netns.NsHandle, ifaces []string) error 
 	})
 }
 
-func (l *Lab) startPrismd(node string, procs int) error {
-	c, err := NewPrismdConfig(l.Topo, node, l.dir)
-	if err != nil {
-		return err
-	}
-	b, err := c.Marshal()
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(l.ConfigFile(node), b, 0o644); err != nil {
-		return err
+// startPrismd starts prismd on node with GOMAXPROCS procs, its output
+// appended to the node's log, and records its PID. It writes the node's
+// configuration first, unless keepConfig and the file exists (a restart
+// runs the configuration the lab started the node with).
+func (l *Lab) startPrismd(node string, procs int, keepConfig bool) error {
+	if _, err := os.Stat(l.ConfigFile(node)); !keepConfig || err != nil {
+		c, err := NewPrismdConfig(l.Topo, node, l.dir)
+		if err != nil {
+			return err
+		}
+		b, err := c.Marshal()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(l.ConfigFile(node), b, 0o644); err != nil {
+			return err
+		}
 	}
 	logf, err := os.OpenFile(l.LogFile(node), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -535,4 +536,163 @@ func TestPrismdSilentExit(t *testing.T) {
 		t.Fatalf("Up with /bin/false: %v\nwant ErrPrismdDied with the exit status and the empty log named", err)
 	}
 	assertGone(t, tp, deploy.DefaultStateDir, nil)
+}
+
+// environ returns the value of key in pid's environment, "" if unset.
+func environ(t *testing.T, pid int, key string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// waitGone waits until pid no longer runs.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for deploy.Alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still runs", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRestart: Restart, as another process would call it, starts the
+// lab's prismd that was killed as Up started it (the configuration file,
+// the lab's GOMAXPROCS and binary, the log appended, the PID recorded),
+// leaves the running ones alone, adopts one started by hand from the
+// lab's configuration instead of starting a second, and refuses a lab
+// brought up from another topology.
+func TestRestart(t *testing.T) {
+	labtest.RequireRoot(t)
+	fake := fakePrismd(t)
+	tp := shipped(t, "spine-leaf", wkName())
+	state := t.TempDir()
+	// GOMAXPROCS 3: what the machine's share would not give, so the
+	// restarted switch shows it got the lab's.
+	lab, err := deploy.Up(context.Background(), tp, &deploy.Options{Prismd: fake, StateDir: state, SwitchProcs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deploy.Down(tp, &deploy.Options{StateDir: state}) })
+	before := map[string]int{}
+	for _, n := range tp.NodesOf(deploy.KindPrismd) {
+		before[n] = lab.PID(n)
+	}
+	cfg, err := os.ReadFile(lab.ConfigFile("l2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logBefore, err := os.ReadFile(lab.LogFile("l2"))
+	if err != nil || len(logBefore) == 0 {
+		t.Fatalf("l2's log: %v (%d bytes)", err, len(logBefore))
+	}
+	if err := syscall.Kill(before["l2"], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, before["l2"])
+
+	var log strings.Builder
+	opts := &deploy.Options{StateDir: state, Log: &log} // no Prismd, no SwitchProcs: the lab's
+	l2, started, err := deploy.Restart(context.Background(), tp, opts)
+	if err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if strings.Join(started, ",") != "l2" {
+		t.Errorf("Restart started %q, want l2 only", started)
+	}
+	pid := l2.PID("l2")
+	if pid == before["l2"] || !deploy.Alive(pid) {
+		t.Fatalf("l2's recorded pid %d (was %d) does not run", pid, before["l2"])
+	}
+	if got := environ(t, pid, "GOMAXPROCS"); got != "3" {
+		t.Errorf("restarted l2 has GOMAXPROCS=%q, want the lab's 3", got)
+	}
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if want := fake + "\x00--config\x00" + lab.ConfigFile("l2"); !strings.HasPrefix(string(cmdline), want) {
+		t.Errorf("restarted l2 runs %q, want %q", cmdline, want)
+	}
+	if b, _ := os.ReadFile(lab.ConfigFile("l2")); string(b) != string(cfg) {
+		t.Errorf("l2's configuration changed:\n%s\nwas\n%s", b, cfg)
+	}
+	if b, _ := os.ReadFile(lab.LogFile("l2")); len(b) <= len(logBefore) || string(b[:len(logBefore)]) != string(logBefore) {
+		t.Errorf("l2's log was not appended to:\n%s", b)
+	}
+	for _, n := range []string{"s1", "l1"} {
+		if p := l2.PID(n); p != before[n] || !deploy.Alive(p) {
+			t.Errorf("%s: pid %d, want %d left running", n, p, before[n])
+		}
+	}
+	if !strings.Contains(log.String(), fmt.Sprintf("restarted prismd on l2 (pid %d, %s, GOMAXPROCS=3)", pid, fake)) {
+		t.Errorf("Restart logged %q", log.String())
+	}
+	st, err := deploy.Status(tp, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Kind == deploy.KindPrismd && !s.Alive {
+			t.Errorf("status after Restart: %+v", s)
+		}
+	}
+	ping(t, lab, "h1", "h4") // through l1, s1 and the restarted l2
+
+	// Every prismd runs: nothing to start.
+	if _, started, err := deploy.Restart(context.Background(), tp, opts); err != nil || len(started) != 0 {
+		t.Errorf("Restart of a lab whose prismd all run: started %q, %v", started, err)
+	}
+
+	// l2 killed again and started by hand from the lab's files: Restart
+	// records it rather than start a second prismd on the same ports.
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitGone(t, pid)
+	hand := exec.Command("ip", "netns", "exec", lab.NetNS("l2"), fake, "--config", lab.ConfigFile("l2"))
+	if err := hand.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hand.Process.Kill(); hand.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", hand.Process.Pid))
+		if strings.HasPrefix(string(b), fake+"\x00") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	log.Reset()
+	if _, started, err := deploy.Restart(context.Background(), tp, opts); err != nil || len(started) != 0 {
+		t.Errorf("Restart with l2 started by hand: started %q, %v; want none", started, err)
+	}
+	if got := lab.PID("l2"); got != hand.Process.Pid {
+		t.Errorf("l2's recorded pid %d, want the hand-started %d", got, hand.Process.Pid)
+	}
+	if !strings.Contains(log.String(), fmt.Sprintf("prismd on l2 runs as pid %d, which the lab had not recorded (it had %d)", hand.Process.Pid, pid)) {
+		t.Errorf("Restart logged %q", log.String())
+	}
+
+	// The same name with another topology: refused, nothing touched.
+	jumbo := shipped(t, "spine-leaf-jumbo", tp.Name)
+	syscall.Kill(hand.Process.Pid, syscall.SIGKILL)
+	hand.Wait()
+	if _, _, err := deploy.Restart(context.Background(), jumbo, opts); !errors.Is(err, deploy.ErrExists) || !strings.Contains(err.Error(), "its topology differs") {
+		t.Errorf("Restart with another topology: %v, want ErrExists naming the topology", err)
+	}
+	if p := lab.PID("l2"); deploy.Alive(p) {
+		t.Errorf("Restart with another topology started l2 (pid %d)", p)
+	}
+	if err := deploy.Down(tp, opts); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, tp, state, []int{before["s1"], before["l1"]})
+	if _, _, err := deploy.Restart(context.Background(), tp, opts); !errors.Is(err, deploy.ErrNotUp) {
+		t.Errorf("Restart of a lab that is down: %v, want ErrNotUp", err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -16,6 +17,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -205,12 +207,16 @@ func runAllReduce(args []string) int {
 	rf.register(fs)
 	count := fs.Int("count", 1000000, "elements per rank")
 	seed := fs.Uint64("seed", 1, "data seed: every rank derives every rank's input from it")
-	verify := fs.Bool("verify", false, "check the result bit for bit against an exact math/big sum rounded once")
+	verify := fs.Bool("verify", false, "check the result of every repetition (--iters), every element, bit for bit against the exact sum (math/big) rounded once; "+
+		"the exact sums are computed once, before the first collective (about 0.6 s per million elements with 4 ranks), "+
+		"and the receive buffer is overwritten with wrong values before each repetition so one that leaves an element unwritten fails; "+
+		"the first repetition that differs is reported (iteration, element, got and want) and the exit code is 1")
 	root := fs.Int("root", -1, "REDUCE to this rank instead of ALLREDUCE")
 	iters := fs.Int("iters", 1, "repeat the collective this many times")
 	persistent := fs.Bool("persistent", false, "run the --iters repetitions as one persistent collective (like MPI_Allreduce_init): the AM is asked once, then every repetition runs without it")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: prismctl allreduce --coordinator URL --rank R --size N --iface IF --node H [--count N] [--format fp32] [--acc kulisch|fp32] [--verify]")
+		fmt.Fprintln(fs.Output(), "usage: prismctl allreduce --coordinator URL --rank R --size N --iface IF --node H [--count N] [--format fp32] [--acc kulisch|fp32] [--verify] [--iters N]")
+		fmt.Fprintln(fs.Output(), "With --verify the result of every repetition is checked, on every rank of an ALLREDUCE and on the root of a REDUCE.")
 		fs.PrintDefaults()
 	}
 	if rc, ok := parseFlags(fs, args); !ok {
@@ -237,6 +243,19 @@ func runAllReduce(args []string) int {
 	if *verify && rf.acc == "fp32" && rf.data != "integral" {
 		return flagErr(fs, fmt.Errorf("--verify with --acc fp32 needs --data integral: FP32_ARRIVAL rounds in arrival order, so %s data has no single exact answer", rf.data))
 	}
+	gen := genSpec{seed: *seed, format: rf.format, size: rf.size, data: rf.data, output: rf.output}
+	coll := "allreduce"
+	if *root >= 0 {
+		coll = "reduce"
+	}
+	// Every repetition sends the same input, so one exact reference serves
+	// them all. It is computed before the communicator exists: between
+	// repetitions of a persistent collective the other ranks would not
+	// wait for it, and the AM's barrier before the first one does.
+	var ref *reference
+	if *verify && (coll == "allreduce" || rf.rank == *root) {
+		ref = gen.reference(*count)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := rf.comm(ctx)
@@ -250,44 +269,96 @@ func runAllReduce(args []string) int {
 		return flagErr(fs, err)
 	}
 	defer stopProf()
-	gen := genSpec{seed: *seed, format: rf.format, size: rf.size, data: rf.data, output: rf.output}
 	send := gen.vector(rf.rank, *count)
 	recv := gen.alloc(*count)
-	coll := "allreduce"
-	if *root >= 0 {
-		coll = "reduce"
-	}
 	run, err := newRepeater(c, *persistent, coll, send, recv, *root, rf.options())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
 		return 1
 	}
 	defer run.close()
-	for it := 0; it < *iters; it++ {
+	rep := repetitions{rank: rf.rank, coll: coll, count: *count, what: gen.describe(rf.acc), width: gen.width(), iters: *iters,
+		start: func(ctx context.Context) collRequest { return run.start(ctx) }, recv: recv, ref: ref, out: os.Stdout, errOut: os.Stderr}
+	return rep.run(ctx)
+}
+
+// collRequest is a started collective (a *host.Request).
+type collRequest interface {
+	Wait() error
+	Stats() host.Stats
+}
+
+// repetitions runs one collective --iters times, printing each, and with
+// ref checks the result of every one of them: the input is the same every
+// time, so every result must equal ref.
+type repetitions struct {
+	rank        int
+	coll        string
+	count       int
+	what        string // the input and accumulator (genSpec.describe)
+	width       int    // input bytes per element
+	iters       int
+	start       func(context.Context) collRequest
+	recv        any        // the receive buffer every repetition writes
+	ref         *reference // nil: no --verify, or a rank without the result
+	out, errOut io.Writer
+}
+
+// run returns the exit code. A repetition whose result differs from the
+// reference is reported at once (iteration, how many elements, the first
+// one with got and want); the rest still run, so the other ranks finish
+// their collectives rather than time out on this one, and the summary
+// says how many repetitions differed.
+func (r *repetitions) run(ctx context.Context) int {
+	failed, first := 0, 0
+	for it := 1; it <= r.iters; it++ {
+		if r.ref != nil {
+			// What the previous repetition left would pass for a result
+			// this one never wrote.
+			r.ref.poison(r.recv)
+		}
 		t0 := time.Now()
-		q := run.start(ctx)
+		q := r.start(ctx)
 		if err := q.Wait(); err != nil {
-			fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
+			fmt.Fprintf(r.errOut, "prismctl allreduce: %v\n", err)
 			return 1
 		}
 		el := time.Since(t0)
 		s := q.Stats()
-		bytes := float64(*count * gen.width())
+		bytes := float64(r.count * r.width)
 		how := ""
 		if s.AutoPersistent {
 			how = " (repeated shape: an invocation of its persistent collective)"
 		}
-		fmt.Printf("rank %d: %s of %d %s op %s tree %s: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel%s\n",
-			rf.rank, coll, *count, gen.describe(rf.acc), s.Grant.ID, s.Grant.Tree, el.Round(time.Microsecond),
-			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits, s.KernelDrops, how)
-	}
-	if *verify && (coll == "allreduce" || rf.rank == *root) {
-		bad, first := gen.verify(recv, *count)
-		if bad > 0 {
-			fmt.Fprintf(os.Stderr, "prismctl allreduce: rank %d: VERIFY FAILED: %d of %d elements differ from the exact sum (first: %s)\n", rf.rank, bad, *count, first)
-			return 1
+		var op, tree any = "-", "-"
+		if s.Grant != nil {
+			op, tree = s.Grant.ID, s.Grant.Tree
 		}
-		fmt.Printf("rank %d: verified %d elements bit for bit against math/big\n", rf.rank, *count)
+		fmt.Fprintf(r.out, "rank %d: %s of %d %s op %v tree %v: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel%s\n",
+			r.rank, r.coll, r.count, r.what, op, tree, el.Round(time.Microsecond),
+			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits, s.KernelDrops, how)
+		if r.ref == nil {
+			continue
+		}
+		if bad, firstBad := r.ref.check(r.recv); bad > 0 {
+			fmt.Fprintf(r.errOut, "prismctl allreduce: rank %d: VERIFY FAILED at iteration %d of %d: %d of %d elements differ from the exact sum (first: %s)\n",
+				r.rank, it, r.iters, bad, r.count, firstBad)
+			if failed == 0 {
+				first = it
+			}
+			failed++
+		}
+	}
+	switch {
+	case r.ref == nil:
+	case failed > 0:
+		fmt.Fprintf(r.errOut, "prismctl allreduce: rank %d: VERIFY FAILED: %d of %d iterations differ from the exact sum, the first at iteration %d\n",
+			r.rank, failed, r.iters, first)
+		return 1
+	case r.iters == 1:
+		fmt.Fprintf(r.out, "rank %d: verified %d elements bit for bit against math/big\n", r.rank, r.count)
+	default:
+		fmt.Fprintf(r.out, "rank %d: verified %d elements bit for bit against math/big in each of the %d iterations\n", r.rank, r.count, r.iters)
 	}
 	return 0
 }
@@ -463,33 +534,34 @@ func (g genSpec) alloc(n int) any {
 	return make([]float32, n)
 }
 
-// verify recomputes every rank's input and compares recv with the exact sum
-// rounded once (ties to even) in the RESULT format.
-func (g genSpec) verify(recv any, n int) (bad int, first string) {
+// reference is the exact result of a collective over genSpec's inputs:
+// every element the exact sum of every rank's input, rounded once (ties to
+// even) in the RESULT format.
+type reference struct {
+	g    genSpec
+	n    int
+	want any // the RESULT format's buffer (genSpec.alloc)
+	// none lists the elements whose exact sum the RESULT format cannot
+	// hold (INT8): any value there is wrong.
+	none []int
+}
+
+// reference computes the exact result of n elements: math/big, every
+// rank's input regenerated, so it costs size x n big additions.
+func (g genSpec) reference(n int) *reference {
+	r := &reference{g: g, n: n, want: g.alloc(n)}
 	rngs := make([]*rand.Rand, g.size)
-	for r := range rngs {
-		rngs[r] = g.rng(r)
+	for k := range rngs {
+		rngs[k] = g.rng(k)
 	}
-	got := func(i int) uint32 {
-		switch v := recv.(type) {
-		case []int8:
-			return uint32(uint8(v[i]))
-		case []host.Float16:
-			return uint32(v[i])
-		case []host.BFloat16:
-			return uint32(v[i])
-		case []float32:
-			return math.Float32bits(v[i])
-		}
-		return 0
-	}
+	set := bitsSetter(r.want)
 	sum := new(big.Float).SetPrec(4096)
 	term := new(big.Float).SetPrec(4096)
 	for i := 0; i < n; i++ {
 		sum.SetInt64(0)
 		allNeg := true
-		for r := range rngs {
-			x := g.raw(rngs[r])
+		for k := range rngs {
+			x := g.raw(rngs[k])
 			if !(x == 0 && math.Signbit(x)) {
 				allNeg = false
 			}
@@ -497,16 +569,105 @@ func (g genSpec) verify(recv any, n int) (bad int, first string) {
 		}
 		want, ok := roundTo(sum, g.out(), allNeg)
 		if !ok {
-			want = 0xFFFFFFFF // the exact sum is not representable (INT8): any value is wrong
+			r.none = append(r.none, i)
+			continue
 		}
-		if got(i) != want {
-			if bad == 0 {
-				first = fmt.Sprintf("element %d: got %#x, want %#x (exact sum %s)", i, got(i), want, sum.Text('g', 20))
+		set(i, want)
+	}
+	return r
+}
+
+// exactSum recomputes element i's exact sum (for a report: it regenerates
+// every rank's input up to i).
+func (g genSpec) exactSum(i int) *big.Float {
+	sum := new(big.Float).SetPrec(4096)
+	for k := 0; k < g.size; k++ {
+		rng := g.rng(k)
+		var x float64
+		for j := 0; j <= i; j++ {
+			x = g.raw(rng)
+		}
+		sum.Add(sum, new(big.Float).SetPrec(4096).SetFloat64(x))
+	}
+	return sum
+}
+
+// check compares recv (the RESULT format, n elements) with the reference
+// bit for bit: how many elements differ, and the first of them described
+// with got, want and the exact sum.
+func (r *reference) check(recv any) (bad int, first string) {
+	got, want := bitsGetter(recv), bitsGetter(r.want)
+	firstAt := -1
+	for i := 0; i < r.n; i++ {
+		if got(i) != want(i) {
+			if firstAt < 0 {
+				firstAt = i
 			}
 			bad++
 		}
 	}
-	return bad, first
+	for _, i := range r.none {
+		if got(i) == want(i) { // not counted above
+			bad++
+		}
+		if firstAt < 0 || i < firstAt {
+			firstAt = i
+		}
+	}
+	if bad == 0 {
+		return 0, ""
+	}
+	sum := r.g.exactSum(firstAt).Text('g', 20)
+	if slices.Contains(r.none, firstAt) {
+		return bad, fmt.Sprintf("element %d: got %#x, want none: the exact sum %s does not fit %s", firstAt, got(firstAt), sum, r.g.out())
+	}
+	return bad, fmt.Sprintf("element %d: got %#x, want %#x (exact sum %s)", firstAt, got(firstAt), want(firstAt), sum)
+}
+
+// poison overwrites every element of recv with a value the reference
+// says is wrong (the complement of the right one), so that an element a
+// collective does not write fails the check.
+func (r *reference) poison(recv any) {
+	set, want := bitsSetter(recv), bitsGetter(r.want)
+	for i := 0; i < r.n; i++ {
+		set(i, ^want(i))
+	}
+}
+
+// verify compares recv with the exact sum of n elements; see reference.
+func (g genSpec) verify(recv any, n int) (bad int, first string) {
+	return g.reference(n).check(recv)
+}
+
+// bitsGetter returns element i of a RESULT buffer as its bit pattern.
+func bitsGetter(buf any) func(i int) uint32 {
+	switch v := buf.(type) {
+	case []int8:
+		return func(i int) uint32 { return uint32(uint8(v[i])) }
+	case []host.Float16:
+		return func(i int) uint32 { return uint32(v[i]) }
+	case []host.BFloat16:
+		return func(i int) uint32 { return uint32(v[i]) }
+	case []float32:
+		return func(i int) uint32 { return math.Float32bits(v[i]) }
+	}
+	panic(fmt.Sprintf("prismctl: no RESULT buffer: %T", buf))
+}
+
+// bitsSetter sets element i of a RESULT buffer to a bit pattern (the low
+// bits of b that the format has).
+func bitsSetter(buf any) func(i int, b uint32) {
+	switch v := buf.(type) {
+	case []int8:
+		return func(i int, b uint32) { v[i] = int8(uint8(b)) }
+	case []host.Float16:
+		return func(i int, b uint32) { v[i] = host.Float16(b) }
+	case []host.BFloat16:
+		return func(i int, b uint32) { v[i] = host.BFloat16(b) }
+	case []float32:
+		return func(i int, b uint32) { v[i] = math.Float32frombits(b) }
+	}
+	panic(fmt.Sprintf("prismctl: no RESULT buffer: %T", buf))
 }
 
 // formatSpec: precision p (bits incl. the implicit one), minimum normal

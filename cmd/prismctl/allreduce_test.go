@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/prismd/prismd/host"
 )
 
 // roundTo against the standard library's binary32 conversion (big.Float.Float32
@@ -126,5 +130,92 @@ func TestEnvErrorReported(t *testing.T) {
 	err := f.check()
 	if err == nil || !strings.Contains(err.Error(), `PRISM_RANK="x" is not an integer: fix or unset it`) {
 		t.Fatalf("check: %v", err)
+	}
+}
+
+// fakeRequest is a collective that completed at once.
+type fakeRequest struct{}
+
+func (fakeRequest) Wait() error       { return nil }
+func (fakeRequest) Stats() host.Stats { return host.Stats{} }
+
+// TestVerifyEveryIteration: 'allreduce --verify --iters N' checks the
+// result of every repetition, not only the last one's: a wrong element in
+// an intermediate repetition, or a repetition that writes nothing (the
+// previous result still in the buffer), fails with the iteration, the
+// element, got and want, even when the last repetition is right.
+func TestVerifyEveryIteration(t *testing.T) {
+	const n, iters = 200, 3
+	g := genSpec{seed: 9, format: "fp32", size: 3, data: "integral"}
+	// Integers below 2^19 from 3 ranks: the float64 sum is exact and its
+	// float32 rounding is the one rounding, so this is the right answer
+	// independently of reference.
+	right := make([]float32, n)
+	for r := 0; r < g.size; r++ {
+		for i, x := range g.vector(r, n).([]float32) {
+			right[i] += x
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		iter    func(it int, recv []float32) // what repetition it (1-based) leaves in recv
+		rc      int
+		stderrs []string
+		stdout  string
+	}{
+		{"all-right", func(_ int, recv []float32) { copy(recv, right) }, 0, nil,
+			"rank 0: verified 200 elements bit for bit against math/big in each of the 3 iterations\n"},
+		{"second-wrong", func(it int, recv []float32) {
+			copy(recv, right)
+			if it == 2 {
+				recv[5]++
+			}
+		}, 1, []string{
+			fmt.Sprintf("rank 0: VERIFY FAILED at iteration 2 of 3: 1 of 200 elements differ from the exact sum (first: element 5: got %#x, want %#x (exact sum ",
+				math.Float32bits(right[5]+1), math.Float32bits(right[5])),
+			"rank 0: VERIFY FAILED: 1 of 3 iterations differ from the exact sum, the first at iteration 2\n",
+		}, ""},
+		{"second-writes-nothing", func(it int, recv []float32) {
+			if it != 2 {
+				copy(recv, right)
+			}
+		}, 1, []string{
+			"rank 0: VERIFY FAILED at iteration 2 of 3: 200 of 200 elements differ from the exact sum (first: element 0: ",
+			"rank 0: VERIFY FAILED: 1 of 3 iterations differ from the exact sum, the first at iteration 2\n",
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			recv := g.alloc(n).([]float32)
+			it := 0
+			var out, errOut strings.Builder
+			rep := repetitions{rank: 0, coll: "allreduce", count: n, what: g.describe("kulisch"), width: g.width(), iters: iters,
+				start: func(context.Context) collRequest {
+					it++
+					c.iter(it, recv)
+					return fakeRequest{}
+				},
+				recv: recv, ref: g.reference(n), out: &out, errOut: &errOut}
+			rc := rep.run(context.Background())
+			if it != iters {
+				t.Errorf("%d repetitions ran, want %d (all of them, so the other ranks are not left waiting)", it, iters)
+			}
+			if rc != c.rc {
+				t.Errorf("exit code %d, want %d\nstdout:\n%sstderr:\n%s", rc, c.rc, out.String(), errOut.String())
+			}
+			for _, want := range c.stderrs {
+				if !strings.Contains(errOut.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+				}
+			}
+			if c.stdout != "" && !strings.Contains(out.String(), c.stdout) {
+				t.Errorf("stdout lacks %q:\n%s", c.stdout, out.String())
+			}
+			if c.rc != 0 && strings.Contains(out.String(), "verified") {
+				t.Errorf("a wrong repetition, yet stdout says verified:\n%s", out.String())
+			}
+			if got := strings.Count(out.String(), "rank 0: allreduce of 200 fp32 (kulisch)"); got != iters {
+				t.Errorf("%d repetition lines, want %d:\n%s", got, iters, out.String())
+			}
+		})
 	}
 }

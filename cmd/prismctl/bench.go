@@ -98,7 +98,7 @@ func runBench(args []string) int {
 	iters := fs.Int("n", 5, "timed iterations per size")
 	warmup := fs.Int("w", 2, "untimed warm-up calls per size; at least the calls that set up the size's collective are made (2, or 1 with --persistent or --ordinary), so the timed ones are the steady state")
 	root := fs.Int("root", -1, "bench REDUCE to this rank instead of ALLREDUCE (the root prints the table)")
-	check := fs.Bool("check", false, "verify every result bit for bit against math/big (slow for large sizes); the table's check column says exact")
+	check := fs.Bool("check", false, "verify the result of every call (warm-ups included) bit for bit against the exact sum (math/big, computed once per size: slow for large sizes); the table's check column says exact")
 	persistent := fs.Bool("persistent", false, "run each size as one persistent collective (AllReduceInit, like MPI_Allreduce_init): one AM setup per size, then invocations with no AM round trip")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl bench --coordinator URL --rank R --size N --iface IF --node H [-b 8] [-e 32M] [-f 2] [-n 5]")
@@ -203,16 +203,27 @@ func runBench(args []string) int {
 		size := int64(count) * w // what is sent, after rounding to whole elements
 		send := gen.vector(rf.rank, count)
 		recv := gen.alloc(count)
+		// Every call of a size sends the same input: one exact reference
+		// checks them all. It is computed before the size's first call,
+		// which waits for every rank at the AM.
+		var ref *reference
+		if *check && (coll == "allreduce" || rf.rank == *root) {
+			ref = gen.reference(count)
+		}
 		var total, setup time.Duration
 		var retrans, frames, drops uint64
 		var cpu time.Duration
 		times := make([]string, 0, *iters)
+		wrong := 0 // calls whose result differs from ref
 		run, err := newRepeater(c, *persistent, coll, send, recv, *root, rf.options())
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
 			return 1
 		}
 		for it := 0; it < warm+*iters; it++ {
+			if ref != nil {
+				ref.poison(recv) // a call that writes nothing must not pass on the previous one's result
+			}
 			c0 := processCPU()
 			t0 := time.Now()
 			q := run.start(ctx)
@@ -231,18 +242,32 @@ func runBench(args []string) int {
 				frames += s.Frames
 				drops += s.KernelDrops
 			}
+			if ref != nil {
+				if bad, first := ref.check(recv); bad > 0 {
+					kind := "timed call"
+					n := it - warm + 1
+					if it < warm {
+						kind, n = "warm-up call", it+1
+					}
+					// The size's other calls still run, so the other
+					// ranks finish them rather than time out on this one.
+					fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %s %d: %d of %d elements wrong (%s)\n", humanBytes(size), kind, n, bad, count, first)
+					wrong++
+				}
+			}
+		}
+		if wrong > 0 {
+			fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %d of %d calls gave wrong results\n", humanBytes(size), wrong, warm+*iters)
+			run.close()
+			return 1
 		}
 		if err := run.close(); err != nil {
 			fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %v\n", humanBytes(size), err)
 			return 1
 		}
 		ok := "-"
-		if *check && (coll == "allreduce" || rf.rank == *root) {
-			if bad, first := gen.verify(recv, count); bad > 0 {
-				fmt.Fprintf(os.Stderr, "prismctl bench: size %s: %d elements wrong (%s)\n", humanBytes(size), bad, first)
-				return 1
-			}
-			ok = "exact"
+		if ref != nil {
+			ok = "exact" // every call of the size, warm-ups included
 		}
 		// Every rank says what one collective cost its process (user +
 		// system, the kernel's share of its frames included), so the

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -28,7 +29,10 @@ func init() {
 }
 
 const labUsage = `usage:
-  prismctl lab up     [flags] FILE          build the lab and start its prismd switches
+  prismctl lab up     [flags] FILE          build the lab and start its prismd switches; on a lab
+                                            that is up from the same FILE, start those of its
+                                            prismd that are not running (as up started them) and
+                                            leave the rest alone
   prismctl lab down   [flags] FILE          remove it (idempotent; also cleans a failed up)
   prismctl lab exec   [flags] FILE NODE [--] CMD [ARGS...]
                                             run a command inside NODE's namespace
@@ -245,6 +249,18 @@ func labUp(topo *deploy.Topology, f *labFlags, file string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	lab, err := deploy.Up(ctx, topo, f.options())
+	if errors.Is(err, deploy.ErrExists) {
+		// Up from the same topology again: what a lab whose switch was
+		// killed or crashed needs. Restart refuses a lab that is not
+		// this topology's (ErrExists again).
+		var started []string
+		if lab, started, err = deploy.Restart(ctx, topo, f.options()); err != nil {
+			return err
+		}
+		if !f.quiet {
+			printRestarted(os.Stdout, topo, started)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -252,6 +268,31 @@ func labUp(topo *deploy.Topology, f *labFlags, file string) error {
 		printUpHints(os.Stdout, selfPath(), topo, lab.Dir(), lab.TopologyFile(), f.stateDir, file)
 	}
 	return nil
+}
+
+// printRestarted says what 'lab up' of a lab that was up did: which prismd
+// it started again, which it left running.
+func printRestarted(w io.Writer, topo *deploy.Topology, started []string) {
+	sw := topo.NodesOf(deploy.KindPrismd)
+	switch {
+	case len(sw) == 0:
+		fmt.Fprintf(w, "lab %s was already up (it has no prismd): nothing to start\n", topo.Name)
+		return
+	case len(started) == 0:
+		fmt.Fprintf(w, "lab %s was already up and its %d prismd run: nothing to restart\n", topo.Name, len(sw))
+		return
+	}
+	var left []string
+	for _, n := range sw {
+		if !slices.Contains(started, n) {
+			left = append(left, n)
+		}
+	}
+	fmt.Fprintf(w, "lab %s was already up: restarted prismd on %s", topo.Name, strings.Join(started, ", "))
+	if len(left) > 0 {
+		fmt.Fprintf(w, "; left running: %s", strings.Join(left, ", "))
+	}
+	fmt.Fprintln(w)
 }
 
 // printUpHints tells how to use and remove the lab that is up (state in
@@ -318,7 +359,7 @@ func labStatus(topo *deploy.Topology, f *labFlags, file string) int {
 		return 1
 	}
 	up, running, switches := 0, 0, 0
-	var missing []string
+	var missing, stopped []string
 	for _, s := range st {
 		if s.Present {
 			up++
@@ -329,6 +370,12 @@ func labStatus(topo *deploy.Topology, f *labFlags, file string) int {
 			switches++
 			if s.Alive {
 				running++
+			} else {
+				what := "no pid"
+				if s.PID != 0 {
+					what = fmt.Sprintf("pid %d not running", s.PID)
+				}
+				stopped = append(stopped, fmt.Sprintf("%s (%s; log %s)", s.Node, what, filepath.Join(f.stateDir, topo.Name, s.Node+".log")))
 			}
 		}
 	}
@@ -396,9 +443,21 @@ func labStatus(topo *deploy.Topology, f *labFlags, file string) int {
 			topo.Name, strings.Join(missing, ", "), labCommand(selfPath(), f.stateDir, "down", file))
 		return 1
 	case running < switches:
-		fmt.Fprintf(os.Stderr, "prismctl: lab %s: %d of its %d prismd are not running (their logs are in %s)\n",
-			topo.Name, switches-running, switches, filepath.Join(f.stateDir, topo.Name))
+		fmt.Fprint(os.Stderr, stoppedReport(topo.Name, switches, stopped, labCommand(selfPath(), f.stateDir, "up", file)))
 		return 1
 	}
 	return 0
+}
+
+// stoppedReport names the lab's prismd that are not running and gives the
+// command that starts them again (lab up of a lab that is up restarts its
+// stopped prismd and leaves the running ones alone).
+func stoppedReport(lab string, switches int, stopped []string, up string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "prismctl: lab %s: %d of its %d prismd are not running:\n", lab, len(stopped), switches)
+	for _, s := range stopped {
+		fmt.Fprintf(&b, "  %s\n", s)
+	}
+	fmt.Fprintf(&b, "restart them (the running ones are left alone) with:\n  %s\n", up)
+	return b.String()
 }

@@ -46,6 +46,10 @@ func main() {
 	case "mute":
 		select {}
 	}
+	// A killed fakeprismd leaves its bridge; a restarted one replaces it.
+	if old, err := netlink.LinkByName("fakebr"); err == nil {
+		netlink.LinkDel(old)
+	}
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "fakebr"}}
 	if err := netlink.LinkAdd(br); err != nil {
 		fmt.Fprintln(os.Stderr, "fakeprismd: bridge:", err)
