@@ -241,6 +241,10 @@ type NodeStatus struct {
 	// later silence is the node or its path failing, not a topology or
 	// am_sources mistake.
 	answered bool
+	// behind, for a node that stopped answering, is why the AM's CONTROL
+	// may not reach it while it is healthy ("the AM reaches it only
+	// through s1, which stopped answering too"), set by diagnose.
+	behind string
 }
 
 // StreamPeer is one binding of a node as the AM planned it. Kind and

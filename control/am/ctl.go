@@ -60,6 +60,28 @@ func (e *NodeError) Error() string {
 
 func (e *NodeError) Unwrap() error { return e.Err }
 
+// noAckError is a transaction that no answer ended (it wraps ErrNoAck).
+// Its text carries the hints for a node never reached (node_mac,
+// am_sources); short leaves them out, for a node that did answer earlier
+// and so was reached as configured.
+type noAckError struct {
+	attempts int
+	timeout  time.Duration
+	txn      uint32
+	dst, src net.HardwareAddr
+}
+
+func (e *noAckError) Error() string {
+	return e.short() + ": is prismd running there with that node_mac, " +
+		fmt.Sprintf("and this AM's %s among its am_sources? (a lab's MACs follow its name: give the AM the topology file 'prismctl lab up' wrote)", e.src)
+}
+
+func (e *noAckError) short() string {
+	return fmt.Sprintf("%v after %d transmissions in %v (Transaction ID %#x) to %s", ErrNoAck, e.attempts, e.timeout, e.txn, e.dst)
+}
+
+func (e *noAckError) Unwrap() error { return ErrNoAck }
+
 // ctlClient sends CONTROL transactions over a Conn and matches answers by
 // Transaction ID.
 type ctlClient struct {
@@ -193,9 +215,7 @@ func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h
 		if !time.Now().Before(deadline) {
 			c.metrics.ctlTimeouts.WithLabelValues(cmd).Inc()
 			return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd,
-				Err: fmt.Errorf("%w after %d transmissions in %v (Transaction ID %#x) to %s: is prismd running there with that node_mac, "+
-					"and this AM's %s among its am_sources? (a lab's MACs follow its name: give the AM the topology file 'prismctl lab up' wrote)",
-					ErrNoAck, attempt+1, c.timeout, h.Txn, dst, c.conn.MAC())}
+				Err: &noAckError{attempts: attempt + 1, timeout: c.timeout, txn: h.Txn, dst: dst, src: c.conn.MAC()}}
 		}
 		if rto < 8*c.rto {
 			rto *= 2

@@ -111,6 +111,10 @@ type invocation struct {
 	// abandonedBy is the request of the rank whose POST /v1/abandon failed the
 	// invocation (under m.mu; nil: none did).
 	abandonedBy *BeginRequest
+	// claimedBy is the second process that asked for a rank another
+	// process waited for, failing the invocation (claimedTwice; under
+	// m.mu; nil: none did).
+	claimedBy *BeginRequest
 }
 
 // operation is one installed (or being installed) PRISM operation.
@@ -180,6 +184,11 @@ type Manager struct {
 	settingUp int // invocations inside runInvocation (for the active operations gauge)
 
 	metrics *amMetrics
+
+	// amHost and amIface are where the AM's Conn sits in the topology
+	// (the host interface whose MAC is the Conn's; "" when none is): the
+	// start of every CONTROL path (controlPath).
+	amHost, amIface string
 }
 
 type groupInfo struct {
@@ -233,6 +242,7 @@ func New(cfg Config) (*Manager, error) {
 		invs:    map[invKey]*invocation{}, prep: map[invKey]*prepared{}, ops: map[string]*operation{}, byID: map[genKey]*operation{}, nextOpID: map[opIDKey]uint16{},
 		lastGen: map[genKey]uint32{}, foreign: map[genKey]time.Time{}, groupGen: map[opIDKey]groupInfo{}, capsCache: map[string]capsEntry{}}
 	m.metrics = newAMMetrics(m)
+	m.amHost, m.amIface = locateIface(cfg.Topology, cfg.Conn.MAC())
 	m.ctl = newCtlClient(cfg.Conn, cfg.RTO, cfg.CtlTimeout, m.metrics)
 	if m.logf == nil {
 		m.logf = log.Printf
@@ -402,11 +412,22 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		return nil, &APIError{Code: CodeSetupFailed, Message: "the AM is shutting down"}
 	}
 	inv := m.invs[key]
-	var superseded *invocation
 	if inv != nil && m.restarted(inv, r) {
-		// Rank r asks from a new process: this is not a repeat of its
-		// arrival but a new run of the job (9.1).
-		superseded = m.supersede(inv, r)
+		if !inv.started && inv.err == nil {
+			// Rank r is claimed by two live processes at once.
+			e := m.claimedTwice(inv, r)
+			m.mu.Unlock()
+			inv.timer.Stop()
+			m.metrics.failed.WithLabelValues(e.Code).Inc()
+			m.warn(e)
+			close(inv.ready)
+			m.forget(inv, time.Minute)
+			return nil, e
+		}
+		// Rank r asks from a new process after the invocation started
+		// or failed: this is not a repeat of its arrival but a new run
+		// of the job (9.1).
+		m.supersede(inv)
 		inv = nil
 	}
 	if inv == nil {
@@ -438,11 +459,17 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		// names the ranks which did arrive. Once all arrived, only this
 		// request is refused.
 		abandon := len(inv.arrived) < inv.p.Size && inv.err == nil && inv.grants == nil
+		// Logged once: when it fails the invocation, or when it refuses
+		// a request the invocation went on without; not again for every
+		// rank of an invocation it already failed.
+		logIt := inv.err == nil
 		if abandon {
 			inv.err = mismatch
 		}
 		m.mu.Unlock()
-		m.abandoned(superseded)
+		if logIt {
+			m.warn(mismatch)
+		}
 		if abandon {
 			inv.timer.Stop()
 			m.metrics.failed.WithLabelValues(mismatch.Code).Inc()
@@ -462,7 +489,6 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	}
 	inv.waiting[r.Rank]++
 	m.mu.Unlock()
-	m.abandoned(superseded)
 	if start {
 		inv.timer.Stop()
 		go m.runInvocation(inv)
@@ -493,45 +519,47 @@ func (m *Manager) restarted(inv *invocation, r BeginRequest) bool {
 		// arrival was withdrawn): a new process of it starts afresh.
 		prev, ok = *by, true
 	}
+	if c := inv.claimedBy; c != nil && c.Rank == r.Rank && c.Session == r.Session {
+		return false // the second claimant of a rank asking again: a repeat
+	}
 	return ok && r.Session != 0 && prev.Session != 0 && prev.Session != r.Session
 }
 
-// supersede (under m.mu) takes inv out of m.invs so that r, a rank asking
-// from a new process, starts a new invocation of the same (job, group,
-// seq): the rank's earlier process is gone or was replaced, so an ended
-// invocation is history and one still gathering can never be set up as
-// its ranks asked. It returns inv if its waiting ranks must be told
-// (abandoned, after m.mu is released), else nil. An operation already
-// granted runs on: its ranks have their grants, and it ends as it ends.
-func (m *Manager) supersede(inv *invocation, r BeginRequest) *invocation {
+// supersede (under m.mu) takes inv, an invocation that started setup, was
+// granted or failed, out of m.invs so that a rank asking from a new
+// process starts a new invocation of the same (job, group, seq): the
+// rank's earlier process is gone or was replaced, so inv is history. An
+// operation already granted runs on: its ranks have their grants, and it
+// ends as it ends.
+func (m *Manager) supersede(inv *invocation) {
 	delete(m.invs, inv.key)
 	if inv.forgetT != nil {
 		inv.forgetT.Stop()
 	}
-	if inv.started || inv.err != nil {
-		return nil
-	}
-	// Told to the earlier process: a restart is the usual cause, but two
-	// processes started with one --rank (a typo on one host) look the
-	// same from here, and only the nodes tell them apart for the reader.
-	prev := inv.arrived[r.Rank]
-	inv.err = &APIError{Code: CodeMismatch, Rank: &r.Rank,
-		Message: fmt.Sprintf("rank %d of job %d group %d seq %d asked again from another process, on node %s (session %#x; this one on %s, session %#x): "+
-			"if the job was restarted, this invocation is abandoned and the new process's starts afresh; "+
-			"if two processes were started as rank %d, give each its own rank",
-			r.Rank, r.Job, r.Group, r.Seq, r.Node, r.Session, prev.Node, prev.Session, r.Rank)}
-	return inv
 }
 
-// abandoned tells the ranks waiting on inv (superseded) their error.
-func (m *Manager) abandoned(inv *invocation) {
-	if inv == nil {
-		return
-	}
-	inv.timer.Stop()
-	m.metrics.failed.WithLabelValues(CodeMismatch).Inc()
-	m.logf("am: %s", inv.err.Message)
-	close(inv.ready)
+// claimedTwice (under m.mu) fails inv, still gathering its ranks, because
+// r asks for a rank another process (another session) already waits
+// for there: two processes started with one --rank. (A dead process's
+// request is withdrawn when its connection closes, so the other one is
+// alive.) Every rank of the invocation, waiting or still to come, and
+// both claimants get the error at once, as for a mismatch. It used to
+// supersede the invocation with one of its own: the first claimant and
+// the ranks waiting with it failed at once, but the second and the ranks
+// that came after it waited the whole barrier timeout for ranks that had
+// been evicted, and the second never learnt it displaced another. A job
+// run again while a process of its earlier run still waits at the call
+// is told to stop that one.
+func (m *Manager) claimedTwice(inv *invocation, r BeginRequest) *APIError {
+	prev := inv.arrived[r.Rank]
+	rank := r.Rank
+	inv.err = &APIError{Code: CodeMismatch, Rank: &rank,
+		Message: fmt.Sprintf("rank %d of job %d group %d seq %d was claimed by two processes, on %s and %s (sessions %#x and %#x): "+
+			"fix the job's rank assignment, giving each process its own rank (or, if a process of an earlier run of the job still waits at this call, stop it)",
+			r.Rank, r.Job, r.Group, r.Seq, prev.Node, r.Node, prev.Session, r.Session)}
+	by := r
+	inv.claimedBy = &by
+	return inv.err
 }
 
 // withdraw undoes r's arrival when its Begin gave up (the client went
@@ -633,10 +661,19 @@ func (m *Manager) barrierTimeout(inv *invocation) {
 	}
 	inv.err = &APIError{Code: CodeBarrierTimeout,
 		Message: fmt.Sprintf("job %d group %d seq %d: ranks %v did not arrive within %v", inv.key.job, inv.key.group, inv.key.seq, missing, m.cfg.BarrierTimeout)}
+	e := inv.err
 	m.mu.Unlock()
 	m.metrics.barrierTimeouts.Inc()
+	m.warn(e)
 	close(inv.ready)
 	m.forget(inv, time.Minute)
+}
+
+// warn logs, at WARN, an error the AM answers ranks with at the barrier
+// (mismatch, barrier_timeout, ...), in the words they get: an operator
+// watching only the AM saw none of them.
+func (m *Manager) warn(e *APIError) {
+	m.logf("am: WARN %s: %s", e.Code, e.Message)
 }
 
 // forget drops an invocation after a while: late retries of its ranks still
@@ -1278,6 +1315,9 @@ func (op *operation) setNodeAck(n string, a ackBody, err error) {
 	if err != nil && !(errors.As(err, &ne) && ne.Err == nil) {
 		ns.State = "UNREACHABLE"
 		ns.LastError = err.Error()
+		if ns.answered {
+			ns.LastError = ns.stoppedAnswering(err)
+		}
 		return
 	}
 	ns.answered = true
@@ -1298,10 +1338,39 @@ func (op *operation) setNodeAck(n string, a ackBody, err error) {
 	}
 }
 
+// stoppedAnswering is the last error of a node that answered CONTROL
+// earlier in the operation and then did not: the no-acknowledgement
+// error's hints (node_mac, am_sources, the lab's topology file) are for a
+// node never reached, and sent an operator after a configuration mistake
+// when the node, or a switch between the AM and it, had stopped.
+func (ns *NodeStatus) stoppedAnswering(err error) string {
+	what := err.Error()
+	var ne *NodeError
+	var na *noAckError
+	if errors.As(err, &ne) && errors.As(err, &na) {
+		what = fmt.Sprintf("node %s: %v: %s", ne.Node, ne.Cmd, na.short())
+	}
+	if ns.behind != "" {
+		return what + ": it answered CONTROL earlier in this operation, and " + ns.behind
+	}
+	return what + ": it answered CONTROL earlier in this operation, " + silenceUnexplained
+}
+
+// silenceUnexplained ends the last error of a node that stopped answering
+// for no reason the AM knows (stoppedAnswering).
+const silenceUnexplained = "so it or a switch on the way from the AM stopped"
+
 func (op *operation) setNodeErr(n string, err error) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	op.nodes[n].LastError = err.Error()
+	ns := op.nodes[n]
+	var ne *NodeError
+	if ns.answered && !(errors.As(err, &ne) && ne.Err == nil) {
+		// An ABORT after the failure that it did not answer either.
+		ns.LastError = ns.stoppedAnswering(err)
+		return
+	}
+	ns.LastError = err.Error()
 }
 
 func (op *operation) setNodeState(n, s string) {

@@ -32,6 +32,13 @@ type rig struct {
 
 func newRig(t *testing.T, topoName string, cfg Config) *rig {
 	t.Helper()
+	return newRigAt(t, topoName, cfg, net.HardwareAddr{0x02, 0xaa, 0, 0, 0, 1})
+}
+
+// newRigAt is newRig with the AM's CONTROL interface at amMAC (a host
+// interface's MAC places the AM there in the topology).
+func newRigAt(t *testing.T, topoName string, cfg Config, amMAC net.HardwareAddr) *rig {
+	t.Helper()
 	topo := loadTopo(t, topoName)
 	h := newHub(1)
 	r := &rig{t: t, topo: topo, hub: h, nodes: map[string]*fakeNode{}}
@@ -39,7 +46,6 @@ func newRig(t *testing.T, topoName string, cfg Config) *rig {
 		m := topo.MAC(n, deploy.NodeMACIface)
 		r.nodes[n] = newFakeNode(t, h, n, net.HardwareAddr(m[:]))
 	}
-	amMAC := net.HardwareAddr{0x02, 0xaa, 0, 0, 0, 1}
 	cfg.Topology, cfg.Conn = topo, h.attach(amMAC)
 	if cfg.RTO == 0 {
 		cfg.RTO = 5 * time.Millisecond
@@ -51,7 +57,12 @@ func newRig(t *testing.T, topoName string, cfg Config) *rig {
 	}
 	// The AM's background work (a preparation whose STAGE a test silenced,
 	// a keepalive check) may log after the test returned.
-	cfg.Logf = testlog.Until(t)
+	tl := testlog.Until(t)
+	if also := cfg.Logf; also != nil {
+		cfg.Logf = func(format string, args ...any) { tl(format, args...); also(format, args...) }
+	} else {
+		cfg.Logf = tl
+	}
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -892,7 +903,7 @@ func TestWatchdog(t *testing.T) {
 	for {
 		st, _ := r.m.Op(id)
 		if st.State == "failed" {
-			if st.Error == nil || !strings.Contains(st.Error.Message, "watchdog") || !strings.Contains(st.Error.Message, "never reported done: 0 (h1), 1 (h2)") {
+			if st.Error == nil || !strings.Contains(st.Error.Message, "watchdog") || !strings.Contains(st.Error.Message, "ranks that had not reported when it failed: 0 (h1), 1 (h2)") {
 				t.Fatalf("error %+v", st.Error)
 			}
 			break
@@ -1205,13 +1216,13 @@ func TestWithdrawnArrivalLeavesNoStaleBarrier(t *testing.T) {
 }
 
 // A rank asking from a new process while its old one waits at the barrier
-// means the job was restarted: the old invocation's waiters get an error
-// naming the rank, and the new run is set up. (Only that rank's new
-// request can tell: a new rank that never arrived in the old invocation
-// would join it. A dead process's request is withdrawn when its
-// connection closes, so this needs an old process that hangs on.)
+// is claimed by two live processes (a dead process's request is withdrawn
+// when its connection closes): two processes started as one rank, or a
+// job run again while a process of its earlier run hangs on. Both, and
+// the ranks that come after, get an error naming the rank, its two nodes
+// and both causes at once; once the old process has gone, the job runs.
 func TestRestartedRankSupersedesBarrier(t *testing.T) {
-	r := newRig(t, "single", Config{})
+	r := newRig(t, "single", Config{BarrierTimeout: time.Minute})
 	old := withSessions(reqsFor(3, 0, "allreduce", "h1", "h2"), 1)
 	errc := make(chan error, 1)
 	go func() { _, err := r.m.Begin(context.Background(), old[0]); errc <- err }()
@@ -1222,19 +1233,24 @@ func TestRestartedRankSupersedesBarrier(t *testing.T) {
 		t.Errorf("barriers %+v, want job 3 seq 0 with rank 0 arrived and rank 1 missing", bs)
 	}
 	q := withSessions(reqsFor(3, 0, "allreduce", "h1", "h2"), 11)
-	got := r.beginAsync(q[0])
-	err := <-errc
-	g1, err1 := r.m.Begin(context.Background(), q[1])
-	x := <-got
-	if err1 != nil || x.err != nil {
-		t.Fatalf("new run: rank 0 %v, rank 1 %v", x.err, err1)
+	t0 := time.Now()
+	_, errNew := r.m.Begin(context.Background(), q[0])
+	errOld := <-errc
+	_, err1 := r.m.Begin(context.Background(), q[1])
+	for i, err := range []error{errOld, errNew, err1} {
+		var ae *APIError
+		if !errors.As(err, &ae) || ae.Code != CodeMismatch || ae.Rank == nil || *ae.Rank != 0 ||
+			!strings.Contains(ae.Message, "rank 0 of job 3 group 1 seq 0 was claimed by two processes, on h1 and h1") ||
+			!strings.Contains(ae.Message, "fix the job's rank assignment") || !strings.Contains(ae.Message, "earlier run of the job still waits") {
+			t.Errorf("request %d: %v, want a mismatch naming rank 0, its nodes and both causes", i, err)
+		}
 	}
-	grants := []*Grant{x.g, g1}
-	var ae *APIError
-	if !errors.As(err, &ae) || ae.Code != CodeMismatch || !strings.Contains(ae.Message, "another process, on node h1") ||
-		!strings.Contains(ae.Message, "if two processes were started as rank 0, give each its own rank") {
-		t.Fatalf("old process's request: %v, want a mismatch naming the restart, its node and the other cause", err)
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("errors took %v", d)
 	}
+	// The old process has gone; the job runs again.
+	q = withSessions(reqsFor(3, 0, "allreduce", "h1", "h2"), 21)
+	grants := r.grantAll(t, q)
 	if len(grants) != 2 || grants[0].Op != grants[1].Op {
 		t.Errorf("new run's grants %+v", grants)
 	}

@@ -48,6 +48,10 @@ type nodePlan struct {
 	// ownerChild is the child switch behind a CONTRIBUTOR stream from a
 	// subtree: where to look next for what the node waits for.
 	ownerChild map[uint16]string
+	// ownerSwitch is the switch at the other end of a stream between two
+	// tree nodes (either direction): the peer a node that timed out on
+	// the stream accuses (diagnose).
+	ownerSwitch map[uint16]string
 }
 
 // rankPlan mirrors a rank's leaf bindings for its grant.
@@ -83,7 +87,7 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 	st := func() uint16 { nextStream++; return nextStream - 1 }
 	for _, n := range t.Nodes {
 		pl.order = append(pl.order, n.Name)
-		pl.nodes[n.Name] = &nodePlan{node: n, owner: map[uint16]string{}, ownerRank: map[uint16]int{}, ownerChild: map[uint16]string{},
+		pl.nodes[n.Name] = &nodePlan{node: n, owner: map[uint16]string{}, ownerRank: map[uint16]int{}, ownerChild: map[uint16]string{}, ownerSwitch: map[uint16]string{},
 			ctx: contextRecord{
 				Role: n.Role, Collective: p.Collective, Input: p.Input, Acc: p.Acc, Partial: p.Partial,
 				Output: p.Output, KulischWidth: uint16(p.KulischWidth), VectorLen: p.VectorLen, MTU: uint16(p.MTU),
@@ -139,6 +143,7 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 				Local: pLocal, Peer: cLocal, Port: uint16(e.ParentPort), PeerMAC: e.ChildMAC, rank: -1})
 			parent.owner[s] = "subtree " + e.Child
 			parent.ownerChild[s] = e.Child
+			parent.ownerSwitch[s], child.ownerSwitch[s] = e.Child, e.Parent
 			child.bindings = append(child.bindings, binding{Kind: parser.KindParent, Stream: s,
 				Local: cLocal, Peer: pLocal, Port: uint16(e.ChildPort), PeerMAC: e.ParentMAC, rank: -1})
 			child.owner[s] = "the parent " + e.Parent
@@ -150,6 +155,7 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 				child.bindings = append(child.bindings, binding{Kind: parser.KindResultIn, Stream: s,
 					Local: cLocal, Peer: pLocal, Port: uint16(e.ChildPort), PeerMAC: e.ParentMAC, rank: -1})
 				child.owner[s] = "the RESULT from " + parent.node.Name
+				parent.ownerSwitch[s], child.ownerSwitch[s] = e.Child, e.Parent
 			}
 		}
 	}

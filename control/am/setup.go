@@ -402,19 +402,29 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	// peer that told it, so neither names a culprit while a timed-out node
 	// does; without one, holdingRank follows the chain from the root.
 	order := append([]string(nil), op.plan.order...)
+	sw := m.stoppedSwitches(op)
 	tier := func(n string) int {
 		switch ns := op.nodes[n]; {
+		case sw.behind[n] != "":
+			// Silent, but the AM reaches it only through a switch
+			// that stopped: probably not where the failure began.
+			return 3
+		case sw.leads(n):
+			// Stopped answering, and other nodes' reports (a timeout
+			// on it, silence beyond it) point at it: it comes before
+			// the nodes that only felt it.
+			return 0
 		case ns.State == "FAILED" && ns.FailCause != "PEER_FAILED", ns.State == parser.StateNone.String(),
 			ns.State == "UNREACHABLE" && ns.answered:
 			// A node that no longer holds a granted operation (its
 			// prismd restarted), or that stopped answering after it
 			// acknowledged the setup (its prismd died), is where the
 			// failure began as surely as one that timed out.
-			return 0
-		case ns.State == "FAILED":
 			return 1
+		case ns.State == "FAILED":
+			return 2
 		}
-		return 2
+		return 3
 	}
 	sort.SliceStable(order, func(i, j int) bool {
 		if ti, tj := tier(order[i]), tier(order[j]); ti != tj {
@@ -422,7 +432,7 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 		}
 		return op.plan.nodes[order[i]].node.Depth > op.plan.nodes[order[j]].node.Depth
 	})
-	if len(order) > 0 && tier(order[0]) == 0 {
+	if len(order) > 0 && tier(order[0]) <= 1 {
 		origin = order[0] // the node where the failure started (9.4 "node")
 	}
 	anyFailed, toldBy := false, map[int]bool{}
@@ -442,8 +452,15 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 		if ns.State == "UNREACHABLE" && ns.answered {
 			// The no-acknowledgement error's hints (node_mac, am_sources,
 			// the lab's topology file) are for a node never reached.
-			parts = append(parts, fmt.Sprintf("node %s stopped answering CONTROL after it acknowledged this operation's setup "+
-				"(its prismd may have stopped, or the path from the AM to it failed)", n))
+			switch {
+			case sw.leads(n):
+				parts = append(parts, sw.lead(n))
+			case sw.behind[n] != "":
+				parts = append(parts, fmt.Sprintf("node %s does not answer CONTROL, but %s: probably not at fault itself", n, ns.behind))
+			default:
+				parts = append(parts, fmt.Sprintf("node %s stopped answering CONTROL after it acknowledged this operation's setup "+
+					"(its prismd may have stopped, or the path from the AM to it failed)", n))
+			}
 			continue
 		}
 		if ns.State == parser.StateNone.String() && ns.LastError != "" {
@@ -470,7 +487,7 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 			} else {
 				s += fmt.Sprintf(", %s %s from element %d", verb, who, ns.MissingFrom)
 			}
-			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil && tier(n) == 0 {
+			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil && tier(n) <= 1 {
 				rr := r
 				culprit = &rr
 			}
@@ -496,7 +513,10 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 		}
 	}
 	if len(notDone) > 0 {
-		parts = append(parts, "ranks that never reported done: "+strings.Join(notDone, ", "))
+		// Frozen with the message: ranks whose failure reports arrive
+		// after it (every live rank's, a moment later) are in
+		// ranks_done, not here; "never reported" read as a contradiction.
+		parts = append(parts, "ranks that had not reported when it failed: "+strings.Join(notDone, ", "))
 	}
 	// Ranks that report the same words are listed once ("ranks 1 2 3:
 	// ..."): every rank of an ACCUMULATION_INEXACT operation says the same
@@ -534,6 +554,99 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 		parts = append([]string{fmt.Sprintf("rank %d (%s) stopped contributing", *culprit, op.tree.Ranks[*culprit].Host)}, parts...)
 	}
 	return strings.Join(parts, "; "), culprit, origin
+}
+
+// stopped is what the nodes of a failed operation say about switches that
+// stopped: which ones stopped answering CONTROL after they acknowledged
+// the setup, which ones other nodes timed out on, and which silent nodes
+// the AM reaches only through one of those. A switch that stops (its
+// prismd SIGSTOPped, its host hung) silences every node the AM's CONTROL
+// reaches through it: blaming each of them sent the operator to healthy
+// switches, and the node that timed out on the real one was a line among
+// them.
+type stopped struct {
+	silent map[string]bool
+	// accused lists, per switch, the nodes that timed out on it ("l1
+	// timed out on its parent s1").
+	accused map[string][]string
+	// behind names, for a silent node, the switch on the AM's CONTROL
+	// path to it that stopped answering or was timed out on, nearest the
+	// AM; shadowed lists the reverse, in tree order.
+	behind   map[string]string
+	shadowed map[string][]string
+}
+
+// stoppedSwitches (under op.mu) reads op's node states into a stopped,
+// and notes on each silent node behind a suspect why it may be healthy
+// (NodeStatus.behind, which its LastError then says).
+func (m *Manager) stoppedSwitches(op *operation) *stopped {
+	sw := &stopped{silent: map[string]bool{}, accused: map[string][]string{}, behind: map[string]string{}, shadowed: map[string][]string{}}
+	for _, n := range op.plan.order {
+		ns := op.nodes[n]
+		if ns.State == "UNREACHABLE" && ns.answered {
+			sw.silent[n] = true
+		}
+		if ns.State != "FAILED" || (ns.FailCause != "TIMEOUT" && ns.FailCause != "") || ns.MissingStream == nil {
+			continue
+		}
+		peer, ok := op.plan.nodes[n].ownerSwitch[uint16(*ns.MissingStream)]
+		if !ok {
+			continue
+		}
+		rel := "child"
+		if tn := op.tree.Node(n); tn != nil && tn.Parent != nil && tn.Parent.Parent == peer {
+			rel = "parent"
+		}
+		sw.accused[peer] = append(sw.accused[peer], fmt.Sprintf("%s timed out on its %s %s", n, rel, peer))
+	}
+	for _, n := range op.plan.order {
+		if !sw.silent[n] {
+			continue
+		}
+		path, ok := m.controlPath(n)
+		if !ok {
+			continue
+		}
+		for _, s := range path {
+			if !sw.silent[s] && len(sw.accused[s]) == 0 {
+				continue
+			}
+			sw.behind[n] = s
+			sw.shadowed[s] = append(sw.shadowed[s], n)
+			ns := op.nodes[n]
+			if sw.silent[s] {
+				ns.behind = fmt.Sprintf("the AM reaches it only through %s, which stopped answering too", s)
+			} else {
+				ns.behind = fmt.Sprintf("the AM reaches it only through %s (%s)", s, strings.Join(sw.accused[s], "; "))
+			}
+			// askAll recorded the silence before its cause was known.
+			if t, ok := strings.CutSuffix(ns.LastError, silenceUnexplained); ok {
+				ns.LastError = t + "and " + ns.behind
+			}
+			break
+		}
+	}
+	return sw
+}
+
+// leads reports whether n stopped answering and other nodes' reports
+// point at it.
+func (sw *stopped) leads(n string) bool {
+	return sw.silent[n] && sw.behind[n] == "" && (len(sw.accused[n]) > 0 || len(sw.shadowed[n]) > 0)
+}
+
+// lead is the head of the diagnosis for a node that leads: "node s1
+// stopped (it stopped answering CONTROL after it acknowledged this
+// operation's setup; l1 timed out on its parent s1; l2, reached through
+// s1, does not answer either)".
+func (sw *stopped) lead(n string) string {
+	ev := append([]string{"it stopped answering CONTROL after it acknowledged this operation's setup"}, sw.accused[n]...)
+	if sh := sw.shadowed[n]; len(sh) == 1 {
+		ev = append(ev, fmt.Sprintf("%s, reached through %s, does not answer either", sh[0], n))
+	} else if len(sh) > 1 {
+		ev = append(ev, fmt.Sprintf("%s and %s, reached through %s, do not answer either", strings.Join(sh[:len(sh)-1], ", "), sh[len(sh)-1], n))
+	}
+	return fmt.Sprintf("node %s stopped (%s): its prismd may have stopped or hung, or its links failed", n, strings.Join(ev, "; "))
 }
 
 // holdingRank (under op.mu) follows, from the root down, what each ACTIVE

@@ -374,3 +374,42 @@ func placeRank(topo *deploy.Topology, r int, rh RankHost) (RankPlace, error) {
 	}
 	return RankPlace{}, fmt.Errorf("%w: rank %d: host %s:%s reaches no prismd switch", ErrTopology, r, rh.Node, iface)
 }
+
+// locateIface finds the host interface of topo whose MAC (its macs key or
+// the lab's derived one) is mac: where the AM's CONTROL leaves from. ""
+// when none is (a NIC the topology does not list).
+func locateIface(topo *deploy.Topology, mac net.HardwareAddr) (host, iface string) {
+	if len(mac) != 6 {
+		return "", ""
+	}
+	for _, h := range topo.Hosts() {
+		for _, i := range topo.Nodes[h].Ifaces {
+			if m := topo.MAC(h, i); bytes.Equal(m[:], mac) {
+				return h, i
+			}
+		}
+	}
+	return "", ""
+}
+
+// controlPath lists the switches a CONTROL frame from the AM crosses on
+// its way to node, nearest the AM first (bridges and forwarders
+// included), along the path the topology resolves; ok is false when the
+// AM's place in the topology is unknown or no path leads there.
+func (m *Manager) controlPath(node string) (via []string, ok bool) {
+	if m.amHost == "" {
+		return nil, false
+	}
+	first, ok := m.cfg.Topology.Peer(deploy.Endpoint{Node: m.amHost, Iface: m.amIface})
+	if !ok {
+		return nil, false
+	}
+	hops, err := m.cfg.Topology.Path(first.Node, node)
+	if err != nil {
+		return nil, false
+	}
+	for _, h := range hops[:len(hops)-1] {
+		via = append(via, h.Node)
+	}
+	return via, true
+}
