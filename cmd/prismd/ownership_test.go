@@ -233,26 +233,8 @@ func TestOversizeWarned(t *testing.T) {
 	time.Sleep(3 * linkCheckEvery) // the watcher's first look: nothing dropped yet
 	send := func() {
 		t.Helper()
-		var err error
-		env.Do(h, func() { // (no t.Fatal here: Do may run fn on another goroutine)
-			var ifi *net.Interface
-			if ifi, err = net.InterfaceByName(a); err != nil {
-				return
-			}
-			var c *packet.Conn
-			if c, err = packet.Listen(ifi, packet.Raw, 0x88b6, nil); err != nil {
-				return
-			}
-			defer c.Close()
-			f := make([]byte, 1400) // over the port's 1000
-			copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x88, 0xb6})
-			for i := 0; i < 3 && err == nil; i++ {
-				_, err = c.WriteTo(f, &packet.Addr{HardwareAddr: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}})
-			}
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := bcastFrame(1400, 2, 0, 0, 0, 0, 1) // over the port's 1000
+		broadcastFrom(t, env, h, a, f, f, f)
 	}
 	send()
 	const warning = "port dropped frames longer than its MTU"
@@ -287,35 +269,12 @@ func TestDropWarnings(t *testing.T) {
 	if _, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("mac_table_size: 32\nports: [{name: %s}, {name: %s}]\n", b1, b2)), &logs); err != nil {
 		t.Fatalf("daemon: %v\n%s", err, logs.String())
 	}
-	time.Sleep(3 * linkCheckEvery) // the watcher's first look: nothing dropped yet
-	var err error
-	env.Do(h1, func() { // (no t.Fatal here: Do may run fn on another goroutine)
-		var ifi *net.Interface
-		if ifi, err = net.InterfaceByName(a1); err != nil {
-			return
-		}
-		var c *packet.Conn
-		if c, err = packet.Listen(ifi, packet.Raw, 0x88b6, nil); err != nil {
-			return
-		}
-		defer c.Close()
-		bc := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-		big := make([]byte, 4000) // fits p1's 9000, not p2's 1500
-		copy(big, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x88, 0xb6})
-		if _, err = c.WriteTo(big, &packet.Addr{HardwareAddr: bc}); err != nil {
-			return
-		}
-		for i := range 40 { // 40 stations, a table of 32
-			f := make([]byte, 60)
-			copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0xaa, 0, 0, 0, byte(i), 0x88, 0xb6})
-			if _, err = c.WriteTo(f, &packet.Addr{HardwareAddr: bc}); err != nil {
-				return
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
+	time.Sleep(3 * linkCheckEvery)                         // the watcher's first look: nothing dropped yet
+	frames := [][]byte{bcastFrame(4000, 2, 0, 0, 0, 0, 1)} // fits p1's 9000, not p2's 1500
+	for i := range 40 {                                    // 40 stations, a table of 32
+		frames = append(frames, bcastFrame(60, 2, 0xaa, 0, 0, 0, byte(i)))
 	}
+	broadcastFrom(t, env, h1, a1, frames...)
 	for _, want := range []string{"port could not send frames longer than its MTU", "port=" + b2 + " mtu=1500",
 		"the MAC table is full", "port=" + b1, "capacity=32", "raise mac_table_size"} {
 		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
@@ -341,23 +300,7 @@ func TestLoopWarned(t *testing.T) {
 		t.Fatalf("daemon: %v\n%s", err, logs.String())
 	}
 	time.Sleep(3 * linkCheckEvery)
-	env.Do(h, func() {
-		var ifi *net.Interface
-		if ifi, err = net.InterfaceByName(a); err != nil {
-			return
-		}
-		var c *packet.Conn
-		if c, err = packet.Listen(ifi, packet.Raw, 0x88b6, nil); err != nil {
-			return
-		}
-		defer c.Close()
-		f := make([]byte, 60)
-		copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0xbb, 0, 0, 0, 1, 0x88, 0xb6})
-		_, err = c.WriteTo(f, &packet.Addr{HardwareAddr: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	broadcastFrom(t, env, h, a, bcastFrame(60, 2, 0xbb, 0, 0, 0, 1))
 	const want = "stations keep moving to this port from others: most likely a loop"
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -372,4 +315,40 @@ func moves(d *daemon) map[string]uint64 {
 		m[p.Name] = p.Moved
 	}
 	return m
+}
+
+// broadcastFrom sends frames (each starting with its Ethernet header) from
+// iface in namespace ns to the broadcast address, with a raw socket.
+func broadcastFrom(t *testing.T, env *netnstest.Env, ns, iface string, frames ...[]byte) {
+	t.Helper()
+	var err error
+	env.Do(ns, func() { // (no t.Fatal here: Do may run fn on another goroutine)
+		var ifi *net.Interface
+		if ifi, err = net.InterfaceByName(iface); err != nil {
+			return
+		}
+		var c *packet.Conn
+		if c, err = packet.Listen(ifi, packet.Raw, 0x88b6, nil); err != nil {
+			return
+		}
+		defer c.Close()
+		for _, f := range frames {
+			if _, err = c.WriteTo(f, &packet.Addr{HardwareAddr: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}); err != nil {
+				return
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bcastFrame is a frame of size bytes to the broadcast address from src,
+// EtherType 0x88B6.
+func bcastFrame(size int, src ...byte) []byte {
+	f := make([]byte, size)
+	copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(f[6:12], src)
+	f[12], f[13] = 0x88, 0xb6
+	return f
 }
