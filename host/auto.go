@@ -191,29 +191,35 @@ func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root in
 // before it.
 func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, nth int, prev, next chan struct{}, cause error) {
 	p := slot.p
-	p.mu.Lock()
-	if p.err == nil {
-		p.err = &OpError{Collective: p.coll, Rank: c.cfg.Rank, Stage: "begin",
-			Err: fmt.Errorf("%w: invocation %d of this shape's persistent collective was cancelled (%v) before it ran on this rank, and the other ranks run it without this one: "+
-				"this call was not run; the shape's next call sets up a new persistent collective", ErrEarlierCancelled, nth, cause)}
-	}
-	p.mu.Unlock()
 	if renew {
 		req := c.beginRequest(seq, p.coll, p.send, p.root, p.opts)
 		req.Persistent, req.VectorLen = true, p.n*p.k
 		c.abandon(req, "before it reached it: "+cause.Error())
 	}
-	c.dropSlot(sh, slot)
 	go func() {
 		defer close(next)
 		<-prev
 		// The earlier calls are done: the operation rests. It is freed
 		// here (done ok: this rank lets go of it); the other ranks'
 		// invocation fails by their switches' timeout, naming this rank.
+		// The calls queued behind this one fail from here on, and not
+		// before, and the shape's next call sets up anew only from here:
+		// at once, the error failed an earlier call that had not started
+		// yet (the first of three queued calls, when the second was
+		// cancelled before it was queued), and a call made just after
+		// the cancelled one found no slot, set up a new collective on
+		// this rank alone and waited at the AM's barrier while the other
+		// ranks ran the old one.
 		p.mu.Lock()
+		if p.err == nil {
+			p.err = &OpError{Collective: p.coll, Rank: c.cfg.Rank, Stage: "begin",
+				Err: fmt.Errorf("%w: invocation %d of this shape's persistent collective was cancelled (%v) before it ran on this rank, and the other ranks run it without this one: "+
+					"this call was not run; the shape's next call sets up a new persistent collective", ErrEarlierCancelled, nth, cause)}
+		}
 		op := p.op
 		p.op = nil
 		p.mu.Unlock()
+		c.dropSlot(sh, slot)
 		if op != nil {
 			p.retire(op, nil)
 		}
