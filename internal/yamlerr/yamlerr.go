@@ -41,7 +41,14 @@ func Key(src []byte, line int, val string) (key, full string) {
 	if p, ok := strings.CutSuffix(val, "..."); ok {
 		val, rest = p, `[^,}#'"\s]*`
 	}
-	m := regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*):\s*["']?(` + regexp.QuoteMeta(val) + rest + `)["']?\s*(?:[,}#]|$)`).FindStringSubmatch(lines[line-1])
+	// A value that is not UTF-8 makes no regexp (QuoteMeta leaves its
+	// bytes as they are): no key is named then, rather than a panic (the
+	// config fuzzer's \xff\xfe00000000).
+	re, err := regexp.Compile(`([A-Za-z_][A-Za-z0-9_]*):\s*["']?(` + regexp.QuoteMeta(val) + rest + `)["']?\s*(?:[,}#]|$)`)
+	if err != nil {
+		return "", ""
+	}
+	m := re.FindStringSubmatch(lines[line-1])
 	if m == nil {
 		return "", ""
 	}

@@ -59,3 +59,11 @@ func fmtSscanLine(s string, line *int, msg *string) (int, error) {
 	*msg = strings.TrimSpace(s[strings.Index(s, ":")+1:])
 	return n, nil
 }
+
+// TestKeyNotUTF8: a value that is not UTF-8 names no key, and does not
+// panic (the config fuzzer found regexp.MustCompile failing on it).
+func TestKeyNotUTF8(t *testing.T) {
+	if k, full := Key([]byte("mtu: \xff\xfe00\n"), 1, "\xff\xfe00"); k != "" || full != "" {
+		t.Fatalf("Key = %q, %q; want none", k, full)
+	}
+}
