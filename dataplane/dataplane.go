@@ -335,10 +335,16 @@ func (d *Dataplane) remapTable(next []*portState, oldIndex map[*portState]int) *
 			remap[j] = i
 		}
 	}
+	return d.movedTable(d.table.Load(), func(port int) (int, bool) { i, ok := remap[port]; return i, ok })
+}
+
+// movedTable is a new MAC table with tab's live stations, each at the port
+// move gives for its old one (ok false: forgotten), ages kept: a port set
+// that changed (remapTable), a port whose link went down (forgetStations).
+func (d *Dataplane) movedTable(tab *macTable, move func(port int) (int, bool)) *macTable {
 	nt := newMACTable(d.opts.MACTableSize)
-	s := d.snap.Load()
-	d.table.Load().each(d.nowSec(), s.aging, func(key uint64, port int, seen uint32) {
-		if i, ok := remap[port]; ok {
+	tab.each(d.nowSec(), d.snap.Load().aging, func(key uint64, port int, seen uint32) {
+		if i, ok := move(port); ok {
 			nt.learn(key, i, seen)
 		}
 	})
@@ -1033,12 +1039,7 @@ func (d *Dataplane) forgetStations(ps *portState) {
 	down := int(ps.index.Load())
 	for range 3 {
 		tab := d.table.Load()
-		nt := newMACTable(d.opts.MACTableSize)
-		tab.each(d.nowSec(), d.snap.Load().aging, func(key uint64, port int, seen uint32) {
-			if port != down {
-				nt.learn(key, port, seen)
-			}
-		})
+		nt := d.movedTable(tab, func(port int) (int, bool) { return port, port != down })
 		if d.table.CompareAndSwap(tab, nt) {
 			return
 		}

@@ -44,6 +44,34 @@ func switchCounter(t *testing.T, lab *deploy.Lab, sw, series string) float64 {
 	return 0
 }
 
+// sumSeries sums the samples of series in the /metrics text m whose labels
+// contain each of labels (`direction="ingress"`); a series without labels
+// counts too.
+func sumSeries(t *testing.T, m, series string, labels ...string) float64 {
+	t.Helper()
+	var s float64
+	for _, line := range strings.Split(m, "\n") {
+		rest, ok := strings.CutPrefix(line, series)
+		if !ok || rest == "" || rest[0] != '{' && rest[0] != ' ' {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(rest, l)
+		}
+		if !match {
+			continue
+		}
+		f := strings.Fields(rest)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		s += v
+	}
+	return s
+}
+
 // summaryLine parses the key=value line 'prismd-blast contribute' ends with.
 func summaryLine(out string) (map[string]string, bool) {
 	for _, line := range strings.Split(out, "\n") {

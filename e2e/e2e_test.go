@@ -647,17 +647,7 @@ func TestFaultReorderLab(t *testing.T) {
 	for _, sw := range []string{"s1", "l1", "l2"} {
 		m := scrape(t, e.lab, sw)
 		for _, dir := range []string{"ingress", "egress"} {
-			held := 0.0
-			for _, line := range strings.Split(m, "\n") {
-				if strings.HasPrefix(line, "prismd_port_fault_reordered_total{") && strings.Contains(line, `direction="`+dir+`"`) {
-					f := strings.Fields(line)
-					v, err := strconv.ParseFloat(f[len(f)-1], 64)
-					if err != nil {
-						t.Fatalf("%s: %q: %v", sw, line, err)
-					}
-					held += v
-				}
-			}
+			held := sumSeries(t, m, "prismd_port_fault_reordered_total", `direction="`+dir+`"`)
 			if held == 0 {
 				t.Errorf("%s held back no frame on %s: the fault did not reorder", sw, dir)
 			}

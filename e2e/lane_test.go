@@ -5,7 +5,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -57,25 +56,17 @@ func TestRepeatedSmallCollectives(t *testing.T) {
 	const calls = 1500
 	took := persistentRuns(t, cs, "allreduce", 0, 8192, calls, 700, &host.Options{Acc: "fp32"})
 	m := scrape(t, e.lab, "sw1")
-	sum := func(series string) float64 {
-		var s float64
-		for _, l := range regexp.MustCompile(`(?m)^`+series+`\{[^}]*\} (\S+)$`).FindAllStringSubmatch(m, -1) {
-			v, _ := strconv.ParseFloat(l[1], 64)
-			s += v
-		}
-		return s
-	}
-	moves := sum("prismd_port_lane_switches_total")
-	held, data := sum("prismd_port_ring_held_frames_total"), sum(`prismd_frames_total`)
+	moves := sumSeries(t, m, "prismd_port_lane_switches_total")
+	held, frames := sumSeries(t, m, "prismd_port_ring_held_frames_total"), sumSeries(t, m, "prismd_frames_total")
 	if !regexp.MustCompile(`(?m)^prismd_port_ring_held_frames_total\{port="p1"\} `).MatchString(m) {
 		t.Error("sw1 exports no prismd_port_ring_held_frames_total for p1")
 	}
 	slices.Sort(took)
 	t.Logf("%d calls of 8192 FP32: median %v, p99 %v, max %v; %v lane/ring moves on sw1, %v of its %v frames held by the ring's timer",
-		calls, took[calls/2], took[calls*99/100], took[calls-1], moves, held, data)
+		calls, took[calls/2], took[calls*99/100], took[calls-1], moves, held, frames)
 	// On the ring the tail of nearly every call waited for the timer.
-	if held > data/20 {
-		t.Errorf("%v of %v frames waited for the ring's timer, want at most 5%%", held, data)
+	if held > frames/20 {
+		t.Errorf("%v of %v frames waited for the ring's timer, want at most 5%%", held, frames)
 	}
 	// Two ports, each back on the lane within its first windows on the
 	// ring, its hold doubling from 256 ms: a handful of moves each in the
