@@ -61,18 +61,18 @@ func TestControlMetricsLint(t *testing.T) {
 		t.Fatalf("lint: %v %+v", err, problems)
 	}
 	want := `
-# HELP prism_control_acks_total CONTROL ACKs sent, by status.
-# TYPE prism_control_acks_total counter
-prism_control_acks_total{status="BAD_STATE"} 0
-prism_control_acks_total{status="CONFLICT"} 0
-prism_control_acks_total{status="INVALID"} 0
-prism_control_acks_total{status="INVALID_BINDING"} 0
-prism_control_acks_total{status="NO_RESOURCES"} 0
-prism_control_acks_total{status="OK"} 1
-prism_control_acks_total{status="STALE_GENERATION"} 0
-prism_control_acks_total{status="UNSUPPORTED"} 0
+# HELP prismd_control_acks_total CONTROL ACKs sent, by status.
+# TYPE prismd_control_acks_total counter
+prismd_control_acks_total{status="BAD_STATE"} 0
+prismd_control_acks_total{status="CONFLICT"} 0
+prismd_control_acks_total{status="INVALID"} 0
+prismd_control_acks_total{status="INVALID_BINDING"} 0
+prismd_control_acks_total{status="NO_RESOURCES"} 0
+prismd_control_acks_total{status="OK"} 1
+prismd_control_acks_total{status="STALE_GENERATION"} 0
+prismd_control_acks_total{status="UNSUPPORTED"} 0
 `
-	if err := testutil.CollectAndCompare(r.w.n.ControlMetrics(), strings.NewReader(want), "prism_control_acks_total"); err != nil {
+	if err := testutil.CollectAndCompare(r.w.n.ControlMetrics(), strings.NewReader(want), "prismd_control_acks_total"); err != nil {
 		t.Fatal(err)
 	}
 }

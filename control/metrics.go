@@ -83,12 +83,12 @@ func (m *Metrics) Drops(reason string) uint64 {
 }
 
 var (
-	descCtlDrops  = prometheus.NewDesc("prism_control_drops_total", "CONTROL frames dropped without reply, by reason.", []string{"reason"}, nil)
-	descCtlDecode = prometheus.NewDesc("prism_control_decode_drops_total", "CONTROL frames dropped as malformed, by parser reason (the rule they failed).", []string{"reason"}, nil)
-	descCtlCmds   = prometheus.NewDesc("prism_control_requests_total", "CONTROL requests received from a trusted AM, by command.", []string{"command"}, nil)
-	descCtlAcks   = prometheus.NewDesc("prism_control_acks_total", "CONTROL ACKs sent, by status.", []string{"status"}, nil)
-	descCtlReplay = prometheus.NewDesc("prism_control_replayed_acks_total", "Recorded ACKs resent for a retried transaction.", nil, nil)
-	descCtlTxFull = prometheus.NewDesc("prism_control_tx_full_total", "CONTROL replies the dataplane refused (TX queue full).", nil, nil)
+	descCtlDrops  = prometheus.NewDesc("prismd_control_drops_total", "CONTROL frames dropped without reply, by reason.", []string{"reason"}, nil)
+	descCtlDecode = prometheus.NewDesc("prismd_control_decode_drops_total", "CONTROL frames dropped as malformed, by parser reason (the rule they failed).", []string{"reason"}, nil)
+	descCtlCmds   = prometheus.NewDesc("prismd_control_requests_total", "CONTROL requests received from a trusted AM, by command.", []string{"command"}, nil)
+	descCtlAcks   = prometheus.NewDesc("prismd_control_acks_total", "CONTROL ACKs sent, by status.", []string{"status"}, nil)
+	descCtlReplay = prometheus.NewDesc("prismd_control_replayed_acks_total", "Recorded ACKs resent for a retried transaction.", nil, nil)
+	descCtlTxFull = prometheus.NewDesc("prismd_control_tx_full_total", "CONTROL replies the dataplane refused (TX queue full).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.

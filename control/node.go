@@ -138,7 +138,7 @@ func (n *Node) logUntrusted(now int64, in int, src [6]byte) {
 		}
 	}
 	n.cfg.Logger.Warn("CONTROL dropped: its source is not a configured AM (am_sources); if it is your AM, add its MAC "+
-		"(prism_control_drops_total{reason=\"untrusted_source\"} counts every one; this warning repeats at most every 10s)",
+		"(prismd_control_drops_total{reason=\"untrusted_source\"} counts every one; this warning repeats at most every 10s)",
 		"src", net.HardwareAddr(src[:]).String(), "port", in, "am_sources", trusted)
 }
 

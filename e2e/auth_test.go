@@ -30,15 +30,16 @@ import (
 	"github.com/prismd/prismd/parser"
 )
 
-// prismSeries returns the prism_* (engine, bitmap, control) series of a
-// switch's /metrics: what frames of operations change, unlike the port
-// counters that every ARP moves.
+// prismSeries returns the prismd_engine_*, prismd_bitmap_* and
+// prismd_control_* series of a switch's /metrics: what frames of operations
+// change, unlike the port counters that every ARP moves.
 func prismSeries(t *testing.T, lab *deploy.Lab, sw string) map[string]float64 {
 	t.Helper()
 	m := scrape(t, lab, sw)
 	r := map[string]float64{}
 	for _, line := range strings.Split(m, "\n") {
-		if !strings.HasPrefix(line, "prism_") {
+		if !strings.HasPrefix(line, "prismd_engine_") && !strings.HasPrefix(line, "prismd_bitmap_") &&
+			!strings.HasPrefix(line, "prismd_control_") {
 			continue
 		}
 		i := strings.LastIndexByte(line, ' ')
@@ -49,12 +50,12 @@ func prismSeries(t *testing.T, lab *deploy.Lab, sw string) map[string]float64 {
 		r[line[:i]] = v
 	}
 	if len(r) == 0 {
-		t.Fatalf("%s serves no prism_ series", sw)
+		t.Fatalf("%s serves no engine, bitmap or control series", sw)
 	}
 	return r
 }
 
-const authFailed = `prism_bitmap_drops_total{reason="auth_failed"}`
+const authFailed = `prismd_bitmap_drops_total{reason="auth_failed"}`
 
 // allSeries snapshots every switch.
 func allSeries(t *testing.T, lab *deploy.Lab, sws []string) map[string]map[string]float64 {

@@ -24,7 +24,7 @@ func dataFrames(t *testing.T, lab *deploy.Lab, sw string) uint64 {
 }
 
 // f64Frames is the series of KULISCH_F64 frames a switch encoded.
-const f64Frames = `prism_engine_frames_encoded_by_format_total{format="KULISCH_F64"}`
+const f64Frames = `prismd_engine_frames_encoded_by_format_total{format="KULISCH_F64"}`
 
 // switchCounter is the value of one series (name{labels}) of switch sw's
 // /metrics.

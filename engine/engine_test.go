@@ -375,14 +375,14 @@ func TestMetricsExposition(t *testing.T) {
 	r.e.HandleData(r.now, 0, r.data[0], r.tx) // duplicate
 	r.e.HandleData(r.now, 1, r.data[0], r.tx) // wrong port
 	want := `
-# HELP prism_engine_duplicates_total Identical duplicate DATA/RESULT frames acknowledged and not applied.
-# TYPE prism_engine_duplicates_total counter
-prism_engine_duplicates_total 1
-# HELP prism_engine_progress_sent_total PROGRESS frames sent.
-# TYPE prism_engine_progress_sent_total counter
-prism_engine_progress_sent_total 2
+# HELP prismd_engine_duplicates_total Identical duplicate DATA/RESULT frames acknowledged and not applied.
+# TYPE prismd_engine_duplicates_total counter
+prismd_engine_duplicates_total 1
+# HELP prismd_engine_progress_sent_total PROGRESS frames sent.
+# TYPE prismd_engine_progress_sent_total counter
+prismd_engine_progress_sent_total 2
 `
-	if err := testutil.CollectAndCompare(r.e.Metrics(), strings.NewReader(want), "prism_engine_duplicates_total", "prism_engine_progress_sent_total"); err != nil {
+	if err := testutil.CollectAndCompare(r.e.Metrics(), strings.NewReader(want), "prismd_engine_duplicates_total", "prismd_engine_progress_sent_total"); err != nil {
 		t.Fatal(err)
 	}
 	if problems, err := testutil.CollectAndLint(r.e.Metrics()); err != nil || len(problems) != 0 {
@@ -397,7 +397,7 @@ prism_engine_progress_sent_total 2
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "prism_engine_drops_total" {
+		if mf.GetName() == "prismd_engine_drops_total" {
 			for _, m := range mf.GetMetric() {
 				if m.GetLabel()[0].GetValue() == "wrong_port" && m.GetCounter().GetValue() != 1 {
 					t.Fatalf("wrong_port = %v", m.GetCounter().GetValue())

@@ -148,18 +148,18 @@ func (m *Metrics) decodeDrop(err error) {
 }
 
 var (
-	descFrames   = prometheus.NewDesc("prism_engine_frames_total", "PRISM frames admitted by the engine, by class.", []string{"class"}, nil)
-	descDups     = prometheus.NewDesc("prism_engine_duplicates_total", "Identical duplicate DATA/RESULT frames acknowledged and not applied.", nil, nil)
-	descDrops    = prometheus.NewDesc("prism_engine_drops_total", "Frames dropped by the engine, by reason.", []string{"reason"}, nil)
-	descDecode   = prometheus.NewDesc("prism_engine_decode_drops_total", "Frames the engine dropped as malformed, by parser reason.", []string{"reason"}, nil)
-	descProgress = prometheus.NewDesc("prism_engine_progress_sent_total", "PROGRESS frames sent.", nil, nil)
-	descSent     = prometheus.NewDesc("prism_engine_frames_sent_total", "New DATA/RESULT frames sent (not retransmissions), by class.", []string{"class"}, nil)
-	descRetx     = prometheus.NewDesc("prism_engine_retransmits_total", "DATA/RESULT frames retransmitted.", nil, nil)
-	descTxFull   = prometheus.NewDesc("prism_engine_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
-	descOps      = prometheus.NewDesc("prism_engine_operations_total", "Operations by outcome.", []string{"outcome"}, nil)
-	descElems    = prometheus.NewDesc("prism_engine_elements_completed_total", "Vector elements completed and handed on.", nil, nil)
-	descFormats  = prometheus.NewDesc("prism_engine_frames_encoded_by_format_total", "DATA/RESULT frames this node encoded, by the format of their NumberGroups (a frame counts once for each format it carries).", []string{"format"}, nil)
-	descUnknown  = prometheus.NewDesc("prism_engine_unknown_operation_answers_total", "DATA/RESULT frames for an operation the switch does not know, answered with PROGRESS UNKNOWN_OPERATION (rate-limited).", nil, nil)
+	descFrames   = prometheus.NewDesc("prismd_engine_frames_total", "PRISM frames admitted by the engine, by class.", []string{"class"}, nil)
+	descDups     = prometheus.NewDesc("prismd_engine_duplicates_total", "Identical duplicate DATA/RESULT frames acknowledged and not applied.", nil, nil)
+	descDrops    = prometheus.NewDesc("prismd_engine_drops_total", "Frames dropped by the engine, by reason.", []string{"reason"}, nil)
+	descDecode   = prometheus.NewDesc("prismd_engine_decode_drops_total", "Frames the engine dropped as malformed, by parser reason.", []string{"reason"}, nil)
+	descProgress = prometheus.NewDesc("prismd_engine_progress_sent_total", "PROGRESS frames sent.", nil, nil)
+	descSent     = prometheus.NewDesc("prismd_engine_frames_sent_total", "New DATA/RESULT frames sent (not retransmissions), by class.", []string{"class"}, nil)
+	descRetx     = prometheus.NewDesc("prismd_engine_retransmits_total", "DATA/RESULT frames retransmitted.", nil, nil)
+	descTxFull   = prometheus.NewDesc("prismd_engine_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
+	descOps      = prometheus.NewDesc("prismd_engine_operations_total", "Operations by outcome.", []string{"outcome"}, nil)
+	descElems    = prometheus.NewDesc("prismd_engine_elements_completed_total", "Vector elements completed and handed on.", nil, nil)
+	descFormats  = prometheus.NewDesc("prismd_engine_frames_encoded_by_format_total", "DATA/RESULT frames this node encoded, by the format of their NumberGroups (a frame counts once for each format it carries).", []string{"format"}, nil)
+	descUnknown  = prometheus.NewDesc("prismd_engine_unknown_operation_answers_total", "DATA/RESULT frames for an operation the switch does not know, answered with PROGRESS UNKNOWN_OPERATION (rate-limited).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.

@@ -370,7 +370,7 @@ func TestTreeScaledPartials(t *testing.T) {
 		t.Fatalf("KULISCH_F64 groups with kulisch_partials scaled or plain: %d", sc.f64+pl.f64+wr.f64+au.f64+aup.f64)
 	}
 	// The leaves' metrics name what they sent: every KULISCH_F64 group
-	// seen on the wire is one frame of prism_engine_frames_encoded_by_format_total.
+	// seen on the wire is one frame of prismd_engine_frames_encoded_by_format_total.
 	leafFrames := func(tr *tree, f kulisch.Format) uint64 {
 		return tr.n[0].e.Metrics().FormatFrames[f].Load() + tr.n[1].e.Metrics().FormatFrames[f].Load()
 	}

@@ -373,10 +373,10 @@ func portSample(line string) (name, port, value string, ok bool) {
 }
 
 // shortMetric drops what every column shares: the namespace and subsystem
-// ("prismd_port_", "prism_port_") and the "_total" suffix.
+// ("prismd_port_") and the "_total" suffix.
 func shortMetric(name string) string {
 	name = strings.TrimSuffix(name, "_total")
-	for _, p := range []string{"prismd_port_", "prism_port_", "prismd_", "prism_"} {
+	for _, p := range []string{"prismd_port_", "prismd_"} {
 		if strings.HasPrefix(name, p) && len(name) > len(p) {
 			return name[len(p):]
 		}

@@ -166,7 +166,7 @@ func TestRecreatedInterfaceReopened(t *testing.T) {
 // TestMetricsPromtool runs promtool over the whole daemon's /metrics: the
 // dataplane's, the engine's, the control plane's and the bitmap engine's
 // collectors (metrics' own test sees only the first; promtool refused
-// prism_bitmap_dropped_bits_total, "use base unit bytes").
+// prismd_bitmap_dropped_bits_total, "use base unit bytes").
 func TestMetricsPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
@@ -203,7 +203,7 @@ func TestMetricsPromtool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, family := range []string{"prismd_port_receive_frames_total", "prism_engine_frames_total", "prism_control_drops_total", "prism_bitmap_drops_total"} {
+	for _, family := range []string{"prismd_port_receive_frames_total", "prismd_engine_frames_total", "prismd_control_drops_total", "prismd_bitmap_drops_total"} {
 		if !strings.Contains(string(body), "# TYPE "+family) {
 			t.Errorf("/metrics lacks %s: the check would not cover its collector", family)
 		}

@@ -217,7 +217,7 @@ func (b *bmEnv) testInstall(t *testing.T) {
 		b.am.expectAck(t, "RELEASE with an open soft-state entry", b.am.cmd(s.ID, cmdRelease), stBadState, osActive)
 		// section 10 / 8.8: the INSTALL without room is counted no_credit.
 		got := bmDelta(before, mid, bmSeries("no_credit"))
-		noRoom := bmDelta(before, mid, `prism_bitmap_events_total{event="install_no_room"}`)
+		noRoom := bmDelta(before, mid, `prismd_bitmap_events_total{event="install_no_room"}`)
 		t.Logf("INSTALL without room: %s", dropDiff(before, mid))
 		t.Run("no_room_counted", func(t *testing.T) {
 			// 8.8 (settled, finding B8): forwarded, not dropped, and counted

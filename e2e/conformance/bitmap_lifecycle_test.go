@@ -78,7 +78,7 @@ func (b *bmEnv) testLifecycle(t *testing.T) {
 				t.Errorf("h%d got DATA/RESULT of a released context", k+1)
 			}
 		}
-		if dd := bmDelta(before, b.metrics(), `prism_engine_drops_total{reason="unknown_operation"}`); dd != 2 {
+		if dd := bmDelta(before, b.metrics(), `prismd_engine_drops_total{reason="unknown_operation"}`); dd != 2 {
 			t.Errorf("2 frames of a released context: unknown_operation grew by %v, want 2 (10)", dd)
 		}
 		// A strictly greater generation is a new context.

@@ -137,7 +137,7 @@ func (b *bmEnv) testMulticast(t *testing.T) {
 	b.checkMulticasts(t, s, m, unrouted, sentU)
 	be2 := b.metrics()
 	// 8.8: bits no mask covers are dropped from the copies, counted
-	// bad_endpoint once per frame (section 10: prism_bitmap_drops_total).
+	// bad_endpoint once per frame (section 10: prismd_bitmap_drops_total).
 	if d := bmDelta(be1, be2, bmSeries("bad_endpoint")); d != float64(len(unrouted)) {
 		t.Errorf("%d RESULTs with unroutable bits: bad_endpoint grew by %v, want %d (8.8: once per frame) (%s)", len(unrouted), d, len(unrouted), dropDiff(be1, be2))
 	}

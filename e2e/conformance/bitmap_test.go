@@ -199,10 +199,10 @@ func (b *bmEnv) bmNoProgress(t *testing.T, id ident, m [4]int) {
 func bmDelta(before, after, name string) float64 { return series(after, name) - series(before, name) }
 
 func bmSeries(reason string) string {
-	return fmt.Sprintf(`prism_bitmap_drops_total{reason="%s"}`, reason)
+	return fmt.Sprintf(`prismd_bitmap_drops_total{reason="%s"}`, reason)
 }
 func bmDecode(reason string) string {
-	return fmt.Sprintf(`prism_bitmap_decode_drops_total{reason="%s"}`, reason)
+	return fmt.Sprintf(`prismd_bitmap_decode_drops_total{reason="%s"}`, reason)
 }
 
-const bmDuplicates = `prism_bitmap_events_total{event="duplicate"}`
+const bmDuplicates = `prismd_bitmap_events_total{event="duplicate"}`

@@ -52,11 +52,11 @@ func specDrops(text, r string) float64 {
 	case "bad_endpoint":
 		n := drops(text, r)
 		for _, sub := range []string{"unknown_stream", "wrong_port", "wrong_mac", "wrong_endpoint"} {
-			n += series(text, `prism_engine_drops_total{reason="`+sub+`"}`)
+			n += series(text, `prismd_engine_drops_total{reason="`+sub+`"}`)
 		}
 		return n
 	case "duplicate":
-		return series(text, "prism_engine_duplicates_total") + series(text, `prism_bitmap_events_total{event="duplicate"}`)
+		return series(text, "prismd_engine_duplicates_total") + series(text, `prismd_bitmap_events_total{event="duplicate"}`)
 	}
 	return drops(text, r)
 }

@@ -88,13 +88,13 @@ func (m *Counters) decodeDrop(err error) {
 }
 
 var (
-	descFrames = prometheus.NewDesc("prism_bitmap_frames_total", "PRISM frames of BITMAP contexts admitted, by class.", []string{"class"}, nil)
-	descDrops  = prometheus.NewDesc("prism_bitmap_drops_total", "Frames of BITMAP contexts dropped, by reason.", []string{"reason"}, nil)
-	descDecode = prometheus.NewDesc("prism_bitmap_decode_drops_total", "Frames of BITMAP contexts dropped as malformed, by parser reason.", []string{"reason"}, nil)
-	descSent   = prometheus.NewDesc("prism_bitmap_frames_sent_total", "DATA/RESULT frames sent by BITMAP contexts, by class.", []string{"class"}, nil)
-	descEvents = prometheus.NewDesc("prism_bitmap_events_total", "Bitmap framework events, by kind.", []string{"event"}, nil)
-	descBits   = prometheus.NewDesc("prism_bitmap_dropped_destinations_total", "Destinations (D-BM bits) a RESULT was not replicated to, by reason.", []string{"reason"}, nil)
-	descTxFull = prometheus.NewDesc("prism_bitmap_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
+	descFrames = prometheus.NewDesc("prismd_bitmap_frames_total", "PRISM frames of BITMAP contexts admitted, by class.", []string{"class"}, nil)
+	descDrops  = prometheus.NewDesc("prismd_bitmap_drops_total", "Frames of BITMAP contexts dropped, by reason.", []string{"reason"}, nil)
+	descDecode = prometheus.NewDesc("prismd_bitmap_decode_drops_total", "Frames of BITMAP contexts dropped as malformed, by parser reason.", []string{"reason"}, nil)
+	descSent   = prometheus.NewDesc("prismd_bitmap_frames_sent_total", "DATA/RESULT frames sent by BITMAP contexts, by class.", []string{"class"}, nil)
+	descEvents = prometheus.NewDesc("prismd_bitmap_events_total", "Bitmap framework events, by kind.", []string{"event"}, nil)
+	descBits   = prometheus.NewDesc("prismd_bitmap_dropped_destinations_total", "Destinations (D-BM bits) a RESULT was not replicated to, by reason.", []string{"reason"}, nil)
+	descTxFull = prometheus.NewDesc("prismd_bitmap_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.

@@ -73,8 +73,8 @@ func main() {
 				continue
 			}
 			s := l.Attrs().Statistics
-			fmt.Fprintf(w, "prism_port_rx_frames_total{port=%q} %d\n", p.Name, s.RxPackets)
-			fmt.Fprintf(w, "prism_port_tx_frames_total{port=%q} %d\n", p.Name, s.TxPackets)
+			fmt.Fprintf(w, "prismd_port_receive_frames_total{port=%q} %d\n", p.Name, s.RxPackets)
+			fmt.Fprintf(w, "prismd_port_transmit_frames_total{port=%q} %d\n", p.Name, s.TxPackets)
 		}
 	})
 	if err := http.ListenAndServe(c.MetricsListen, nil); err != nil {
