@@ -22,15 +22,18 @@
 // flight at once would otherwise take invocations in whichever order they
 // happened to start). A call cancelled while it waits for its turn fails
 // the shape's collective for the calls queued behind it (skipInvocation),
-// as the other ranks' invocation without it fails theirs. The divergences
-// left are a failure that some ranks see and others do not (the failed
-// shape starts over on those ranks, the others' next call of it fails by
-// timeout, naming the missing ranks, and from then on all ranks agree
-// again), and a first call refused by the AM while a later call of its
-// shape was already made (async): that later call counted the shape as
-// seen on the ranks that made it before the refusal came; if ranks differ
-// there, it fails as a mismatch on all of them, which takes every mark
-// back, and the next call agrees.
+// as the other ranks' invocation without it fails theirs. Every call takes
+// a sequence number (Persistent.reserve), an invocation as much as an
+// ordinary call, so a rank that makes a call one way and another rank the
+// other way still pair their later calls. The divergences left are a
+// failure that some ranks see and others do not (the failed shape starts
+// over on those ranks, the others' next invocation of it fails on the
+// failed operation and tells the AM, so the ones setting it up fail too,
+// and from then on all ranks agree again), and a first call refused by the
+// AM while a later call of its shape was already made (async): that later
+// call counted the shape as seen on the ranks that made it before the
+// refusal came; if ranks differ there, it fails as a mismatch on all of
+// them, which takes every mark back, and the next call agrees.
 
 package host
 
@@ -195,6 +198,8 @@ func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, 
 		req := c.beginRequest(seq, p.coll, p.send, p.root, p.opts)
 		req.Persistent, req.VectorLen = true, p.n*p.k
 		c.abandon(req, "before it reached it: "+cause.Error())
+	} else {
+		p.abandonInvocation(seq, nth, fmt.Errorf("cancelled before it ran (%w)", cause))
 	}
 	go func() {
 		defer close(next)

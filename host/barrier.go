@@ -86,9 +86,16 @@ const abandonReach = 2 * time.Second
 // an AM that does not know the request (404), or that cannot be reached,
 // leaves the others to the barrier timeout as before.
 func (c *Comm) abandon(req am.BeginRequest, reason string) {
+	c.abandonAt(req, "", reason)
+}
+
+// abandonAt is abandon with the stage at which the call ended
+// (am.AbandonPersistent: it ran on a persistent collective the rank
+// already had, and did not complete).
+func (c *Comm) abandonAt(req am.BeginRequest, stage, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonReach)
 	defer cancel()
-	_, _ = c.client.Abandon(ctx, am.AbandonRequest{BeginRequest: req, Reason: reason})
+	_, _ = c.client.Abandon(ctx, am.AbandonRequest{BeginRequest: req, Reason: reason, Stage: stage})
 }
 
 // check reads the barrier and reports it, then re-arms.

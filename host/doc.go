@@ -54,6 +54,17 @@
 //     context.Canceled: theirs was not), naming the invocation. The other
 //     ranks ran it without this rank and failed it, so none of the queued
 //     calls can run in step; the shape's next call sets up afresh.
+//   - Every call that runs on a persistent collective (its Start, or a
+//     repeated shape's call) takes a sequence number too, though it asks
+//     the AM nothing: another rank may make that call through the AM (it
+//     passed another length, or set the shape up again after a failure
+//     it alone saw). An invocation that does not complete, and a Start
+//     refused because an earlier one failed, tell the AM that this rank
+//     will not come for that number (docs/protocol.md 9.8, stage
+//     persistent), so such a rank's call fails at once, told how the
+//     calls differ, and the ranks' later calls still meet. Numbered only
+//     at setups, they had drifted apart for good, and a later call of one
+//     shape was summed with another rank's earlier call without an error.
 //
 // It owns the rank side of one collective: the barrier request to the Host
 // Coordinator over the runtime channel (package control/am's Client; while

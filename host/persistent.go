@@ -146,6 +146,21 @@ func (p *Persistent) Start(ctx context.Context) *Request {
 		return failedRequest(nil)
 	}
 	if err != nil {
+		if cerr == nil && !p.closed && !p.running && p.err != nil {
+			// Ended by a failed invocation: a call all the same, which
+			// takes its sequence number (reserve) as the other ranks'
+			// Start does, whether theirs failed too or runs (and fails
+			// without this rank). The AM hears that this rank will not
+			// come for it.
+			_, seq, nth := p.reserve()
+			p.mu.Unlock()
+			r := &Request{done: make(chan struct{}), err: err}
+			go func() {
+				defer close(r.done)
+				p.abandonInvocation(seq, nth, err)
+			}()
+			return r
+		}
 		p.mu.Unlock()
 		return failedRequest(err)
 	}
@@ -174,21 +189,58 @@ func (p *Persistent) closedError() error {
 
 // reserve takes the next invocation at call time, under p.mu: whether it
 // sets up a new operation (first Start, after K), then its sequence
-// number, taken now like every collective's, since ranks match setups in
-// call order, and its number (from 1, over every operation).
+// number, taken now like every collective's, and its number (from 1, over
+// every operation).
+//
+// Every invocation takes a sequence number, also one that runs on the
+// operation it has with no AM round trip: ranks match setups by sequence
+// number, and a rank can run a call on its persistent collective while
+// another runs the same call through the AM (it called another shape, or
+// its collective of the shape failed and the other's did not). Numbered
+// only at setups, such ranks drifted apart for good: later calls met the
+// others' earlier calls and, of one shape, summed them without an error.
+// An invocation that does not complete tells the AM it abandons its
+// number (abandonInvocation), so a rank that waits there for it hears at
+// once.
 func (p *Persistent) reserve() (renew bool, seq uint64, nth int) {
 	renew = p.reserved%uint64(p.k) == 0
 	p.reserved++
-	if renew {
-		seq = p.c.seq.Add(1) - 1
-	}
+	seq = p.c.seq.Add(1) - 1
 	return renew, seq, int(p.reserved)
+}
+
+// abandonInvocation tells the AM (protocol 9.8, stage persistent) that
+// this rank will not come to the barrier of seq: it ran that call as
+// invocation nth of this collective, with no AM round trip, and the
+// invocation failed with err (or was not run). The body is the ordinary
+// request of the shape, so a rank waiting there with another shape hears
+// how the calls differ. A renewing invocation needs none: it asked the AM
+// (begin abandons it when its context ends first).
+func (p *Persistent) abandonInvocation(seq uint64, nth int, err error) {
+	p.mu.Lock()
+	sv := p.send
+	p.mu.Unlock()
+	req := p.c.beginRequest(seq, p.coll, sv, p.root, p.opts)
+	reason := fmt.Sprintf("it ran this call as invocation %d of its persistent %s of %d %s elements, which did not complete: %v",
+		nth, p.coll, p.n, am.FormatName(sv.format), err)
+	const max = 400
+	if len(reason) > max {
+		reason = reason[:max] + "..."
+	}
+	p.c.abandonAt(req, am.AbandonPersistent, reason)
 }
 
 // runInvocation runs one reserved invocation over send and recv (the
 // buffers bound at init; a shape's buffers of the call for automatic
 // persistence) and records a failure as the collective's sticky error.
-func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, nth int, send, recv elems) (Stats, error) {
+func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, nth int, send, recv elems) (st Stats, err error) {
+	if !renew {
+		defer func() {
+			if err != nil && !errors.Is(err, ErrClosed) {
+				p.abandonInvocation(seq, nth, err)
+			}
+		}()
+	}
 	p.mu.Lock()
 	if err := p.err; err != nil {
 		p.running = false
@@ -205,7 +257,7 @@ func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, 
 	p.running = true
 	p.send, p.recv = send, recv
 	p.mu.Unlock()
-	st, err := p.invoke(ctx, renew, seq)
+	st, err = p.invoke(ctx, renew, seq)
 	p.mu.Lock()
 	p.running = false
 	if err != nil && p.err == nil {

@@ -8,6 +8,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"math"
@@ -98,6 +99,27 @@ func (sp *seqPair) both(t *testing.T, what string, seed uint64, n int, o *Option
 	}
 	checkSums(t, what, sends, recvs)
 	return sts
+}
+
+// each runs one AllReduce on each rank at once, rank r's of lens[r]
+// elements (inputs from seed), and returns their errors and how long
+// each took; results are not checked.
+func (sp *seqPair) each(seed uint64, lens [2]int, o *Options) ([]error, []time.Duration) {
+	errs, took := make([]error, 2), make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for r, c := range sp.comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			t0 := time.Now()
+			errs[r] = c.AllReduce(ctx, vecFor(seed, r, lens[r]), make([]float32, lens[r]), o)
+			took[r] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	return errs, took
 }
 
 func checkSums(t *testing.T, what string, sends, recvs [][]float32) {
@@ -211,19 +233,7 @@ func TestRefusedCallKeepsSequence(t *testing.T) {
 // "persistent false vs true".
 func TestRefusedFirstCallLeavesShapeUnseen(t *testing.T) {
 	sp := newSeqPair(t, 204)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r, c := range sp.comms {
-		n := 100 + r
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			errs[r] = c.AllReduce(ctx, vecFor(40, r, n), make([]float32, n), nil)
-		}()
-	}
-	wg.Wait()
+	errs, _ := sp.each(40, [2]int{100, 101}, nil)
 	for r, err := range errs {
 		var ae *am.APIError
 		if !errors.As(err, &ae) || ae.Code != am.CodeMismatch {
@@ -490,5 +500,52 @@ func TestWrongNodeHintNamesConfig(t *testing.T) {
 	err = c.AllReduce(context.Background(), []float32{1}, []float32{0}, nil)
 	if err == nil || !strings.Contains(err.Error(), "pass --node h1") || !strings.Contains(err.Error(), "Config.Node (prismctl --node, PRISM_NODE)") {
 		t.Fatalf("%v, want the hint naming Config.Node", err)
+	}
+}
+
+// Item: rank 1 calls another length while rank 0's call of the shape both
+// repeated runs on its persistent collective (no AM round trip). Both
+// fail; rank 1, waiting at the AM's barrier, hears at once when rank 0's
+// invocation fails (not after the barrier timeout), with how the calls
+// differ; and every later call meets the other rank's same call. Before,
+// the invocation took no sequence number: rank 1 stayed one call ahead for
+// good, and once both called one shape again, rank 0's call was summed
+// with rank 1's previous one, without an error.
+func TestDivergentCallOnPersistentShapeKeepsSequence(t *testing.T) {
+	sp := newSeqPair(t, 210)
+	o := &Options{Timeout: 500 * time.Millisecond} // the invocation without rank 1 fails soon
+	sp.both(t, "first call of the shape", 1, 200, o)
+	if st := sp.both(t, "second call (persistent)", 2, 200, o); !st[0].AutoPersistent || !st[1].AutoPersistent {
+		t.Fatalf("second call of the shape not persistent: %+v", st)
+	}
+	errs, took := sp.each(3, [2]int{200, 201}, o)
+	if errs[0] == nil || errs[1] == nil {
+		t.Fatalf("divergent call: rank 0 %v, rank 1 %v; want both to fail", errs[0], errs[1])
+	}
+	if s := errs[1].Error(); !strings.Contains(s, "rank 0 (h1) will not come to the barrier") || !strings.Contains(s, "invocation 2") ||
+		!strings.Contains(s, "vector_len 200 vs 201") {
+		t.Errorf("rank 1: %v\nwant rank 0's abandon of its persistent invocation 3 and the length it had", errs[1])
+	}
+	if !errors.Is(errs[1], ErrAbandoned) {
+		t.Errorf("rank 1: %v: not ErrAbandoned", errs[1])
+	}
+	if took[1] > 10*time.Second {
+		t.Errorf("rank 1 failed after %v, want soon after rank 0's invocation (%v), not the barrier timeout", took[1], took[0])
+	}
+	// Every later call pairs with the other rank's same call: an ordinary
+	// shape three times, then the repeated shape again.
+	for k := range 3 {
+		sp.both(t, fmt.Sprintf("ordinary call %d after", k+1), uint64(10+k), 200, &Options{Ordinary: true})
+	}
+	// The repeated shape: rank 0 saw its collective fail and sets up a
+	// new one; rank 1 did not (its call was the other length) and runs
+	// the next invocation on the old one, which the switch failed. Both
+	// calls fail, with errors (doc.go: a failure some ranks saw), and from
+	// the next one on both ranks agree again.
+	if errs, _ = sp.each(20, [2]int{200, 200}, o); errs[0] == nil || errs[1] == nil {
+		t.Fatalf("first call of the repeated shape after: rank 0 %v, rank 1 %v; want both to fail (rank 1's collective of it failed without it)", errs[0], errs[1])
+	}
+	for k := range 3 {
+		sp.both(t, fmt.Sprintf("call %d of the repeated shape after", k+2), uint64(21+k), 200, o)
 	}
 }

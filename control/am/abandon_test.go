@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -115,5 +116,39 @@ func TestAbandonHTTP(t *testing.T) {
 	q := withSessions(reqsFor(6, 0, "allreduce", "h1", "h2"), 1)
 	if res, err := cl.Abandon(context.Background(), AbandonRequest{BeginRequest: q[0]}); err != nil || !res.Abandoned {
 		t.Fatalf("Client.Abandon: %+v, %v", res, err)
+	}
+}
+
+// TestAbandonPersistentStage: rank 0 of 3 ran seq 0 on its persistent
+// operation (stage persistent) while rank 1 waits at seq 0's barrier with
+// another length. Rank 1 fails at once with the stage's wording, rank 0's
+// reason and how the two calls differ; an unknown stage changes nothing.
+func TestAbandonPersistentStage(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
+	q := withSessions(reqsFor(9, 0, "allreduce", "h1", "h2", "h3"), 1)
+	q[1].VectorLen = q[0].VectorLen + 1
+	got1 := r.beginAsync(q[1])
+	waitFor(t, func() bool { return r.waiting(q[1]) == 1 })
+	_, err := r.m.Abandon(AbandonRequest{BeginRequest: q[0], Reason: "x", Stage: "later"})
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, `stage "later"`) {
+		t.Fatalf("unknown stage: %v, want bad_request naming it", err)
+	}
+	if r.waiting(q[1]) != 1 {
+		t.Fatal("a refused abandon released rank 1")
+	}
+	res, err := r.m.Abandon(AbandonRequest{BeginRequest: q[0], Reason: "it ran this call as invocation 2", Stage: AbandonPersistent})
+	if err != nil || !res.Abandoned {
+		t.Fatalf("abandon: %+v, %v", res, err)
+	}
+	want := fmt.Sprintf("job 9 group 1 seq 0: rank 0 (h1) will not come to the barrier: it ran this call as invocation 2; "+
+		"its call differs from rank 1's: vector_len %d vs %d (rank 0's value first)", q[0].VectorLen, q[1].VectorLen)
+	select {
+	case x := <-got1:
+		if !errors.As(x.err, &ae) || ae.Code != CodeAbandoned || ae.Message != want {
+			t.Fatalf("rank 1: %v\nwant %s: %q", x.err, CodeAbandoned, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("rank 1 still waits 5 s after rank 0 abandoned seq 0")
 	}
 }

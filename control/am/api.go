@@ -200,7 +200,19 @@ type AbandonRequest struct {
 	// Reason is the rank's own words ("context canceled"), appended to
 	// the error the other ranks get.
 	Reason string `json:"reason,omitempty"`
+	// Stage says where the rank's call ended (protocol 9.8): "" or
+	// "barrier", cancelled before its grant; "persistent", the rank ran
+	// the call as an invocation of a persistent operation it already
+	// had, which did not complete: the rank took the call's seq and will
+	// not come to its barrier.
+	Stage string `json:"stage,omitempty"`
 }
+
+// Abandon stages (AbandonRequest.Stage).
+const (
+	AbandonBarrier    = "barrier"
+	AbandonPersistent = "persistent"
+)
 
 // AbandonResponse answers POST /v1/abandon.
 type AbandonResponse struct {

@@ -602,6 +602,11 @@ func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
 	if aerr != nil {
 		return AbandonResponse{}, aerr
 	}
+	switch r.Stage {
+	case "", AbandonBarrier, AbandonPersistent:
+	default:
+		return AbandonResponse{}, badReq("stage %q: use barrier or persistent (or leave it out)", r.Stage)
+	}
 	key := invKey{r.Job, r.Group, r.Seq}
 	m.mu.Lock()
 	if m.closed {
@@ -630,9 +635,25 @@ func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
 		m.invs[key] = inv
 		inv.timer = time.AfterFunc(m.cfg.BarrierTimeout, func() { m.barrierTimeout(inv) })
 	}
-	msg := fmt.Sprintf("job %d group %d seq %d: rank %d (%s) cancelled its call at the barrier", r.Job, r.Group, r.Seq, r.Rank, r.Node)
-	if r.Reason != "" {
-		msg += " (" + r.Reason + ")"
+	var msg string
+	switch r.Stage {
+	case AbandonPersistent:
+		msg = fmt.Sprintf("job %d group %d seq %d: rank %d (%s) will not come to the barrier", r.Job, r.Group, r.Seq, r.Rank, r.Node)
+		if r.Reason != "" {
+			msg += ": " + r.Reason
+		}
+	default:
+		msg = fmt.Sprintf("job %d group %d seq %d: rank %d (%s) cancelled its call at the barrier", r.Job, r.Group, r.Seq, r.Rank, r.Node)
+		if r.Reason != "" {
+			msg += " (" + r.Reason + ")"
+		}
+	}
+	if !fresh && inv.p != p {
+		// The ranks waiting here asked for another collective than the
+		// one the rank gave up: say how, since that is usually why (one
+		// rank's call of another length, run on its persistent
+		// collective of the length the others had before).
+		msg += fmt.Sprintf("; its call differs from rank %d's: %s (rank %d's value first)", inv.first.Rank, p.differences(inv.p), r.Rank)
 	}
 	rank := r.Rank
 	inv.err = &APIError{Code: CodeAbandoned, Rank: &rank, Message: msg}
