@@ -4,7 +4,9 @@
 // wait the whole barrier timeout in silence. While its begin is pending,
 // the rank asks the AM (GET /v1/ops) which ranks the barrier still waits
 // for, tells Config.Notify, and names them in the error if it gives up
-// first.
+// first. An AM that stops answering those questions (stopped, hung, its
+// host gone) ends the begin with ErrUnreachable: its socket may still take
+// the begin, which nothing would ever answer.
 
 package host
 
@@ -26,14 +28,25 @@ var (
 	barrierNoticeEvery = 15 * time.Second
 )
 
+// barrierLost is how many checks in a row that get no answer from the AM
+// end a pending begin (ErrUnreachable); after a check without an answer
+// the next comes after barrierRecheck.
+var (
+	barrierLost    = 3
+	barrierRecheck = 2 * time.Second
+	barrierAsk     = 2 * time.Second // how long one check waits for its answer
+)
+
 // barrierWatch follows one pending begin.
 type barrierWatch struct {
-	c     *Comm
-	req   am.BeginRequest
-	mu    sync.Mutex
-	timer *time.Timer
-	done  bool
-	last  *am.Barrier // the last state read, nil if none
+	c      *Comm
+	req    am.BeginRequest
+	cancel context.CancelCauseFunc // ends the begin when the AM stopped answering
+	mu     sync.Mutex
+	timer  *time.Timer
+	done   bool
+	last   *am.Barrier // the last state read, nil if none
+	failed int         // checks in a row without an answer
 }
 
 // begin is client.Begin, watched as above. A Comm closed since the call
@@ -45,11 +58,18 @@ func (c *Comm) begin(ctx context.Context, req am.BeginRequest) (*am.Grant, error
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
-	w := &barrierWatch{c: c, req: req}
+	bctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &barrierWatch{c: c, req: req, cancel: cancel}
 	w.mu.Lock()
 	w.timer = time.AfterFunc(barrierNotice, w.check)
 	w.mu.Unlock()
-	g, err := c.client.Begin(ctx, req)
+	g, err := c.client.Begin(bctx, req)
+	if err != nil && ctx.Err() == nil {
+		if cause := context.Cause(bctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause // the watch gave up on the AM
+		}
+	}
 	w.mu.Lock()
 	w.done = true
 	w.timer.Stop()
@@ -100,7 +120,7 @@ func (c *Comm) abandonAt(req am.BeginRequest, stage, reason string) {
 
 // check reads the barrier and reports it, then re-arms.
 func (w *barrierWatch) check() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), barrierAsk)
 	l, err := w.c.client.Ops(ctx)
 	cancel()
 	var b *am.Barrier
@@ -117,6 +137,20 @@ func (w *barrierWatch) check() {
 	if w.done {
 		return
 	}
+	if err != nil {
+		// A live AM answers GET /v1/ops at once, also while it holds
+		// this begin. One that does not, several times in a row, is
+		// gone or stopped (SIGSTOP: its socket still accepts, so the
+		// begin alone would wait for ever): end the begin, saying so.
+		if w.failed++; w.failed >= barrierLost {
+			w.cancel(fmt.Errorf("%w: it stopped answering while rank %d waited at the barrier of job %d group %d seq %d (GET /v1/ops, %d times in a row: %v): "+
+				"is 'prismctl am' still running, and not stopped?", am.ErrUnreachable, w.c.cfg.Rank, w.req.Job, w.req.Group, w.req.Seq, w.failed, err))
+			return
+		}
+		w.timer.Reset(barrierRecheck)
+		return
+	}
+	w.failed = 0
 	if b != nil {
 		w.last = b
 		if n := w.c.cfg.Notify; n != nil {

@@ -35,8 +35,13 @@ type Config struct {
 	// from Iface (PRISM_NODE_IFACE; default: the host's only link).
 	NodeIface string `json:"node_iface,omitempty"`
 	// ConnectTimeout bounds how long NewComm and each request retry an
-	// unreachable coordinator (PRISM_CONNECT_TIMEOUT, e.g. "5s"; default
-	// 10s). In a JSON file: a duration string ("5s") or integer
+	// unreachable coordinator, and how long one waits for its answer
+	// (PRISM_CONNECT_TIMEOUT, e.g. "5s"; default 10s): a coordinator
+	// that drops packets or is stopped fails the request with
+	// ErrUnreachable then. A call waiting at the AM's barrier is not
+	// bounded by it (ranks may arrive late), but checks that the AM
+	// still answers and fails with ErrUnreachable about 15 s after it
+	// stopped. In a JSON file: a duration string ("5s") or integer
 	// nanoseconds.
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
 	// PersistentShapes is how many collective shapes the Comm keeps set up

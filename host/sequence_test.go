@@ -549,3 +549,53 @@ func TestDivergentCallOnPersistentShapeKeepsSequence(t *testing.T) {
 		sp.both(t, fmt.Sprintf("call %d of the repeated shape after", k+2), uint64(21+k), 200, o)
 	}
 }
+
+// TestBarrierAMStopped: the AM stops answering (as under SIGSTOP: its
+// socket still takes requests, and nothing answers them) while a rank
+// waits at its barrier with no deadline of its own. The rank's call fails
+// with ErrUnreachable, saying the AM stopped answering, once its checks
+// went unanswered barrierLost times; before, it waited for ever.
+func TestBarrierAMStopped(t *testing.T) {
+	defer func(a, b, c, d time.Duration) {
+		barrierNotice, barrierNoticeEvery, barrierRecheck, barrierAsk = a, b, c, d
+	}(
+		barrierNotice, barrierNoticeEvery, barrierRecheck, barrierAsk)
+	barrierNotice, barrierNoticeEvery, barrierRecheck, barrierAsk = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond, 300*time.Millisecond
+	f := newMemFabric(t, "single")
+	target, err := url.Parse(f.startAM("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	var stopped atomic.Bool
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if stopped.Load() {
+			<-release // taken, never answered
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	defer close(release)
+	c, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 72, Coordinator: srv.URL, Node: "h1"}, f.attach("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := c.AllReduceAsync(context.Background(), make([]float32, 10), make([]float32, 10), nil)
+	time.Sleep(50 * time.Millisecond) // at the barrier
+	stopped.Store(true)
+	start := time.Now()
+	select {
+	case <-q.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call still waits 10 s after the AM stopped answering")
+	}
+	err = q.Wait()
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "stopped answering while rank 0 waited at the barrier of job 72") {
+		t.Fatalf("AllReduce: %v, want ErrUnreachable saying the AM stopped answering", err)
+	}
+	t.Logf("failed %v after the AM stopped: %v", time.Since(start).Round(time.Millisecond), err)
+}

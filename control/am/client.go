@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,11 +26,53 @@ type Client struct {
 	// URL is the coordinator's base URL, e.g. http://10.0.0.1:7000.
 	URL string
 	// HTTP is the client used; nil means one without an overall timeout
-	// (POST /v1/begin blocks at the barrier for as long as ranks take).
+	// (POST /v1/begin blocks at the barrier for as long as ranks take)
+	// whose connection attempts are bounded by RetryFor.
 	HTTP *http.Client
 	// RetryFor bounds how long connection failures are retried (default 10s:
-	// ranks may start a moment before the coordinator).
+	// ranks may start a moment before the coordinator), and how long a
+	// request but POST /v1/begin waits for its answer in all: a
+	// coordinator that drops packets or is stopped (SIGSTOP) accepts no
+	// connection or answers nothing, and without a bound the first took
+	// the transport's 30 s per attempt and the second hung for good.
 	RetryFor time.Duration
+
+	once sync.Once
+	hc   *http.Client
+}
+
+// minAttempt is the least time an attempt is given to connect and be
+// answered, also when less of RetryFor is left.
+const minAttempt = time.Second
+
+// httpClient is c.HTTP, or one whose dials give up after RetryFor: the
+// default transport's 30 s dial timeout outlasted any RetryFor.
+func (c *Client) httpClient(retry time.Duration) *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	c.once.Do(func() {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.DialContext = (&net.Dialer{Timeout: max(retry, minAttempt), KeepAlive: 30 * time.Second}).DialContext
+		c.hc = &http.Client{Transport: tr}
+	})
+	return c.hc
+}
+
+// permanent says whether err is one no retry can mend, and how to mend it.
+func permanent(err error) (hint string, ok bool) {
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "server gave HTTP response to HTTPS client"):
+		return "the AM speaks plain HTTP: write the coordinator as http://", true
+	case strings.Contains(s, "unsupported protocol scheme"):
+		return "write the coordinator as http://HOST:PORT (the AM's --listen address)", true
+	}
+	var ne *net.DNSError
+	if errors.As(err, &ne) && ne.IsNotFound {
+		return "no such host: check the coordinator's host name, or give its IP address", true
+	}
+	return "", false
 }
 
 // NewClient returns a client for base URL u ("host:port" gets http://).
@@ -40,10 +84,6 @@ func NewClient(u string) *Client {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	hc := c.HTTP
-	if hc == nil {
-		hc = &http.Client{}
-	}
 	var body []byte
 	if in != nil {
 		var err error
@@ -55,11 +95,28 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if retry == 0 {
 		retry = 10 * time.Second
 	}
-	deadline := time.Now().Add(retry)
+	hc := c.httpClient(retry)
+	// POST /v1/begin waits at the barrier for as long as the ranks take
+	// to arrive, and a done report with wait for the operation's end
+	// (the nodes' COMPLETE, a failure's diagnosis): only their
+	// connection is bounded (the rank library also watches the AM while
+	// it waits at the barrier). Any other request is answered at once by
+	// a live AM.
+	longPoll := path == APIVersion+"/begin"
+	if d, ok := in.(DoneRequest); ok && d.Wait {
+		longPoll = true
+	}
+	start := time.Now()
+	deadline := start.Add(retry)
 	backoff := 50 * time.Millisecond
 	for {
-		req, err := http.NewRequestWithContext(ctx, method, c.URL+path, bytes.NewReader(body))
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if !longPoll {
+			actx, acancel = context.WithTimeout(ctx, max(time.Until(deadline), minAttempt))
+		}
+		req, err := http.NewRequestWithContext(actx, method, c.URL+path, bytes.NewReader(body))
 		if err != nil {
+			acancel()
 			return err
 		}
 		if in != nil {
@@ -67,10 +124,18 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
+			acancel()
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if hint, ok := permanent(err); ok {
+				return fmt.Errorf("%w at %s: %v (%s)", ErrUnreachable, c.URL, err, hint)
+			}
 			if time.Now().Add(backoff).After(deadline) {
+				if actx.Err() != nil {
+					return fmt.Errorf("%w at %s: no answer to %s %s in %v (is 'prismctl am' running there, and not stopped or hung?)",
+						ErrUnreachable, c.URL, method, path, time.Since(start).Round(time.Millisecond))
+				}
 				return fmt.Errorf("%w at %s: %v (is 'prismctl am' running and listening there?)", ErrUnreachable, c.URL, err)
 			}
 			select {
@@ -83,7 +148,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		acancel()
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return fmt.Errorf("%w at %s: reading the answer: %v", ErrUnreachable, c.URL, err)
 		}
 		if resp.StatusCode/100 != 2 {
