@@ -58,14 +58,36 @@ func (c *Comm) begin(ctx context.Context, req am.BeginRequest) (*am.Grant, error
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
-	bctx, cancel := context.WithCancelCause(ctx)
+	// The begin's own context ends when ctx does, but only after the
+	// barrier was read once (if no notice read it yet): ended at once,
+	// the begin's connection closed and the AM forgot the rank's arrival
+	// before it could be asked which ranks the barrier waited for, and a
+	// short deadline's error named none.
+	bctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	w := &barrierWatch{c: c, req: req, cancel: cancel}
 	w.mu.Lock()
 	w.timer = time.AfterFunc(barrierNotice, w.check)
 	w.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		read := w.last != nil
+		w.mu.Unlock()
+		if !read {
+			if b := w.ask(time.Second); b != nil {
+				w.mu.Lock()
+				w.last = b
+				w.mu.Unlock()
+			}
+		}
+		cancel(nil)
+	})
+	defer stop()
 	g, err := c.client.Begin(bctx, req)
-	if err != nil && ctx.Err() == nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		err = ctx.Err()
+	case err != nil:
 		if cause := context.Cause(bctx); cause != nil && !errors.Is(cause, context.Canceled) {
 			err = cause // the watch gave up on the AM
 		}
@@ -118,20 +140,32 @@ func (c *Comm) abandonAt(req am.BeginRequest, stage, reason string) {
 	_, _ = c.client.Abandon(ctx, am.AbandonRequest{BeginRequest: req, Reason: reason, Stage: stage})
 }
 
-// check reads the barrier and reports it, then re-arms.
-func (w *barrierWatch) check() {
-	ctx, cancel := context.WithTimeout(context.Background(), barrierAsk)
+// ask reads the barrier of w's begin from the AM, waiting at most d: nil
+// if the AM has none (or did not answer).
+func (w *barrierWatch) ask(d time.Duration) *am.Barrier {
+	b, _ := w.read(d)
+	return b
+}
+
+func (w *barrierWatch) read(d time.Duration) (*am.Barrier, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
 	l, err := w.c.client.Ops(ctx)
-	cancel()
-	var b *am.Barrier
-	if err == nil {
-		for i := range l.Barriers {
-			x := &l.Barriers[i]
-			if x.Job == w.req.Job && x.Group == w.req.Group && x.Seq == w.req.Seq {
-				b = x
-			}
+	if err != nil {
+		return nil, err
+	}
+	for i := range l.Barriers {
+		x := &l.Barriers[i]
+		if x.Job == w.req.Job && x.Group == w.req.Group && x.Seq == w.req.Seq {
+			return x, nil
 		}
 	}
+	return nil, nil
+}
+
+// check reads the barrier and reports it, then re-arms.
+func (w *barrierWatch) check() {
+	b, err := w.read(barrierAsk)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done {

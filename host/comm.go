@@ -25,6 +25,17 @@ type Options struct {
 	// Acc is the accumulator policy: "kulisch" (KULISCH_FIXED, exact, the
 	// default) or "fp32" (FP32_ARRIVAL, rounded in arrival order; FP32
 	// input only).
+	//
+	// Under "kulisch" every element of recv is the exact sum rounded once
+	// to the output format, nearest, ties to even, whatever the tree or
+	// the arrival order (package kulisch): a NaN term gives the canonical
+	// quiet NaN (FP32 0x7FC00000, FP16 0x7E00, BF16 0x7FC0), +Inf and -Inf
+	// together give it too, an exact sum of 0 is -0 only when every term
+	// was -0, and a sum beyond the format's range is ±Inf. An INT8 output
+	// holds only exact integers in -128..127: one element whose sum is
+	// outside, or not an integer (FP32 input into Output "int8"), fails the
+	// whole call with ErrInexact (no wrapping, no clamping); sum INT8 into
+	// Output "fp32" to keep such sums.
 	Acc string
 	// Partial is the switch-to-switch partial format ("" = kulisch: auto,
 	// fp32: fp32).
@@ -543,13 +554,16 @@ func (r *Request) Stats() Stats {
 }
 
 // AllReduce sums send over all ranks into recv (same type and length as
-// send; recv may be send itself).
+// send; recv may be send itself). Results are written into recv as they
+// arrive: after an error its contents are unspecified, in part new sums
+// and in part what it held (send's values, if recv is send).
 func (c *Comm) AllReduce(ctx context.Context, send, recv any, opts *Options) error {
 	return c.AllReduceAsync(ctx, send, recv, opts).Wait()
 }
 
 // Reduce sums send over all ranks into recv at rank root; other ranks may
-// pass a nil recv.
+// pass a nil recv, and a recv they pass is neither read nor written. As
+// for AllReduce, the root's recv is unspecified after an error.
 func (c *Comm) Reduce(ctx context.Context, send, recv any, root int, opts *Options) error {
 	return c.ReduceAsync(ctx, send, recv, root, opts).Wait()
 }

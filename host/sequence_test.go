@@ -599,3 +599,23 @@ func TestBarrierAMStopped(t *testing.T) {
 	}
 	t.Logf("failed %v after the AM stopped: %v", time.Since(start).Round(time.Millisecond), err)
 }
+
+// TestBarrierShortDeadlineNamesMissing: a call whose deadline ends at the
+// barrier before the first notice still names the ranks the barrier waits
+// for (it asks the AM once before abandoning); before, a 5 s deadline got
+// "context deadline exceeded" alone.
+func TestBarrierShortDeadlineNamesMissing(t *testing.T) {
+	sp := newSeqPair(t, 211)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := sp.comms[0].AllReduce(ctx, vecFor(1, 0, 10), make([]float32, 10), nil)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "for ranks 1 (arrived: 0)") {
+		t.Fatalf("AllReduce: %v, want the deadline naming rank 1 as missing", err)
+	}
+	// Rank 1's call of that number hears rank 0 gave it up, and the next
+	// call meets.
+	if err := sp.comms[1].AllReduce(context.Background(), vecFor(1, 1, 10), make([]float32, 10), nil); !errors.Is(err, ErrAbandoned) {
+		t.Fatalf("rank 1: %v, want ErrAbandoned", err)
+	}
+	sp.both(t, "next call", 2, 10, nil)
+}
