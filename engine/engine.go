@@ -517,19 +517,30 @@ func (e *Engine) admitData(now int64, in int, frame []byte, tx dataplane.Sender)
 		e.m.decodeDrop(errShortData)
 		return
 	}
+	// The frame rules (protocol section 6, D1-D15) come before the state
+	// rules: a malformed frame is counted under its parser reason and
+	// answered with nothing, whether or not its identity names a
+	// context. For an unknown operation the rules that need the context
+	// (its MTU, W, Vector Length) are applied with no context (zero
+	// Limits): looked up first, a malformed frame with a garbage identity
+	// was counted as unknown_operation and answered with PROGRESS.
+	d := &e.d
 	o := e.lookup(parser.OpIdentity(frame[parser.HdrOff:]).Key())
 	if o == nil {
+		if err := d.Decode(frame, parser.Limits{}); err != nil {
+			e.m.decodeDrop(err)
+			return
+		}
 		e.m.drop(DropUnknownOperation)
 		e.answerUnknown(now, in, frame, tx)
 		return
 	}
-	if o.state != parser.StateActive && o.state != parser.StateComplete && o.state != parser.StateFailed {
-		e.m.drop(DropNotActive)
-		return
-	}
-	d := &e.d
 	if err := d.Decode(frame, parser.Limits{VectorLen: o.spec.VectorLen, KulischBytes: o.kbytes, MTU: o.spec.MTU}); err != nil {
 		e.m.decodeDrop(err)
+		return
+	}
+	if o.state != parser.StateActive && o.state != parser.StateComplete && o.state != parser.StateFailed {
+		e.m.drop(DropNotActive)
 		return
 	}
 	if o.state == parser.StateFailed {
@@ -552,18 +563,23 @@ func (e *Engine) admitProgress(now int64, in int, frame []byte, tx dataplane.Sen
 		e.m.decodeDrop(errShortProgress)
 		return
 	}
+	// Frame rules (P1-P11) first, as for DATA (admitData).
+	p := &e.p
 	o := e.lookup(parser.OpIdentity(frame[parser.HdrOff:]).Key())
+	lim := parser.Limits{}
+	if o != nil {
+		lim = parser.Limits{VectorLen: o.spec.VectorLen, MTU: o.spec.MTU}
+	}
+	if err := p.Decode(frame, lim); err != nil {
+		e.m.decodeDrop(err)
+		return
+	}
 	if o == nil {
 		e.m.drop(DropUnknownOperation)
 		return
 	}
 	if o.state != parser.StateActive && o.state != parser.StateComplete {
 		e.m.drop(DropNotActive)
-		return
-	}
-	p := &e.p
-	if err := p.Decode(frame, parser.Limits{VectorLen: o.spec.VectorLen, MTU: o.spec.MTU}); err != nil {
-		e.m.decodeDrop(err)
 		return
 	}
 	o.handleProgress(now, in, frame, p, tx)

@@ -544,8 +544,9 @@ func TestPeerFailedFailsOp(t *testing.T) {
 // PROGRESS UNKNOWN_OPERATION to its source, out of its ingress port, with
 // the stream, packet and endpoints of the frame, at most unknownBurst at
 // once and one per unknownEvery after that; a frame from a multicast
-// source or with reserved bits set gets no answer. Every one is counted as
-// an unknown_operation drop and nothing else changes.
+// source gets no answer. Every one is counted as an unknown_operation drop
+// and nothing else changes; a malformed one (reserved bits set) is counted
+// under its parser reason.
 func TestUnknownOperationAnswered(t *testing.T) {
 	r := newRig(t, kulisch.FP32Arrival, 1<<20)
 	r.tx.keep = true
@@ -596,8 +597,15 @@ func TestUnknownOperationAnswered(t *testing.T) {
 	if len(r.tx.frames) != n {
 		t.Fatalf("a multicast source or reserved flags got %d answers, want none", len(r.tx.frames)-n)
 	}
-	if got := m.Drops[DropUnknownOperation].Load() - drops; got != 1+100+10+2 {
-		t.Fatalf("unknown_operation drops +%d, want %d", got, 1+100+10+2)
+	// The multicast source is a well-formed frame of an unknown
+	// operation (not answered); the reserved flags break D6 before any
+	// state rule (protocol section 6): reserved_nonzero, not
+	// unknown_operation.
+	if got := m.Drops[DropUnknownOperation].Load() - drops; got != 1+100+10+1 {
+		t.Fatalf("unknown_operation drops +%d, want %d", got, 1+100+10+1)
+	}
+	if got := m.DecodeDrops[reasonIndex(t, "reserved_nonzero")].Load(); got != 1 {
+		t.Fatalf("reserved_nonzero drops %d, want 1 (the reserved flags)", got)
 	}
 	if s, _ := r.e.Status(r.key); s.State != parser.StateActive {
 		t.Fatalf("the staged operation is %v, want ACTIVE", s.State)
@@ -683,5 +691,62 @@ func TestStaleProgressIgnored(t *testing.T) {
 	}
 	if m.Frames[parser.ClassProgress].Load() != admitted {
 		t.Fatal("a stale PROGRESS was counted as admitted")
+	}
+}
+
+// reasonIndex is the index of a parser reason in Metrics.DecodeDrops.
+func reasonIndex(t *testing.T, reason string) int {
+	t.Helper()
+	for i, n := range parser.Reasons {
+		if n == reason {
+			return i
+		}
+	}
+	t.Fatalf("no parser reason %q", reason)
+	return 0
+}
+
+// TestMalformedUnknownOperation: the frame rules come before the state
+// rules (protocol section 6 and 7): DATA and PROGRESS frames that break a
+// frame rule are counted under the parser's reason and answered with
+// nothing, also when their identity names no context. Before, DATA of
+// Group Count 0 (without INEXACT or EXT) for an unknown identity was
+// counted as unknown_operation and answered with PROGRESS.
+func TestMalformedUnknownOperation(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 1<<20)
+	r.tx.keep = true
+	m := r.e.Metrics()
+	unknown := func(f []byte) []byte {
+		f = append([]byte(nil), f...)
+		id := parser.OpIdentity(f[parser.HdrOff:])
+		k := id.Key()
+		k.Op += 7
+		id.SetKey(k)
+		return f
+	}
+	empty := unknown(r.data[0])
+	h := parser.DataHeader(empty[parser.HdrOff:parser.DataBodyOff])
+	h.SetGroups(0)
+	h.SetCount(0)
+	h.SetBodyLen(0)
+	r.e.HandleData(r.now, 0, empty[:parser.DataBodyOff], r.tx)
+	prog := unknown(r.prog[0])
+	parser.ProgressHeader(prog[parser.HdrOff:]).SetStatus(9)
+	r.e.HandleProgress(r.now, 0, prog, r.tx)
+	if len(r.tx.frames) != 0 {
+		t.Fatalf("%d answers to malformed frames, want none", len(r.tx.frames))
+	}
+	if n := m.Drops[DropUnknownOperation].Load(); n != 0 {
+		t.Fatalf("unknown_operation drops %d, want 0: malformed frames are counted by their rule", n)
+	}
+	if a, b := m.DecodeDrops[reasonIndex(t, "bad_count")].Load(), m.DecodeDrops[reasonIndex(t, "out_of_range")].Load(); a != 1 || b != 1 {
+		t.Fatalf("bad_count %d (DATA with no group, no INEXACT or EXT), out_of_range %d (PROGRESS status 9); want 1 and 1", a, b)
+	}
+	// The same frames well formed are unknown_operation, and the DATA is
+	// answered.
+	r.e.HandleData(r.now, 0, unknown(r.data[0]), r.tx)
+	r.e.HandleProgress(r.now, 0, unknown(r.prog[0]), r.tx)
+	if n := m.Drops[DropUnknownOperation].Load(); n != 2 || len(r.tx.frames) != 1 {
+		t.Fatalf("well formed: unknown_operation %d, answers %d; want 2 and 1", n, len(r.tx.frames))
 	}
 }

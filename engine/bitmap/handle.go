@@ -22,14 +22,15 @@ func (c *ctx) drop(d Drop) {
 
 func (c *ctx) handle(now int64, in int, frame []byte, tx dataplane.Sender) {
 	m := c.s.m
-	if c.state != parser.StateActive {
-		c.drop(DropNotActive)
-		return
-	}
 	d := &c.s.d
+	// Frame rules before state rules (protocol section 6).
 	if err := d.Decode(frame, parser.Limits{VectorLen: c.vecLen, KulischBytes: c.kbytes, MTU: c.mtu, ListCap: c.listCap}); err != nil {
 		m.decodeDrop(err)
 		c.stats.Drops++
+		return
+	}
+	if c.state != parser.StateActive {
+		c.drop(DropNotActive)
 		return
 	}
 	// A BITMAP context takes only frames with the endpoint-set extension
