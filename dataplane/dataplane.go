@@ -92,9 +92,6 @@ type portState struct {
 	// (ErrLinkDown) and its stations were forgotten, and cleared by the
 	// next batch the port sends or receives: one flush per outage.
 	linkDown atomic.Bool
-	// downSaid is set while the log says the port's link is down (one
-	// line per outage from its two receive loops).
-	downSaid atomic.Bool
 	// past holds the counts of the ports of the same name this one
 	// replaced (an interface reopened: re-created, or its MTU changed),
 	// which its own continue: Prometheus counters must not go back to 0
@@ -680,12 +677,12 @@ func (r *rx) loop(read func() (int, error)) {
 				// The kernel tells each packet socket once that the link
 				// went down, and the socket receives again when it is back
 				// up: a link event, not a failing read. Counted, it stopped
-				// an idle port for good after maxRxErrors flaps. The port
-				// has two sockets (ring and lane), each told: one line per
-				// outage, and its stations are forgotten at once.
-				if ps.downSaid.CompareAndSwap(false, true) {
-					d.log.Info("port link is down; its frames are lost until it is up again", "port", ps.port.Name())
-				}
+				// an idle port for good after maxRxErrors flaps. Its
+				// stations are forgotten at once. The link's state is the
+				// daemon's to log (netlink events): said from here, per
+				// socket, a read of frames queued before the outage on the
+				// port's other socket logged the link up again while it
+				// was down.
 				if ps.linkDown.CompareAndSwap(false, true) {
 					d.forgetStations(ps)
 				}
@@ -702,9 +699,6 @@ func (r *rx) loop(read func() (int, error)) {
 			continue
 		}
 		errs = 0
-		if ps.downSaid.Load() && ps.downSaid.CompareAndSwap(true, false) {
-			d.log.Info("port link is up again: it receives", "port", ps.port.Name())
-		}
 		r.process(n)
 	}
 }

@@ -16,7 +16,8 @@ import (
 // nothing, or, on the port's own down, twice (once per socket).
 //
 // The watcher polls every linkCheckEvery (2 s, kept here), and the outage
-// is 1 s, as a tester's: link events must say it.
+// is 1 s, as a tester's: link events must say it. Then the switch's own
+// port is set down and up: said as that, not as a lost carrier.
 func TestCarrierLogged(t *testing.T) {
 	env := netnstest.New(t, "w3l")
 	sw, h := env.Namespace("sw"), env.Namespace("h")
@@ -66,6 +67,27 @@ func TestCarrierLogged(t *testing.T) {
 	}{{down, b0, 1}, {up, b0, 1}, {up, b1, 1}, {down, b1, 0}, {atStart, b1, 1}, {"link is down", b0, 0}} {
 		if got := count(c.what, c.port); got != c.n {
 			t.Errorf("%d lines with %q for %s, want %d", got, c.what, c.port, c.n)
+		}
+	}
+	// The switch's own port set down and up again (ip link set down on
+	// it): said as that, once each; not as a carrier lost at the moment
+	// it came up, and not as up again while it was still down.
+	env.MustExec(sw, "ip", "link", "set", b0, "down")
+	wait("port was set down", b0)
+	time.Sleep(300 * time.Millisecond)
+	env.MustExec(sw, "ip", "link", "set", b0, "up")
+	env.MustExec(h, "ip", "link", "set", a0, "up")
+	for deadline := time.Now().Add(5 * time.Second); count("was set up again: its link is up", b0)+count(up, b0) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no line saying %s is up again after it was set up:\n%s", b0, logs.String())
+		}
+	}
+	for _, c := range []struct {
+		what, port string
+		n          int
+	}{{"port was set down", b0, 1}, {down, b0, 1}, {"link is down", b0, 0}, {"up again: it receives", b0, 0}} {
+		if got := count(c.what, c.port); got != c.n {
+			t.Errorf("after set down and up: %d lines with %q for %s, want %d", got, c.what, c.port, c.n)
 		}
 	}
 	if t.Failed() {

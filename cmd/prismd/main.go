@@ -202,9 +202,9 @@ type daemon struct {
 	// watcher's reopening of a re-created interface.
 	mu   sync.Mutex
 	gone map[string]bool // ports whose interface is missing, said once
-	// noCarrier holds the ports whose link is said to have no carrier
-	// (carrier), until it is said to be back.
-	noCarrier map[string]bool
+	// link is the state of each port's interface the log last said, or
+	// found at start (carrier).
+	link map[string]linkState
 	// oversize is each dropWarning's count per port ("kind/port") at the
 	// last look, and oversizeAt when it was last warned of
 	// (oversizeWarnEvery).
@@ -224,7 +224,7 @@ func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{file: file, log: log, cfg: cfg, dp: dp, ports: map[string]openPort{}, gone: map[string]bool{}, noCarrier: map[string]bool{},
+	d := &daemon{file: file, log: log, cfg: cfg, dp: dp, ports: map[string]openPort{}, gone: map[string]bool{}, link: map[string]linkState{},
 		oversize: map[string]uint64{}, oversizeAt: map[string]time.Time{}, quit: make(chan struct{}), done: make(chan struct{})}
 	if err := d.applyPorts(cfg); err != nil {
 		dp.Close()
@@ -309,6 +309,12 @@ func (d *daemon) applyPorts(cfg *Config) error {
 			return err
 		}
 		p = dataplane.WithFault(p, pc.fault())
+		if f := pc.fault(); f.Active() {
+			// An impairment left in a config looks like a mystery
+			// slowdown: say it where an operator looks first.
+			d.log.Warn("port impairs its frames on purpose (its fault: config, for tests and labs; remove it in production). "+
+				"The ingress fault spares CONTROL, which the port reads on its lane", "port", pc.Name, "fault", f.String())
+		}
 		opened = append(opened, p)
 		list = append(list, p)
 		now := currentIfaces()[pc.Name] // as opened (the listing above may predate a re-creation)
@@ -341,7 +347,7 @@ func (d *daemon) applyPorts(cfg *Config) error {
 		if _, ok := next[name]; !ok {
 			o.claim.Close()
 			delete(d.gone, name)
-			delete(d.noCarrier, name)
+			delete(d.link, name)
 			d.log.Info("port removed", "port", name)
 		}
 	}
@@ -522,7 +528,7 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 			cur, present := ifaces[name]
 			switch {
 			case !present:
-				delete(d.noCarrier, name) // said again of the new one, if so
+				delete(d.link, name) // said again of the new one, if so
 				if !d.gone[name] {
 					d.gone[name] = true
 					d.log.Warn("port's interface is gone: its frames are lost until an interface of that name exists again, and prismd then reopens it",
@@ -554,21 +560,55 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 // word from them. An interface set down is left to the dataplane's line.
 // Callers hold d.mu (or run before any goroutine that takes it).
 func (d *daemon) carrier(name string, cur ifaceState, start bool) {
+	now := linkUp
 	switch {
-	case cur.up && !cur.running && !d.noCarrier[name]:
-		d.noCarrier[name] = true
-		if start {
-			d.log.Info("port's link is down at start (no carrier: its peer, cable or switch port is down); its frames are dropped until it comes up", "port", name)
+	case !cur.up:
+		now = linkAdminDown
+	case !cur.running:
+		now = linkNoCarrier
+	}
+	prev, seen := d.link[name]
+	if seen && prev == now {
+		return
+	}
+	d.link[name] = now
+	switch now {
+	case linkAdminDown:
+		if start || !seen {
+			d.log.Info("port is set down (administratively): its frames are lost until it is set up ('ip link set "+name+" up')", "port", name)
 		} else {
+			d.log.Info("port was set down (administratively): its frames are lost until it is set up again", "port", name)
+		}
+	case linkNoCarrier:
+		switch {
+		case start || !seen:
+			d.log.Info("port's link is down at start (no carrier: its peer, cable or switch port is down); its frames are dropped until it comes up", "port", name)
+		case prev == linkAdminDown:
+			// Set up: a veth or NIC has no carrier for a moment; the
+			// line that follows says when it has.
+			d.log.Info("port was set up; it has no carrier yet", "port", name)
+		default:
 			d.log.Info("port's link went down (no carrier: its peer, cable or switch port is down); its frames are dropped until it comes up again", "port", name)
 		}
-	case cur.running && d.noCarrier[name]:
-		delete(d.noCarrier, name)
-		d.log.Info("port's link is up again (carrier back)", "port", name)
-	case !cur.up && d.noCarrier[name]:
-		delete(d.noCarrier, name) // set down meanwhile: the dataplane's line says so
+	case linkUp:
+		switch {
+		case start || !seen:
+		case prev == linkAdminDown:
+			d.log.Info("port was set up again: its link is up", "port", name)
+		default:
+			d.log.Info("port's link is up again (carrier back)", "port", name)
+		}
 	}
 }
+
+// linkState is a port interface's state as carrier logs it.
+type linkState uint8
+
+const (
+	linkUp        linkState = iota // up, with carrier
+	linkAdminDown                  // set down (no IFF_UP)
+	linkNoCarrier                  // up, no carrier (no IFF_RUNNING)
+)
 
 // openBackend opens pc with its backend (afpacket or afxdp).
 func openBackend(pc PortConfig) (dataplane.Port, error) {
@@ -664,6 +704,9 @@ func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 		// at once) or "ring" (batched; CONTROL on the lane).
 		RxPath       string `json:"rx_path,omitempty"`
 		LaneSwitches uint64 `json:"lane_switches,omitempty"`
+		// Fault is the port's configured impairment (dataplane.Fault's
+		// String), absent without one.
+		Fault string `json:"fault,omitempty"`
 	}
 	out := struct {
 		Version    string            `json:"version"`
@@ -672,6 +715,12 @@ func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 		MACEntries int               `json:"mac_table_entries"`
 	}{Version: version, Classes: map[string]uint64{}, MACEntries: st.MACEntries}
 	ports := d.dp.Ports()
+	faults := map[string]string{}
+	d.mu.Lock()
+	for name, o := range d.ports {
+		faults[name] = o.cfg.fault().String()
+	}
+	d.mu.Unlock()
 	for i, ps := range st.Ports {
 		p := port{Index: i, Name: ps.Name, RxFrames: ps.RxFrames, TxFrames: ps.TxFrames, Drops: map[string]uint64{}}
 		if ps.LaneTuned {
@@ -694,6 +743,16 @@ func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 		// operator looking at a port's drops most needs to see.
 		if ps.KernelDrops != 0 {
 			p.Drops[kernelDrops] = ps.KernelDrops
+		}
+		// The configured fault and what it dropped, next to the drops the
+		// dataplane decided: with only those, 40% injected loss showed
+		// as a port with next to no drops.
+		p.Fault = faults[ps.Name]
+		if ps.Fault.IngressDrops != 0 {
+			p.Drops["fault_ingress"] = ps.Fault.IngressDrops
+		}
+		if ps.Fault.EgressDrops != 0 {
+			p.Drops["fault_egress"] = ps.Fault.EgressDrops
 		}
 		out.Ports = append(out.Ports, p)
 	}
