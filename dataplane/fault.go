@@ -7,7 +7,9 @@ package dataplane
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -33,6 +35,34 @@ type Fault struct {
 
 // Active reports whether f changes anything.
 func (f Fault) Active() bool { return f.egressActive() || f.Ingress.Active() }
+
+// String says what f does, for logs and status ("ingress drop 40%, delay
+// 2ms; egress reorder 5% depth 8"); "" when f is inactive.
+func (f Fault) String() string {
+	var parts []string
+	side := func(name string, drop, dup, reorder float64, depth int, delay time.Duration) {
+		var d []string
+		if drop > 0 {
+			d = append(d, fmt.Sprintf("drop %g%%", drop))
+		}
+		if dup > 0 {
+			d = append(d, fmt.Sprintf("duplicate %g%%", dup))
+		}
+		if reorder > 0 {
+			d = append(d, fmt.Sprintf("reorder %g%% depth %d", reorder, max(depth, 1)))
+		}
+		if delay > 0 {
+			d = append(d, "delay "+delay.String())
+		}
+		if len(d) > 0 {
+			parts = append(parts, name+" "+strings.Join(d, ", "))
+		}
+	}
+	in := f.Ingress
+	side("ingress", in.DropPercent, in.DuplicatePercent, in.ReorderPercent, in.ReorderDepth, in.Delay)
+	side("egress", 0, 0, f.ReorderPercent, f.ReorderDepth, f.Delay)
+	return strings.Join(parts, "; ")
+}
 
 func (f Fault) egressActive() bool { return f.ReorderPercent > 0 || f.Delay > 0 }
 

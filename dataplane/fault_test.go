@@ -84,3 +84,21 @@ func TestFaultDelay(t *testing.T) {
 		t.Fatal("inactive fault wrapped the port")
 	}
 }
+
+// TestFaultString: what a fault does, as logs and /v1/status say it.
+func TestFaultString(t *testing.T) {
+	for _, c := range []struct {
+		f    dataplane.Fault
+		want string
+	}{
+		{dataplane.Fault{}, ""},
+		{dataplane.Fault{Ingress: dataplane.IngressFault{DropPercent: 40, Delay: 2 * time.Millisecond}}, "ingress drop 40%, delay 2ms"},
+		{dataplane.Fault{ReorderPercent: 5, ReorderDepth: 8, Ingress: dataplane.IngressFault{DuplicatePercent: 0.5, ReorderPercent: 1}},
+			"ingress duplicate 0.5%, reorder 1% depth 1; egress reorder 5% depth 8"},
+		{dataplane.Fault{Delay: time.Second}, "egress delay 1s"},
+	} {
+		if got := c.f.String(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.f, got, c.want)
+		}
+	}
+}

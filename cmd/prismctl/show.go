@@ -504,6 +504,7 @@ type status struct {
 		Drops    map[string]uint64 `json:"drops"`
 		RxPath   string            `json:"rx_path"`
 		Switches uint64            `json:"lane_switches"`
+		Fault    string            `json:"fault"`
 	} `json:"ports"`
 	Frames     map[string]uint64 `json:"frames"`
 	MACEntries int               `json:"mac_table_entries"`
@@ -534,7 +535,15 @@ func printPorts(w io.Writer, body []byte) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t\n", p.Index, p.Name, p.MAC, p.MTU, p.RxFrames, p.TxFrames, path, d)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range s.Ports {
+		if p.Fault != "" {
+			fmt.Fprintf(w, "port %s impairs its frames on purpose (fault: in its config): %s\n", p.Name, p.Fault)
+		}
+	}
+	return nil
 }
 
 // macs mirrors the daemon's GET /v1/macs body (cmd/prismd MACsResponse).
