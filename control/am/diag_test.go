@@ -321,3 +321,48 @@ func TestFailureTextNamesRanksNotReportedYet(t *testing.T) {
 		t.Errorf("failure text %q: want the ranks that had not reported when it failed, and no claim that they never did", msg)
 	}
 }
+
+// A forwarder that stops (m1, which only forwards between l2 and s1 in
+// the midhop topology) silences l2 behind it as l2's own stop would, and
+// s1 times out on l2: the diagnosis names m1 with l2, not the healthy l2
+// alone. (Walkthrough: a SIGSTOPped forwarder of the fat-tree had the AM
+// and every rank blame the leaf behind it.)
+func TestStoppedForwarderNamed(t *testing.T) {
+	topo := loadTopo(t, "midhop")
+	h1 := topo.MAC("h1", "eth0")
+	r := newRigAt(t, "midhop", Config{CtlTimeout: 300 * time.Millisecond}, net.HardwareAddr(h1[:]))
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	r.m.mu.Lock()
+	op := r.m.ops[grants[0].ID]
+	r.m.mu.Unlock()
+	if op.tree.Node("m1") != nil {
+		t.Fatal("m1 is a tree node; this test wants it a forwarder")
+	}
+	var fromL2 uint16
+	found := false
+	for s, who := range op.plan.nodes["s1"].ownerSwitch {
+		if who == "l2" {
+			fromL2, found = s, true
+		}
+	}
+	if !found {
+		t.Fatalf("s1 has no stream from l2: %v", op.plan.nodes["s1"].ownerSwitch)
+	}
+	fn := r.nodes["l2"]
+	fn.mu.Lock()
+	fn.silent[parser.CmdComplete], fn.silent[parser.CmdAbort] = true, true
+	fn.mu.Unlock()
+	s1 := r.nodes["s1"]
+	s1.mu.Lock()
+	s1.final, s1.cause, s1.missing, s1.missFrom = parser.StateFailed, parser.FailTimeout, fromL2, 512
+	s1.mu.Unlock()
+	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "leaf l1 reports the operation FAILED", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, diag, _ := strings.Cut(st.Error.Message, " failed: ")
+	if want := "node l2 stopped, or switch m1 on the way to it did (it stopped answering CONTROL after it acknowledged this operation's setup; " +
+		"s1 timed out on its child l2)"; !strings.HasPrefix(diag, want) {
+		t.Errorf("diagnosis %q\nwant it to start with %q", diag, want)
+	}
+}

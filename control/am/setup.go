@@ -574,13 +574,22 @@ type stopped struct {
 	// AM; shadowed lists the reverse, in tree order.
 	behind   map[string]string
 	shadowed map[string][]string
+	// onTheWay lists, per silent node, the switches outside the tree
+	// (forwarders, bridges) that the AM's CONTROL or the frames of the
+	// nodes that timed out on it cross to reach it, but not those that
+	// carry CONTROL to a node that answered: a forwarder that stops
+	// silences the node behind it exactly as the node's own stop would,
+	// and the AM blamed the healthy node alone.
+	onTheWay map[string][]string
 }
 
 // stoppedSwitches (under op.mu) reads op's node states into a stopped,
 // and notes on each silent node behind a suspect why it may be healthy
 // (NodeStatus.behind, which its LastError then says).
 func (m *Manager) stoppedSwitches(op *operation) *stopped {
-	sw := &stopped{silent: map[string]bool{}, accused: map[string][]string{}, behind: map[string]string{}, shadowed: map[string][]string{}}
+	sw := &stopped{silent: map[string]bool{}, accused: map[string][]string{}, behind: map[string]string{}, shadowed: map[string][]string{},
+		onTheWay: map[string][]string{}}
+	accusers := map[string][]string{} // per switch, the nodes that timed out on it
 	for _, n := range op.plan.order {
 		ns := op.nodes[n]
 		if ns.State == "UNREACHABLE" && ns.answered {
@@ -598,6 +607,27 @@ func (m *Manager) stoppedSwitches(op *operation) *stopped {
 			rel = "parent"
 		}
 		sw.accused[peer] = append(sw.accused[peer], fmt.Sprintf("%s timed out on its %s %s", n, rel, peer))
+		accusers[peer] = append(accusers[peer], n)
+	}
+	// A switch on the AM's CONTROL path to a node that answered carries
+	// CONTROL: not a suspect.
+	carries := map[string]bool{}
+	for _, n := range op.plan.order {
+		if sw.silent[n] {
+			continue
+		}
+		if via, ok := m.controlPath(n); ok {
+			for _, s := range via {
+				carries[s] = true
+			}
+		}
+	}
+	for n := range sw.silent {
+		for _, s := range m.switchesOnTheWay(op, n, accusers[n]) {
+			if !carries[s] {
+				sw.onTheWay[n] = append(sw.onTheWay[n], s)
+			}
+		}
 	}
 	for _, n := range op.plan.order {
 		if !sw.silent[n] {
@@ -646,7 +676,48 @@ func (sw *stopped) lead(n string) string {
 	} else if len(sh) > 1 {
 		ev = append(ev, fmt.Sprintf("%s and %s, reached through %s, do not answer either", strings.Join(sh[:len(sh)-1], ", "), sh[len(sh)-1], n))
 	}
-	return fmt.Sprintf("node %s stopped (%s): its prismd may have stopped or hung, or its links failed", n, strings.Join(ev, "; "))
+	or := ""
+	switch way := sw.onTheWay[n]; len(way) {
+	case 0:
+	case 1:
+		or = fmt.Sprintf(", or switch %s on the way to it did", way[0])
+	default:
+		or = fmt.Sprintf(", or one of the switches on the way to it did (%s)", strings.Join(way, ", "))
+	}
+	return fmt.Sprintf("node %s stopped%s (%s): its prismd may have stopped or hung, or its links failed", n, or, strings.Join(ev, "; "))
+}
+
+// switchesOnTheWay lists the switches outside op's tree that CONTROL from
+// the AM, or frames from the nodes in from, cross to reach node, nearest
+// the AM first, each once (stopped.onTheWay).
+func (m *Manager) switchesOnTheWay(op *operation, node string, from []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(via []string) {
+		for _, s := range via {
+			if !seen[s] && op.tree.Node(s) == nil {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
+	}
+	if via, ok := m.controlPath(node); ok {
+		add(via)
+	}
+	if m.cfg.Topology != nil {
+		for _, f := range from {
+			hops, err := m.cfg.Topology.Path(f, node)
+			if err != nil || len(hops) < 2 {
+				continue
+			}
+			var via []string
+			for _, h := range hops[1 : len(hops)-1] {
+				via = append(via, h.Node)
+			}
+			add(via)
+		}
+	}
+	return out
 }
 
 // holdingRank (under op.mu) follows, from the root down, what each ACTIVE
