@@ -759,3 +759,49 @@ func TestBarrierWaitReported(t *testing.T) {
 		t.Fatalf("notices %q, want repeated ones naming rank 1 as missing", notes)
 	}
 }
+
+// TestStalledResultNotified: a collective whose RESULT stops (rank 1 dies
+// after a few frames) under a long Timeout tells Config.Notify, after
+// stallNotice and then every stallNoticeEvery, what it waits for, long
+// before it fails: a minute's Timeout kept it silent for the whole minute.
+func TestStalledResultNotified(t *testing.T) {
+	defer func(a, b int64) { stallNotice, stallNoticeEvery = a, b }(stallNotice, stallNoticeEvery)
+	stallNotice, stallNoticeEvery = int64(200*time.Millisecond), int64(400*time.Millisecond)
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	var mu sync.Mutex
+	var notes []string
+	comms := make([]*Comm, 2)
+	conns := make([]*memConn, 2)
+	for r, h := range []string{"h1", "h2"} {
+		conns[r] = f.attach(h)
+		cfg := Config{Rank: r, Size: 2, Iface: "mem0", Job: 73, Coordinator: url, Node: h}
+		if r == 0 {
+			cfg.Notify = func(m string) { mu.Lock(); notes = append(notes, m); mu.Unlock() }
+		}
+		c, err := NewCommConn(context.Background(), cfg, conns[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		comms[r] = c
+	}
+	conns[1].killAfter = 3
+	opts := &Options{Timeout: 1500 * time.Millisecond}
+	q0 := comms[0].AllReduceAsync(context.Background(), make([]float32, 200000), make([]float32, 200000), opts)
+	comms[1].AllReduceAsync(context.Background(), make([]float32, 200000), make([]float32, 200000), opts)
+	if err := q0.Wait(); err == nil {
+		t.Fatal("rank 0 completed without rank 1")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var stalls []string
+	for _, n := range notes {
+		if strings.Contains(n, "no RESULT from leaf sw1 for") {
+			stalls = append(stalls, n)
+		}
+	}
+	if len(stalls) < 2 || !strings.Contains(stalls[0], "rank 0: operation 73-") || !strings.Contains(stalls[0], "of 200000 elements); it fails after 2.5s") {
+		t.Fatalf("notices %q\nwant at least two naming the stalled RESULT of rank 0's operation and when it fails", notes)
+	}
+}

@@ -56,8 +56,11 @@ type Config struct {
 	// Notify, when set, receives what the library has to say while a call
 	// waits for others (the ranks an AM barrier still waits for, every
 	// 15 s after the first 5: a job whose last rank never started says
-	// so instead of hanging silently until the barrier timeout), and that
-	// the AM no longer knows a finished collective (it restarted).
+	// so instead of hanging silently until the barrier timeout), that a
+	// collective's RESULT stalled (after 5 s without one, then every 15
+	// s, when its Timeout is at least 10 s: what it received and when it
+	// fails), and that the AM no longer knows a finished collective (it
+	// restarted). It may be called from any goroutine, and concurrently.
 	Notify func(msg string) `json:"-"`
 }
 

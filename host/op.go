@@ -63,6 +63,7 @@ type opRun struct {
 	lastResult     int64
 	resultDeadline int64 // RESULT inactivity bound (ns)
 	progressAt     int64 // when the last PROGRESS for RESULT went out
+	stallSaid      int64 // when Notify last heard that no RESULT came (stallNotice)
 	keepEvery      int64 // a quarter of the operation's Timeout: step's keepalive
 	lingerFor      int64 // how long to answer late RESULT after success
 	lingerUntil    int64
@@ -508,6 +509,14 @@ func (op *opRun) initData() {
 		SrcEP: g.Data.SrcEndpoint, DstEP: g.Data.DstEndpoint, Stream: g.Data.StreamID}
 }
 
+// A call whose RESULT stalls tells Config.Notify after stallNotice, then
+// every stallNoticeEvery, when its Timeout leaves room for that (at least
+// twice stallNotice). Variables for tests.
+var (
+	stallNotice      = int64(5 * time.Second)
+	stallNoticeEvery = int64(15 * time.Second)
+)
+
 // step sends what the window admits (new DATA, then retransmissions),
 // then checks completion and the deadlines. It allocates nothing.
 func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
@@ -541,6 +550,17 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 		if err := op.progress(now, 0, parser.ProgressStatusOK, tx); err != nil {
 			return false, err
 		}
+	}
+	if op.rw != nil && !resDone && op.resultDeadline >= 2*stallNotice && now-op.lastResult >= stallNotice &&
+		now-max(op.stallSaid, op.lastResult) >= stallNotice && op.c.cfg.Notify != nil {
+		// A long Timeout (a minute) kept a stalled data phase silent
+		// for all of it: say so, every stallNoticeEvery after the first.
+		op.stallSaid = now + stallNoticeEvery - stallNotice
+		got := op.rw.Committed() - op.base
+		msg := fmt.Sprintf("rank %d: operation %s: no RESULT from leaf %s for %v (received [0, %d) of %d elements); it fails after %v without one. "+
+			"'prismctl show ops' on the switches says what each waits for", op.c.cfg.Rank, g.ID, g.Leaf,
+			time.Duration(now-op.lastResult).Round(time.Second), got, op.limit-op.base, time.Duration(op.resultDeadline))
+		go op.c.cfg.Notify(msg) // never block the loop on the caller's callback
 	}
 	if op.rw != nil && !resDone && now-op.lastResult > op.resultDeadline {
 		got := op.rw.Committed() - op.base
