@@ -730,8 +730,8 @@ type ContributorTimeoutError struct {
 
 func (e *ContributorTimeoutError) Error() string {
 	m := e.PeerMAC
-	return fmt.Sprintf("job %d group %d op %d gen %d: %s stream %d (peer endpoint %d, MAC %02x:%02x:%02x:%02x:%02x:%02x, port %d) silent for %v; missing elements [%d, %d)",
-		e.Op.Job, e.Op.Group, e.Op.Op, e.Op.OpGen, e.Kind, e.Stream, e.PeerEP, m[0], m[1], m[2], m[3], m[4], m[5], e.Port,
+	return fmt.Sprintf("operation %s: %s stream %d (peer endpoint %d, MAC %02x:%02x:%02x:%02x:%02x:%02x, port %d) silent for %v; missing elements [%d, %d)",
+		opName(e.Op), e.Kind, e.Stream, e.PeerEP, m[0], m[1], m[2], m[3], m[4], m[5], e.Port,
 		e.Idle.Round(time.Millisecond), e.From, e.To)
 }
 
