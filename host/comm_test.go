@@ -805,3 +805,37 @@ func TestStalledResultNotified(t *testing.T) {
 		t.Fatalf("notices %q\nwant at least two naming the stalled RESULT of rank 0's operation and when it fails", notes)
 	}
 }
+
+// TestFrozenRankSaysSo: a rank whose process did not run for longer than
+// half its RESULT deadline (SIGSTOP and SIGCONT; here its clock jumps)
+// and then finds the deadline passed says that it did not run, instead of
+// blaming its leaf alone ("no RESULT from leaf for 9s" after a 9 s stop).
+func TestFrozenRankSaysSo(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	comms := make([]*Comm, 2)
+	conns := make([]*memConn, 2)
+	for r, h := range []string{"h1", "h2"} {
+		conns[r] = f.attach(h)
+		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 74, Coordinator: url, Node: h}, conns[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		comms[r] = c
+	}
+	conns[1].killAfter = 1 // rank 1's RESULT never completes rank 0's
+	opts := &Options{Timeout: 2 * time.Second}
+	q0 := comms[0].AllReduceAsync(context.Background(), make([]float32, 1000), make([]float32, 1000), opts)
+	comms[1].AllReduceAsync(context.Background(), make([]float32, 1000), make([]float32, 1000), opts)
+	for deadline := time.Now().Add(10 * time.Second); len(*comms[0].ops.Load()) == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	defer monoSkew.Store(0)
+	monoSkew.Store(int64(5 * time.Second)) // the rank "wakes" 5 s later
+	err := q0.Wait()
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "but this process itself did not run for 5") {
+		t.Fatalf("rank 0: %v\nwant the RESULT timeout saying this process did not run", err)
+	}
+}

@@ -64,6 +64,7 @@ type opRun struct {
 	resultDeadline int64 // RESULT inactivity bound (ns)
 	progressAt     int64 // when the last PROGRESS for RESULT went out
 	stallSaid      int64 // when Notify last heard that no RESULT came (stallNotice)
+	lastStep       int64 // when step last ran: a gap says this process did not run
 	keepEvery      int64 // a quarter of the operation's Timeout: step's keepalive
 	lingerFor      int64 // how long to answer late RESULT after success
 	lingerUntil    int64
@@ -123,7 +124,7 @@ func (op *opRun) startInvocation(now int64, inv uint32) {
 	}
 	op.base, op.limit = inv*op.n, (inv+1)*op.n
 	op.state = opRunning
-	op.lastResult, op.progressAt = now, now
+	op.lastResult, op.progressAt, op.lastStep = now, now, 0
 }
 
 // service runs the operation's sending side once: cancellation, new DATA,
@@ -562,11 +563,26 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 			time.Duration(now-op.lastResult).Round(time.Second), got, op.limit-op.base, time.Duration(op.resultDeadline))
 		go op.c.cfg.Notify(msg) // never block the loop on the caller's callback
 	}
+	// The loop runs step at least every keepEvery (a quarter of the
+	// Timeout); a gap of half the RESULT deadline means this process did
+	// not run (SIGSTOP, a starved VM), and a timeout right after it is
+	// its own doing: the leaf timed this rank out, not the other way
+	// round.
+	gap := now - op.lastStep
+	if op.lastStep == 0 {
+		gap = 0
+	}
+	op.lastStep = now
 	if op.rw != nil && !resDone && now-op.lastResult > op.resultDeadline {
 		got := op.rw.Committed() - op.base
+		frozen := ""
+		if gap > op.resultDeadline/2 {
+			frozen = fmt.Sprintf("; but this process itself did not run for %v before it noticed (stopped, or starved of CPU): the switches likely timed this rank out",
+				time.Duration(gap).Round(time.Millisecond))
+		}
 		return false, &resultError{from: got, to: op.limit - op.base,
-			err: fmt.Errorf("%w: no RESULT from leaf %s for %v (received [0, %d) of %d elements)",
-				ErrTimeout, g.Leaf, time.Duration(now-op.lastResult).Round(time.Millisecond), got, op.limit-op.base)}
+			err: fmt.Errorf("%w: no RESULT from leaf %s for %v (received [0, %d) of %d elements)%s",
+				ErrTimeout, g.Leaf, time.Duration(now-op.lastResult).Round(time.Millisecond), got, op.limit-op.base, frozen)}
 	}
 	return false, nil
 }
