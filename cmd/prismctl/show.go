@@ -183,7 +183,7 @@ func showAM(url string, asJSON bool, f amFilter) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := am.NewClient(url).Ops(ctx)
+	l, err := am.NewClient(url).OpsLive(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl show am: %v\n", err)
 		return 1

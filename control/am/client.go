@@ -229,3 +229,13 @@ func (c *Client) Ops(ctx context.Context) (*OpList, error) {
 	}
 	return &l, nil
 }
+
+// OpsLive is GET /v1/ops?live=1: Ops after the AM asked every node of
+// every active operation for its state (Manager.Refresh).
+func (c *Client) OpsLive(ctx context.Context) (*OpList, error) {
+	var l OpList
+	if err := c.do(ctx, http.MethodGet, APIVersion+"/ops?live=1", nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}

@@ -52,6 +52,9 @@ func (m *Manager) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, res)
 	})
 	mux.HandleFunc("GET "+APIVersion+"/ops", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("live") == "1" {
+			m.Refresh()
+		}
 		writeJSON(w, http.StatusOK, m.Ops())
 	})
 	mux.HandleFunc("GET "+APIVersion+"/ops/{id}", func(w http.ResponseWriter, r *http.Request) {

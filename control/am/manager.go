@@ -1253,6 +1253,34 @@ func (m *Manager) Op(id string) (OpStatus, error) {
 }
 
 // Ops is GET /v1/ops: every known operation, newest generation last.
+// Refresh asks every node of every active operation for its state now
+// (COMPLETE, which changes nothing on a node: 5.1), so that Ops shows
+// where each stands and what it waits for. Without it the AM's view of
+// an active operation was its setup's (every node 0 elements completed,
+// waiting for nothing) until it ended: a stalled one looked healthy in
+// 'prismctl show am'. Bounded by the CONTROL timeout.
+func (m *Manager) Refresh() {
+	m.mu.Lock()
+	var ops []*operation
+	for _, op := range m.ops {
+		op.mu.Lock()
+		if op.state == "active" {
+			ops = append(ops, op)
+		}
+		op.mu.Unlock()
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, op := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.askAll(op)
+		}()
+	}
+	wg.Wait()
+}
+
 func (m *Manager) Ops() OpList {
 	m.mu.Lock()
 	ops := make([]*operation, 0, len(m.ops))

@@ -1428,3 +1428,47 @@ func TestSameReportsListedOnce(t *testing.T) {
 		t.Fatalf("diagnosis %+v, want the three identical reports listed once", st.Error)
 	}
 }
+
+// TestRefreshShowsActiveProgress: GET /v1/ops?live=1 (Refresh) asks the
+// nodes of an active operation for their state, so the list shows what
+// each completed and what it waits for; before, an active operation
+// showed its setup's view until it ended (0 completed, waiting for
+// nothing), and a stalled one looked healthy in 'prismctl show am'.
+func TestRefreshShowsActiveProgress(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	r.m.mu.Lock()
+	op := r.m.ops[grants[0].ID]
+	r.m.mu.Unlock()
+	var fromRank3 uint16
+	found := false
+	for s, rk := range op.plan.nodes["l2"].ownerRank {
+		if rk == 3 {
+			fromRank3, found = s, true
+		}
+	}
+	if !found {
+		t.Fatalf("l2 has no stream from rank 3: %v", op.plan.nodes["l2"].ownerRank)
+	}
+	l2 := r.nodes["l2"]
+	l2.mu.Lock()
+	l2.final, l2.missing, l2.missFrom, l2.progressing = parser.StateActive, fromRank3, 4096, true
+	l2.mu.Unlock()
+	node := func(l OpList) NodeStatus {
+		for _, o := range l.Ops {
+			if o.ID == grants[0].ID {
+				return nodeOf(o, "l2")
+			}
+		}
+		t.Fatalf("operation %s not listed", grants[0].ID)
+		return NodeStatus{}
+	}
+	if ns := node(r.m.Ops()); ns.MissingFromWhom != "" || ns.CompletedElements != 0 {
+		t.Fatalf("before a refresh: %+v", ns)
+	}
+	r.m.Refresh()
+	ns := node(r.m.Ops())
+	if ns.State != "ACTIVE" || ns.MissingFromWhom != "rank 3 (h4)" || ns.MissingFrom != 4096 || ns.CompletedElements == 0 {
+		t.Fatalf("after a refresh: %+v; want ACTIVE, waiting for rank 3 (h4) from 4096, elements completed", ns)
+	}
+}
