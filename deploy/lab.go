@@ -885,16 +885,29 @@ func (l *Lab) ours(pid int, node string) bool {
 
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
+	st := procState(pid)
+	return st != 0 && st != 'Z' && st != 'X'
+}
+
+// stoppedProc reports whether pid is stopped by a signal (SIGSTOP,
+// SIGTSTP) or a tracer: alive, but a stopped prismd forwards nothing.
+func stoppedProc(pid int) bool {
+	st := procState(pid)
+	return st == 'T' || st == 't'
+}
+
+// procState is pid's state letter from /proc/PID/stat, 0 if it has none.
+func procState(pid int) byte {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return 0
 	}
 	// The state follows the parenthesised command name.
 	s := string(b)
 	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z' && s[i+2] != 'X'
+		return s[i+2]
 	}
-	return true
+	return 'R'
 }
 
 func (l *Lab) stop(node string) error {

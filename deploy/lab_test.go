@@ -639,10 +639,30 @@ func TestRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range st {
-		if s.Kind == deploy.KindPrismd && !s.Alive {
+		if s.Kind == deploy.KindPrismd && (!s.Alive || s.Stopped) {
 			t.Errorf("status after Restart: %+v", s)
 		}
 	}
+	// A SIGSTOPped prismd is alive but forwards nothing: Status says it
+	// is stopped (it said running).
+	syscall.Kill(pid, syscall.SIGSTOP)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err = deploy.Status(tp, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := false
+		for _, s := range st {
+			stopped = stopped || s.Node == "l2" && s.Alive && s.Stopped
+		}
+		if stopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of a SIGSTOPped l2: %+v, want it Stopped", st)
+		}
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
 	ping(t, lab, "h1", "h4") // through l1, s1 and the restarted l2
 
 	// Every prismd runs: nothing to start.

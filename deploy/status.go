@@ -29,6 +29,7 @@ type NodeStatus struct {
 	Ifaces  []IfaceStatus
 	PID     int  // recorded prismd PID, 0 if none
 	Alive   bool // that PID runs and is this lab's prismd
+	Stopped bool // Alive, but stopped by a signal (SIGSTOP) or a tracer
 }
 
 // Status reports every node of lab t: namespace, interfaces with MACs and
@@ -42,6 +43,7 @@ func Status(t *Topology, o *Options) ([]NodeStatus, error) {
 		if s.Kind == KindPrismd {
 			s.PID = readPID(l.dir, node)
 			s.Alive = s.PID > 0 && alive(s.PID) && l.ours(s.PID, node)
+			s.Stopped = s.Alive && stoppedProc(s.PID)
 		}
 		if s.Present {
 			ifs, err := l.ifaces(node)

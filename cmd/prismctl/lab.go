@@ -359,7 +359,7 @@ func labStatus(topo *deploy.Topology, f *labFlags, file string) int {
 		return 1
 	}
 	up, running, switches := 0, 0, 0
-	var missing, stopped []string
+	var missing, stopped, frozen []string
 	for _, s := range st {
 		if s.Present {
 			up++
@@ -368,9 +368,12 @@ func labStatus(topo *deploy.Topology, f *labFlags, file string) int {
 		}
 		if s.Kind == deploy.KindPrismd {
 			switches++
-			if s.Alive {
+			switch {
+			case s.Stopped:
+				frozen = append(frozen, fmt.Sprintf("%s (pid %d is stopped, by SIGSTOP or a debugger: it forwards nothing until 'kill -CONT %d')", s.Node, s.PID, s.PID))
+			case s.Alive:
 				running++
-			} else {
+			default:
 				what := "no pid"
 				if s.PID != 0 {
 					what = fmt.Sprintf("pid %d not running", s.PID)
@@ -395,6 +398,8 @@ func labStatus(topo *deploy.Topology, f *labFlags, file string) int {
 			switch {
 			case s.PID == 0:
 				pd = "no pid"
+			case s.Stopped:
+				pd = fmt.Sprintf("%d stopped", s.PID)
 			case s.Alive:
 				pd = fmt.Sprintf("%d running", s.PID)
 			default:
@@ -443,7 +448,15 @@ func labStatus(topo *deploy.Topology, f *labFlags, file string) int {
 			topo.Name, strings.Join(missing, ", "), labCommand(selfPath(), f.stateDir, "down", file))
 		return 1
 	case running < switches:
-		fmt.Fprint(os.Stderr, stoppedReport(topo.Name, switches, stopped, labCommand(selfPath(), f.stateDir, "up", file)))
+		if len(frozen) > 0 {
+			fmt.Fprintf(os.Stderr, "prismctl: lab %s: %d of its %d prismd are stopped:\n", topo.Name, len(frozen), switches)
+			for _, s := range frozen {
+				fmt.Fprintf(os.Stderr, "  %s\n", s)
+			}
+		}
+		if len(stopped) > 0 {
+			fmt.Fprint(os.Stderr, stoppedReport(topo.Name, switches, stopped, labCommand(selfPath(), f.stateDir, "up", file)))
+		}
 		return 1
 	}
 	return 0

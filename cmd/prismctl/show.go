@@ -301,6 +301,13 @@ func getUnix(sock, path string) ([]byte, error) {
 		}},
 	}
 	resp, err := c.Get("http://prismd" + path)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		// The socket took the connection (the kernel does, for a
+		// process that does not run) and nothing answered.
+		return nil, fmt.Errorf("%s: prismd took the connection but did not answer in %v: it is stopped (SIGSTOP, a debugger) or hung; "+
+			"'prismctl lab status' or 'ps -o stat -p PID' says which (T: stopped; resume it with kill -CONT PID)", sock, c.Timeout)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w (is prismd running with control_listen: %s?)", sock, err, sock)
 	}
