@@ -332,7 +332,7 @@ part3() {
     else order=(); for ((i = ${#runs[@]} - 1; i >= 0; i--)); do order+=("${runs[$i]}"); done; order+=(fwd); fi
     for x in "${order[@]}"; do
       if [[ $x == fwd ]]; then
-        fw=$(fwd); rows+=("fwd - $fw")
+        fw=$(fwd); rows+=("fwd - $fw $r")
         read -r fps cpu <<<"$fw"
         echo "round $r forward: $fps fps, ns/frame: prismd CPU (total user sys) and machine busy $cpu (prismd-blast ${blast_size}B, ${BLAST_SECS}s)"
         continue
@@ -341,7 +341,7 @@ part3() {
       if res=$(agg_"$AGG_SOURCE" "$a" "$c" $job); then
         read -r n t cpu <<<"$res"
         fps=$(awk -v n="$n" -v t="$t" 'BEGIN{ if (t > 0) printf "%.0f", n/t; else print 0 }')
-        rows+=("$a $c $fps $cpu")
+        rows+=("$a $c $fps $cpu $r")
         echo "round $r $a $c: $n DATA frames absorbed in $t s of data phase = $fps fps, ns/frame: prismd CPU (total user sys) and machine busy $cpu (whole run incl. setup)"
       else echo "round $r $a $c: failed"; fi
     done
@@ -352,17 +352,22 @@ part3() {
   fmed=$(awk '$1=="fwd"{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
   fcpu=$(awk '$1=="fwd"{s+=$4;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
   echo
-  printf '%-14s %-10s %12s %12s %8s %6s %s\n' accumulator collective data_fps fwd_fps ratio bar verdict
+  # rounds: each round's ratio against that round's forwarding run, so the
+  # spread shows how much of a verdict is the machine's noise.
+  printf '%-14s %-10s %12s %12s %8s %13s %6s %s\n' accumulator collective data_fps fwd_fps ratio rounds bar verdict
   for x in "${runs[@]}"; do
     a=${x%%:*} c=${x##*:}
     v=$(awk -v a="$a" -v c="$c" '$1==a && $2==c{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
     bar=0.8; [[ $a == kulisch ]] && bar=0.5
     local name=FP32_ARRIVAL; [[ $a == kulisch ]] && name=KULISCH_FIXED
     if [[ -z $v || -z $fmed || $fmed -le 0 ]]; then
-      printf '%-14s %-10s %12s %12s %8s %6s %s\n' $name "$c" "${v:-n/a}" "${fmed:-n/a}" n/a $bar "not measured"; continue
+      printf '%-14s %-10s %12s %12s %8s %13s %6s %s\n' $name "$c" "${v:-n/a}" "${fmed:-n/a}" n/a - $bar "not measured"; continue
     fi
     q=$(ratio "$v" "$fmed")
-    printf '%-14s %-10s %12s %12s %8s %6s %s\n' $name "$c" "$v" "$fmed" "$q" "$bar" \
+    local spread
+    spread=$(awk -v a="$a" -v c="$c" '$1=="fwd"{f[$NF]=$3} $1==a && $2==c{d[$NF]=$3}
+      END{s=""; for (r = 1; r <= 2; r++) if ((r in f) && (r in d) && f[r] > 0) s = s (s == "" ? "" : "/") sprintf("%.3f", d[r]/f[r]); print (s == "" ? "-" : s)}' "$TMP/p3.rows")
+    printf '%-14s %-10s %12s %12s %8s %13s %6s %s\n' $name "$c" "$v" "$fmed" "$q" "$spread" "$bar" \
       "$(awk -v q="$q" -v b=$bar 'BEGIN{print (q >= b ? "PASS" : "BELOW BAR")}')"
     MEASURED=1
   done
