@@ -982,7 +982,14 @@ func (m *Manager) setupOp(inv *invocation, tree *Tree) (*operation, *APIError) {
 		if aerr == nil {
 			return op, nil
 		}
-		m.logf("am: op %s setup failed after %v: %v", op.id.Key(), time.Since(start), aerr)
+		if attempt == 0 && aerr.Code == CodeSetupFailed && aerr.retry != retryNone {
+			// Tried again below, which logs why: not a failure yet
+			// (an operator grepping for "failed" found this one above
+			// the line saying the setup recovered).
+			m.logf("am: op %s setup attempt refused after %v (rolled back, trying again): %v", op.id.Key(), time.Since(start), aerr)
+		} else {
+			m.logf("am: op %s setup failed after %v: %v", op.id.Key(), time.Since(start), aerr)
+		}
 		op.mu.Lock()
 		op.state, op.err, op.ended = "failed", aerr, time.Now()
 		op.mu.Unlock()
