@@ -212,30 +212,8 @@ const ExpiryGrace = time.Minute
 // invocations), which only its AM can end.
 func (e *Engine) Expire(now int64, retire func(key parser.OpKey, as parser.OpState)) {
 	for k, o := range e.ops {
-		since, as := int64(0), parser.StateAborted
-		switch o.state {
-		case parser.StateStaged:
-			since = o.stagedAt
-		case parser.StateComplete:
-			since, as = o.doneAt, parser.StateReleased
-		case parser.StateFailed:
-			since = o.failedAt
-		case parser.StateActive:
-			// A persistent collective between invocations never times out
-			// by itself (its ranks rest at a PUSH boundary, section 6.1).
-			// Its AM refreshes it with CONTROL (9.7) and its ranks with
-			// DATA: silence from both means both are gone.
-			if !o.resting() {
-				continue
-			}
-			since = o.ctlAt
-			for i := range o.in {
-				since = max(since, o.in[i].lastActive)
-			}
-		default:
-			continue
-		}
-		if now-since <= 3*int64(o.spec.Timeout)+int64(ExpiryGrace) {
+		since, as, ok := o.expiryClock()
+		if !ok || now-since <= o.expiryAfter() {
 			continue
 		}
 		e.m.OpsExpired.Add(1)
@@ -248,6 +226,38 @@ func (e *Engine) Expire(now int64, retire func(key parser.OpKey, as parser.OpSta
 		retire(k, as)
 	}
 }
+
+// expiryClock says since when o has been abandoned by its AM's measure
+// (Expire) and what it is retired as then; ok is false for a context that
+// does not expire now (an ACTIVE one that is not resting).
+func (o *op) expiryClock() (since int64, as parser.OpState, ok bool) {
+	as = parser.StateAborted
+	switch o.state {
+	case parser.StateStaged:
+		return o.stagedAt, as, true
+	case parser.StateComplete:
+		return o.doneAt, parser.StateReleased, true
+	case parser.StateFailed:
+		return o.failedAt, as, true
+	case parser.StateActive:
+		// A persistent collective between invocations never times out
+		// by itself (its ranks rest at a PUSH boundary, section 6.1).
+		// Its AM refreshes it with CONTROL (9.7) and its ranks with
+		// DATA: silence from both means both are gone.
+		if !o.resting() {
+			return 0, as, false
+		}
+		since = o.ctlAt
+		for i := range o.in {
+			since = max(since, o.in[i].lastActive)
+		}
+		return since, as, true
+	}
+	return 0, as, false
+}
+
+// expiryAfter is how long o may stay abandoned before Expire retires it.
+func (o *op) expiryAfter() int64 { return 3*int64(o.spec.Timeout) + int64(ExpiryGrace) }
 
 // Touch notes that the AM sent CONTROL for context key (any command): it
 // still wants it (see Expire). Unknown keys are ignored.

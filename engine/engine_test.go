@@ -750,3 +750,38 @@ func TestMalformedUnknownOperation(t *testing.T) {
 		t.Fatalf("well formed: unknown_operation %d, answers %d; want 2 and 1", n, len(r.tx.frames))
 	}
 }
+
+// TestSnapshotExpiry: a STAGED context (its AM died mid-setup) shows how
+// long it has been staged and when the node retires it, not 'active 0ms'
+// alone; an ACTIVE one that is not resting shows neither.
+func TestSnapshotExpiry(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 1<<20)
+	key := parser.OpKey{Job: 1, Group: 1, Op: 2, OpGen: 1}
+	spec := singleSpec(key, kulisch.FP32Arrival, 1<<20, 1500, 8192)
+	spec.Timeout = 5 * time.Second
+	if err := r.e.Stage(r.now, &spec, 4); err != nil {
+		t.Fatal(err)
+	}
+	r.now += int64(12 * time.Second)
+	r.e.Tick(r.now, r.tx)
+	var staged, active *OpSnapshot
+	for i := range r.e.Snapshot().Ops {
+		o := &r.e.Snapshot().Ops[i]
+		switch o.Op {
+		case 2:
+			staged = o
+		case 1:
+			active = o
+		}
+	}
+	if staged == nil || active == nil {
+		t.Fatalf("snapshot %+v", r.e.Snapshot().Ops)
+	}
+	if staged.State != "STAGED" || staged.StateMs != 12000 || staged.ExpiresInMs != 63000 {
+		t.Errorf("staged: state %s for %d ms, expires in %d ms; want STAGED for 12000 ms, expiring in 3 x 5 s + 60 s - 12 s = 63000 ms",
+			staged.State, staged.StateMs, staged.ExpiresInMs)
+	}
+	if active.StateMs != 0 || active.ExpiresInMs != 0 {
+		t.Errorf("active: state %d ms, expires in %d ms; want neither", active.StateMs, active.ExpiresInMs)
+	}
+}

@@ -49,6 +49,13 @@ type OpSnapshot struct {
 	Inbound    []InboundStream  `json:"inbound"`
 	Outbound   []OutboundStream `json:"outbound"`
 	ActiveMs   int64            `json:"active_ms"`
+	// StateMs is how long the context has been in its state by the
+	// expiry's clock, and ExpiresInMs how long it has left before the
+	// node retires it as abandoned by its AM (Expire): set for a STAGED,
+	// COMPLETE or FAILED context and a resting persistent one. An AM that
+	// died mid-setup left STAGED contexts that showed 'active 0ms'.
+	StateMs     int64 `json:"state_ms,omitempty"`
+	ExpiresInMs int64 `json:"expires_in_ms,omitempty"`
 }
 
 // InboundStream is one receiving binding's coverage.
@@ -140,6 +147,10 @@ func (o *op) snapshot(now int64) OpSnapshot {
 			end = o.doneAt
 		}
 		s.ActiveMs = (end - o.activeAt) / 1e6
+	}
+	if since, _, ok := o.expiryClock(); ok {
+		s.StateMs = (now - since) / 1e6
+		s.ExpiresInMs = max((since+o.expiryAfter()-now)/1e6, 1)
 	}
 	var hs [stream.MaxHoles]stream.Hole
 	addIn := func(ib *inbound) {

@@ -394,6 +394,15 @@ func printOps(w io.Writer, body []byte, names streamNames) error {
 			o.Job, o.Group, o.GroupGen, o.Op, o.OpGen, o.Role, o.Collective, o.State, o.Worker)
 		fmt.Fprintf(w, "  tuple %s  vector %d  window %d  frontier %d  handed on %d  active %dms\n",
 			o.Tuple, o.VectorLen, o.Window, o.Frontier, o.Emitted, o.ActiveMs)
+		if o.ExpiresInMs > 0 {
+			waits := map[string]string{"STAGED": "staged %v ago, awaiting COMMIT or ABORT", "COMPLETE": "complete for %v, awaiting RELEASE",
+				"FAILED": "failed %v ago, awaiting ABORT", "ACTIVE": "resting for %v (persistent: no DATA, no CONTROL)"}[o.State]
+			if waits == "" {
+				waits = strings.ToLower(o.State) + " for %v"
+			}
+			fmt.Fprintf(w, "  "+waits+"; the node retires it as abandoned by its AM in %v\n",
+				time.Duration(o.StateMs)*time.Millisecond, time.Duration(o.ExpiresInMs)*time.Millisecond)
+		}
 		if o.Inexact {
 			fmt.Fprintln(w, "  ACCUMULATION_INEXACT")
 		}

@@ -30,7 +30,7 @@ func TestShowOverUnixSocket(t *testing.T) {
 	}
 	ops := control.OpsResponse{Workers: 1, Ops: []control.OpView{{Worker: 0, OpSnapshot: engine.OpSnapshot{
 		Job: 7, Op: 3, OpGen: 1, Role: "SINGLE", Collective: "ALLREDUCE", State: "FAILED", VectorLen: 100,
-		Error: "CONTRIBUTOR stream 101 silent", FailCause: "TIMEOUT",
+		Error: "CONTRIBUTOR stream 101 silent", FailCause: "TIMEOUT", StateMs: 4000, ExpiresInMs: 71000,
 		Inbound: []engine.InboundStream{{Kind: "CONTRIBUTOR", Stream: 101, PeerMAC: "02:4b:00:00:01:02", Committed: 40,
 			Holes: []stream.Hole{{Start: 50, End: 60}}}},
 	}}}, Bitmap: []*bitmap.Snapshot{{Worker: 1, Ctxs: []bitmap.CtxSnapshot{{Job: 8, Op: 2, OpGen: 1, Role: "INTERNAL", State: "ACTIVE",
@@ -65,6 +65,7 @@ func TestShowOverUnixSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"op 7-0-0-3-1  job 7 group 0/0 op 3/1", "FAILED", "error (TIMEOUT): CONTRIBUTOR stream 101 silent", "[50,60)",
+		"failed 4s ago, awaiting ABORT; the node retires it as abandoned by its AM in 1m11s",
 		"bitmap job 8 group 0/0 op 2/1", "boundary {65538}/65600", "PARTIAL token 1 missing {8197,8198,11364}/65600"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("ops output lacks %q:\n%s", want, out.String())
