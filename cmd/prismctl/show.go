@@ -232,7 +232,7 @@ func printAMOps(w io.Writer, l *am.OpList) {
 		if len(done) == 0 {
 			done = []string{"none"}
 		}
-		fmt.Fprintf(w, "  ranks done: %s", strings.Join(done, " "))
+		fmt.Fprintf(w, "  ranks that reported (done or failed): %s", strings.Join(done, " "))
 		if len(o.Forwarders) > 0 {
 			fmt.Fprintf(w, "  forwarders: %s", strings.Join(o.Forwarders, " "))
 		}
@@ -241,7 +241,7 @@ func printAMOps(w io.Writer, l *am.OpList) {
 			fmt.Fprintf(w, "  error (%s): %s\n", o.Error.Code, o.Error.Message)
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  NODE\tROLE\tPARENT\tSTATE\tCOMPLETED\tWAITING FOR\t")
+		fmt.Fprintln(tw, "  NODE\tROLE\tPARENT\tSTATE\tCOMPLETED\tWAITING FOR (FAILED: WHY)\t")
 		for _, n := range o.Nodes {
 			parent, waiting := n.Parent, "-"
 			if parent == "" {

@@ -151,7 +151,7 @@ func TestShowAM(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"op 7-0-1-3-100  seq 4  persistent allreduce of 4 ranks  active  tree TREE, root s1",
-		"ranks done: 1",
+		"ranks that reported (done or failed): 1",
 		"l2    LEAF  s1      FAILED",
 		"timed out on rank 3 (h4) from element 600",
 		"told FAILED by the parent s1",
