@@ -540,8 +540,23 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 	if dataDone && resDone {
 		return true, nil
 	}
+	// The loop runs step at least every keepEvery (a quarter of the
+	// Timeout); a gap of half the RESULT deadline means this process did
+	// not run (SIGSTOP, a starved VM), and a timeout found right after it
+	// is its own doing: the leaf timed this rank out, not the other way
+	// round.
+	gap := now - op.lastStep
+	if op.lastStep == 0 {
+		gap = 0
+	}
+	op.lastStep = now
+	frozen := ""
+	if gap > op.resultDeadline/2 {
+		frozen = fmt.Sprintf("; but this process itself did not run for %v before it noticed (stopped, or starved of CPU): the switches likely timed this rank out",
+			time.Duration(gap).Round(time.Millisecond))
+	}
 	if err := op.sw.Check(now); err != nil {
-		return false, fmt.Errorf("%w: leaf %s did not acknowledge DATA: %v", ErrTimeout, g.Leaf, err)
+		return false, fmt.Errorf("%w: leaf %s did not acknowledge DATA: %v%s", ErrTimeout, g.Leaf, err, frozen)
 	}
 	if op.rw != nil && !resDone && op.keepEvery > 0 && now-op.progressAt >= op.keepEvery {
 		// The keepalive of docs/protocol.md section 7: an incomplete
@@ -563,23 +578,8 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 			time.Duration(now-op.lastResult).Round(time.Second), got, op.limit-op.base, time.Duration(op.resultDeadline))
 		go op.c.cfg.Notify(msg) // never block the loop on the caller's callback
 	}
-	// The loop runs step at least every keepEvery (a quarter of the
-	// Timeout); a gap of half the RESULT deadline means this process did
-	// not run (SIGSTOP, a starved VM), and a timeout right after it is
-	// its own doing: the leaf timed this rank out, not the other way
-	// round.
-	gap := now - op.lastStep
-	if op.lastStep == 0 {
-		gap = 0
-	}
-	op.lastStep = now
 	if op.rw != nil && !resDone && now-op.lastResult > op.resultDeadline {
 		got := op.rw.Committed() - op.base
-		frozen := ""
-		if gap > op.resultDeadline/2 {
-			frozen = fmt.Sprintf("; but this process itself did not run for %v before it noticed (stopped, or starved of CPU): the switches likely timed this rank out",
-				time.Duration(gap).Round(time.Millisecond))
-		}
 		return false, &resultError{from: got, to: op.limit - op.base,
 			err: fmt.Errorf("%w: no RESULT from leaf %s for %v (received [0, %d) of %d elements)%s",
 				ErrTimeout, g.Leaf, time.Duration(now-op.lastResult).Round(time.Millisecond), got, op.limit-op.base, frozen)}
