@@ -111,6 +111,11 @@ type invocation struct {
 	// abandonedBy is the request of the rank whose POST /v1/abandon failed the
 	// invocation (under m.mu; nil: none did).
 	abandonedBy *BeginRequest
+	// failedBy is the request that failed the invocation before every
+	// rank arrived (a mismatch, a rank the topology cannot place): not an
+	// arrival, but a new process of its rank (another session) is a new
+	// run of the job, not a repeat to answer with the old error.
+	failedBy *BeginRequest
 	// claimedBy is the second process that asked for a rank another
 	// process waited for, failing the invocation (claimedTwice; under
 	// m.mu; nil: none did).
@@ -465,6 +470,8 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		logIt := inv.err == nil
 		if abandon {
 			inv.err = mismatch
+			by := r
+			inv.failedBy = &by
 		}
 		m.mu.Unlock()
 		if logIt {
@@ -517,6 +524,11 @@ func (m *Manager) restarted(inv *invocation, r BeginRequest) bool {
 	if by := inv.abandonedBy; !ok && by != nil && by.Rank == r.Rank {
 		// The rank abandoned the invocation without arriving (or its
 		// arrival was withdrawn): a new process of it starts afresh.
+		prev, ok = *by, true
+	}
+	if by := inv.failedBy; !ok && by != nil && by.Rank == r.Rank {
+		// Its request failed the invocation (a --node typo): the same
+		// job run again, corrected, got the old error for a minute.
 		prev, ok = *by, true
 	}
 	if c := inv.claimedBy; c != nil && c.Rank == r.Rank && c.Session == r.Session {

@@ -1472,3 +1472,27 @@ func TestRefreshShowsActiveProgress(t *testing.T) {
 		t.Fatalf("after a refresh: %+v; want ACTIVE, waiting for rank 3 (h4) from 4096, elements completed", ns)
 	}
 }
+
+// A run that failed on a typo (rank 1 on a host the topology does not
+// have) and is started again corrected, with new sessions, gets a new
+// invocation, not the failed one's error: the failing request was no
+// arrival, so the new process was not seen as a new run and every rank of
+// the corrected job got the old error for a minute (walkthrough).
+func TestCorrectedRerunAfterFailedRequest(t *testing.T) {
+	r := newRig(t, "single", Config{})
+	bad := withSessions(reqsFor(11, 0, "allreduce", "h1", "h9"), 1)
+	res := r.beginAll(bad)
+	for i, x := range res {
+		var ae *APIError
+		if !errors.As(x.err, &ae) || ae.Code != CodeTopology || !strings.Contains(ae.Message, "h9") {
+			t.Fatalf("rank %d of the run with the typo: %v, want the topology error naming h9", i, x.err)
+		}
+	}
+	// The same job again, fixed, from new processes.
+	r.grantAll(t, withSessions(reqsFor(11, 0, "allreduce", "h1", "h2"), 10))
+	// A repeat of the failing request from its own process still gets
+	// the failure it had: it is the same run.
+	if _, err := r.m.Begin(context.Background(), bad[1]); err == nil {
+		t.Errorf("the failing request repeated was granted")
+	}
+}
