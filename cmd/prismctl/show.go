@@ -13,11 +13,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,19 +151,29 @@ func (f amFilter) apply(l *am.OpList) (released, failed int) {
 		}
 		l.Barriers = bs
 	}
-	finished := 0
+	// The last recentFinished to end, by the AM's end time: the AM lists
+	// by job, group and seq, and seq starts again at 0 with every run of
+	// a job, so the last listed were not the last finished (the newest
+	// operation hid among 'earlier' ones).
+	var ends []int64
 	for _, o := range l.Ops {
 		if (f.job < 0 || int64(o.Op.Job) == f.job) && (o.State == "released" || o.State == "failed") {
-			finished++
+			ends = append(ends, o.EndedUnixMs)
 		}
 	}
+	slices.Sort(ends)
+	cut := int64(math.MinInt64) // finished ops that ended before it are left out
+	if !f.all && len(ends) > recentFinished {
+		cut = ends[len(ends)-recentFinished]
+	}
+	kept := 0
 	ops := l.Ops[:0]
 	for _, o := range l.Ops {
 		if f.job >= 0 && int64(o.Op.Job) != f.job {
 			continue
 		}
 		if o.State == "released" || o.State == "failed" {
-			if finished--; !f.all && finished >= recentFinished {
+			if o.EndedUnixMs < cut || o.EndedUnixMs == cut && kept >= recentFinished {
 				if o.State == "failed" {
 					failed++
 				} else {
@@ -169,6 +181,7 @@ func (f amFilter) apply(l *am.OpList) (released, failed int) {
 				}
 				continue
 			}
+			kept++
 		}
 		ops = append(ops, o)
 	}

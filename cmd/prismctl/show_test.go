@@ -278,9 +278,15 @@ func TestShowAMFilter(t *testing.T) {
 		if seq == 3 {
 			st = "active"
 		}
-		l.Ops = append(l.Ops, am.OpStatus{ID: fmt.Sprintf("1-0-1-%d-7", seq), Op: am.OpIdentity{Job: 1}, Seq: uint64(seq), State: st})
+		// Ended in another order than the list's (seq restarts with each
+		// run of a job): a permutation of the seqs.
+		var ended int64
+		if st != "active" {
+			ended = 1000 + int64((seq*7)%25)
+		}
+		l.Ops = append(l.Ops, am.OpStatus{ID: fmt.Sprintf("1-0-1-%d-7", seq), Op: am.OpIdentity{Job: 1}, Seq: uint64(seq), State: st, EndedUnixMs: ended})
 	}
-	l.Ops = append(l.Ops, am.OpStatus{ID: "2-0-1-0-7", Op: am.OpIdentity{Job: 2}, State: "released"})
+	l.Ops = append(l.Ops, am.OpStatus{ID: "2-0-1-0-7", Op: am.OpIdentity{Job: 2}, State: "released", EndedUnixMs: 2000}) // the newest
 	l.Barriers = []am.Barrier{{Job: 1}, {Job: 2}}
 	ids := func(l am.OpList) (r []string) {
 		for _, o := range l.Ops {
@@ -288,23 +294,28 @@ func TestShowAMFilter(t *testing.T) {
 		}
 		return r
 	}
-	// Naive oracle: unfinished ones, then the last 10 finished in list order.
+	// Naive oracle: unfinished ones and the 10 that ended last, in list
+	// order.
 	c := l
 	c.Ops = slices.Clone(l.Ops)
 	released, failed := amFilter{job: -1}.apply(&c)
 	var want []string
-	finishedSeen := 0
-	for i := len(l.Ops) - 1; i >= 0; i-- {
-		o := l.Ops[i]
-		if o.State == "active" || finishedSeen < recentFinished {
-			want = append([]string{o.ID}, want...)
+	wantFailed := 0
+	for _, o := range l.Ops {
+		newer := 0
+		for _, p := range l.Ops {
+			if p.State != "active" && p.EndedUnixMs > o.EndedUnixMs {
+				newer++
+			}
 		}
-		if o.State != "active" {
-			finishedSeen++
+		if o.State == "active" || newer < recentFinished {
+			want = append(want, o.ID)
+		} else if o.State == "failed" {
+			wantFailed++
 		}
 	}
-	if got := ids(c); !slices.Equal(got, want) || released+failed != 25-recentFinished || failed != 4 {
-		t.Errorf("default: %v (left out %d released, %d failed), want %v (15 left out, 4 failed: seqs 0, 5, 10, 15)", got, released, failed, want)
+	if got := ids(c); !slices.Equal(got, want) || released+failed != 25-recentFinished || failed != wantFailed || !slices.Contains(got, "2-0-1-0-7") {
+		t.Errorf("default: %v (left out %d released, %d failed), want %v (15 left out, %d failed), the newest (2-0-1-0-7) among them", got, released, failed, want, wantFailed)
 	}
 	c = l
 	c.Ops, c.Barriers = slices.Clone(l.Ops), slices.Clone(l.Barriers)

@@ -286,6 +286,10 @@ type OpStatus struct {
 	Nodes      []NodeStatus `json:"nodes"`
 	RanksDone  []int        `json:"ranks_done"`
 	Error      *APIError    `json:"error,omitempty"`
+	// EndedUnixMs is when the operation was released or failed (Unix
+	// milliseconds), absent before: the order in which operations ended,
+	// which seq (restarting at 0 with every run of a job) does not give.
+	EndedUnixMs int64 `json:"ended_unix_ms,omitempty"`
 }
 
 // OpList is GET /v1/ops.

@@ -1365,6 +1365,9 @@ func (op *operation) status() OpStatus {
 	s := OpStatus{ID: op.id.Key(), Op: op.id, Seq: op.inv.key.seq, Collective: op.inv.first.Collective,
 		Size: op.size, Persistent: op.persistent, State: op.state, Tree: op.tree.Kind(), Root: op.tree.Root,
 		Forwarders: op.tree.Forwarders, RanksDone: []int{}, Error: op.err}
+	if (op.state == "released" || op.state == "failed") && !op.ended.IsZero() {
+		s.EndedUnixMs = op.ended.UnixMilli()
+	}
 	for _, name := range op.plan.order {
 		s.Nodes = append(s.Nodes, *op.nodes[name])
 	}
