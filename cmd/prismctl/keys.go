@@ -35,9 +35,9 @@ func init() {
 }
 
 const keysUsage = `usage: prismctl keys gen FILE
-       prismctl keys set --job J --key-file FILE [--socket PATH | --netns NS]
-       prismctl keys rm --job J [--socket PATH | --netns NS]
-       prismctl keys list [--socket PATH | --netns NS] [--json]`
+       prismctl keys set --job J --key-file FILE [--socket PATH | --netns NS [--state-dir DIR]]
+       prismctl keys rm --job J [--socket PATH | --netns NS [--state-dir DIR]]
+       prismctl keys list [--socket PATH | --netns NS [--state-dir DIR]] [--json]`
 
 func runKeys(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -106,7 +106,8 @@ func keysRemote(sub string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sock := fs.String("socket", "", "control socket of the prismd (default "+defaultSocket+")")
-	ns := fs.String("netns", "", "network namespace of a lab node (pl-<lab>-<node>): use that node's socket under "+deploy.DefaultStateDir)
+	ns := fs.String("netns", "", "network namespace of a lab node (pl-<lab>-<node>): use that node's socket in the lab's state directory (--state-dir)")
+	stateDir := fs.String("state-dir", deploy.DefaultStateDir, "with --netns: the --state-dir the lab was brought up with")
 	var job, keyFile *string
 	var asJSON *bool
 	if sub != "list" {
@@ -156,7 +157,7 @@ func keysRemote(sub string, args []string, stdout, stderr io.Writer) int {
 	}
 	path := *sock
 	if *ns != "" {
-		p, err := socketForNetNS(*ns)
+		p, err := socketForNetNSIn(*stateDir, *ns)
 		if err != nil {
 			fmt.Fprintf(stderr, "prismctl keys %s: %v\n", sub, err)
 			return 1

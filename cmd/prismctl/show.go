@@ -283,10 +283,6 @@ func printAMOps(w io.Writer, l *am.OpList) {
 	}
 }
 
-// socketForNetNS finds the control socket of the lab node whose namespace is
-// ns, for a lab in the default state directory.
-func socketForNetNS(ns string) (string, error) { return socketForNetNSIn(deploy.DefaultStateDir, ns) }
-
 // socketForNetNSIn finds the control socket of the lab node whose namespace
 // is ns: <stateDir>/<lab>/<node>.sock with deploy.NetNSName(lab, node) == ns.
 func socketForNetNSIn(stateDir, ns string) (string, error) {
@@ -301,6 +297,21 @@ func socketForNetNSIn(stateDir, ns string) (string, error) {
 	// The prismd's own command line names its state directory.
 	if dir := deploy.RunningStateDir(ns); dir != "" && filepath.Clean(dir) != filepath.Clean(stateDir) {
 		return "", fmt.Errorf("no control socket for namespace %q under %s: its prismd runs with state directory %s; pass --state-dir %s", ns, stateDir, dir, dir)
+	}
+	// The lab's record of the node's prismd: one that exited removed its
+	// socket, and 'no socket' sent the user after the state directory.
+	pids, _ := filepath.Glob(filepath.Join(stateDir, "*", "*.pid"))
+	for _, pf := range pids {
+		lab := filepath.Base(filepath.Dir(pf))
+		node := strings.TrimSuffix(filepath.Base(pf), ".pid")
+		if deploy.NetNSName(lab, node) != ns {
+			continue
+		}
+		b, _ := os.ReadFile(pf)
+		pid := strings.TrimSpace(string(b))
+		return "", fmt.Errorf("the prismd of lab %s node %s is not running (pid %s recorded in %s; its log: %s): "+
+			"'prismctl lab status --state-dir %s FILE' shows the lab, and 'prismctl lab up --state-dir %s FILE' restarts it",
+			lab, node, pid, pf, filepath.Join(filepath.Dir(pf), node+".log"), stateDir, stateDir)
 	}
 	return "", fmt.Errorf("no control socket for namespace %q under %s (is the lab up? if it was brought up with --state-dir DIR, pass the same --state-dir; or pass --socket)", ns, stateDir)
 }

@@ -328,3 +328,25 @@ func TestShowAMFilter(t *testing.T) {
 		t.Errorf("--all: %d of %d, left out %d", len(c.Ops), len(l.Ops), r+f)
 	}
 }
+
+// TestSocketForStoppedNode: a lab node whose prismd exited (its socket
+// removed, its pid file left) is named as not running, with the commands
+// that show and restart it, instead of 'no control socket ... pass
+// --state-dir' for a state directory that was right.
+func TestSocketForStoppedNode(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "lb"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lb", "sw1.pid"), []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := socketForNetNSIn(dir, deploy.NetNSName("lb", "sw1"))
+	if err == nil || !strings.Contains(err.Error(), "the prismd of lab lb node sw1 is not running (pid 4242") ||
+		!strings.Contains(err.Error(), "prismctl lab up --state-dir "+dir) {
+		t.Fatalf("%v, want sw1 named as not running with the restart command", err)
+	}
+	if _, err := socketForNetNSIn(dir, deploy.NetNSName("lb", "sw2")); err == nil || !strings.Contains(err.Error(), "no control socket") {
+		t.Fatalf("unknown node: %v", err)
+	}
+}
