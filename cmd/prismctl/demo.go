@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -279,21 +280,7 @@ func demoCounters(d *demo) error {
 			return err
 		}
 		ports := deploy.Ports(d.topo, sw)
-		byPort := map[string]map[string]string{} // port -> metric -> value
-		cols := map[string]bool{}
-		sc := bufio.NewScanner(strings.NewReader(text))
-		sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-		for sc.Scan() {
-			name, port, value, ok := portSample(sc.Text())
-			if !ok {
-				continue
-			}
-			if byPort[port] == nil {
-				byPort[port] = map[string]string{}
-			}
-			byPort[port][name] = value
-			cols[name] = true
-		}
+		byPort, cols := portTable(text)
 		if len(cols) == 0 {
 			fmt.Fprintf(d.out, "   %s: no per-port samples in /metrics (%d bytes)\n", sw, len(text))
 			continue
@@ -328,11 +315,12 @@ func demoCounters(d *demo) error {
 		for _, p := range append(order, extra...) {
 			fmt.Fprintf(w, "   %s\t", p)
 			for _, c := range names {
-				v := byPort[p][c]
-				if v == "" {
-					v = "-"
+				v, ok := byPort[p][c]
+				if !ok {
+					fmt.Fprint(w, "-\t")
+					continue
 				}
-				fmt.Fprintf(w, "%s\t", v)
+				fmt.Fprintf(w, "%s\t", strconv.FormatFloat(v, 'f', -1, 64))
 			}
 			fmt.Fprintln(w)
 		}
@@ -341,9 +329,35 @@ func demoCounters(d *demo) error {
 	return nil
 }
 
+// portTable reads the samples of an exposition that carry a port label:
+// per port, per metric name, the sum of its series (a counter with more
+// labels than port, drops by reason or fault drops by direction, is the
+// port's total: the last series alone was shown as it), and the names.
+func portTable(text string) (map[string]map[string]float64, map[string]bool) {
+	byPort := map[string]map[string]float64{}
+	cols := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		name, port, value, ok := portSample(sc.Text())
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		if byPort[port] == nil {
+			byPort[port] = map[string]float64{}
+		}
+		byPort[port][name] += v
+		cols[name] = true
+	}
+	return byPort, cols
+}
+
 // portSample parses one exposition line `name{...,port="p1",...} value`.
-// Samples with other labels besides port are folded by name, the last one
-// winning, which is enough for a demo table.
+// The caller sums samples of one name that have other labels besides port.
 func portSample(line string) (name, port, value string, ok bool) {
 	if line == "" || line[0] == '#' {
 		return

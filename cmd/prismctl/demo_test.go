@@ -23,3 +23,21 @@ func TestDemoHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestPortTableSumsSeries: a per-port counter with more labels than port
+// is shown as the sum of its series (the last one was shown as the
+// port's total, e.g. drops="unsupported" for every reason).
+func TestPortTableSumsSeries(t *testing.T) {
+	text := `# HELP prismd_port_drops_total x
+prismd_port_drops_total{port="p1",reason="link_local"} 3
+prismd_port_drops_total{port="p1",reason="unsupported"} 0
+prismd_port_drops_total{port="p2",reason="link_local"} 1.5e+06
+prismd_port_receive_frames_total{port="p1"} 1.240368e+06
+prismd_frames_total{class="data"} 9
+`
+	byPort, cols := portTable(text)
+	if byPort["p1"]["prismd_port_drops_total"] != 3 || byPort["p2"]["prismd_port_drops_total"] != 1500000 ||
+		byPort["p1"]["prismd_port_receive_frames_total"] != 1240368 || len(cols) != 2 || len(byPort) != 2 {
+		t.Fatalf("table %v, columns %v", byPort, cols)
+	}
+}

@@ -339,9 +339,34 @@ func labExec(topo *deploy.Topology, f *labFlags, node string, argv []string) int
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// The child gets Ctrl-C from the terminal itself; prismctl just waits.
 	signal.Ignore(os.Interrupt)
-	if err := cmd.Run(); err != nil {
+	// SIGTERM and SIGHUP sent to prismctl (kill PID of a 'lab exec ... &')
+	// go on to the command: it ended prismctl alone, and the command (an
+	// AM) ran on, reparented, holding its address.
+	fwd := make(chan os.Signal, 1)
+	signal.Notify(fwd, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(fwd)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "prismctl:", err)
+		return 1
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case sig := <-fwd:
+				_ = cmd.Process.Signal(sig)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	if err := cmd.Wait(); err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				return 128 + int(ws.Signal()) // as a shell reports it
+			}
 			return ee.ExitCode()
 		}
 		fmt.Fprintln(os.Stderr, "prismctl:", err)
