@@ -162,6 +162,16 @@ func TestCheckConfigFlag(t *testing.T) {
 		!strings.Contains(errb.String(), "(it has: ") || !strings.Contains(errb.String(), "prismd would refuse to start") || out.Len() != 0 {
 		t.Fatalf("missing interface: rc=%d stdout %q stderr %q; want 1, naming the interface and that prismd would not start", rc, out.String(), errb.String())
 	}
+	// A control socket in a directory that does not exist: the daemon
+	// cannot bind it and stops, so the check fails too.
+	nodir := filepath.Join(dir, "nodir.yaml")
+	os.WriteFile(nodir, []byte("ports: [{name: lo}]\ncontrol_listen: "+filepath.Join(dir, "absent", "p.sock")+"\n"), 0o644)
+	errb.Reset()
+	out.Reset()
+	if rc := run([]string{"--config", nodir, "--check-config"}, &out, &errb); rc != 1 ||
+		!strings.Contains(errb.String(), "directory "+filepath.Join(dir, "absent")+" does not exist") || out.Len() != 0 {
+		t.Fatalf("control_listen in a missing directory: rc=%d stdout %q stderr %q", rc, out.String(), errb.String())
+	}
 	out.Reset()
 	if rc := run([]string{"--version"}, &out, &errb); rc != 0 || !strings.HasPrefix(out.String(), "prismd ") {
 		t.Fatalf("--version: rc=%d stdout %q", rc, out.String())

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"reflect"
 	"runtime"
@@ -148,6 +149,16 @@ func checkInterfaces(file string, cfg *Config, stdout, stderr io.Writer) int {
 			if w := mtuAbove(pc, ifaces[pc.Name].mtu); w != "" {
 				fmt.Fprintf(stderr, "prismd: warning: %s: port %q: %s\n", file, pc.Name, w)
 			}
+		}
+	}
+	if cfg.ControlListen != "" {
+		// The daemon binds it at start and stops when it cannot: a
+		// missing directory passed the check and failed the start.
+		dir := filepath.Dir(cfg.ControlListen)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			fmt.Fprintf(stderr, "prismd: configuration invalid: %s: control_listen %q: directory %s does not exist; prismd would refuse to start: "+
+				"create it (systemd: RuntimeDirectory=prismd makes /run/prismd) or choose another path\n", file, cfg.ControlListen, dir)
+			rc = 1
 		}
 	}
 	if rc == 0 {
