@@ -928,7 +928,10 @@ func (m *Manager) window(p params) Window {
 		win.ReplayDepth = win.Intervals
 	}
 	if win.Bytes == 0 {
-		win.Bytes = uint32(win.Intervals) * uint32(p.MTU)
+		// A frame counts 14 + MTU bytes (protocol 7): Intervals x MTU
+		// let only Intervals - 1 full frames fly, and the last interval
+		// credit could never be used.
+		win.Bytes = uint32(win.Intervals) * uint32(parser.EthLen+p.MTU)
 	}
 	// win.Elements 0: each node's element window is sized in setup for
 	// the formats it receives (nodeElements).

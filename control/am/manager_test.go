@@ -932,7 +932,7 @@ func TestWindowSetsReplayDepth(t *testing.T) {
 				t.Fatalf("window %d rank %d: %v", tc.set, i, x.err)
 			}
 			w := x.g.Window
-			if w.Intervals != tc.want || w.ReplayDepth != tc.want || w.Bytes != uint32(tc.want)*1500 ||
+			if w.Intervals != tc.want || w.ReplayDepth != tc.want || w.Bytes != uint32(tc.want)*1514 ||
 				w.Elements != uint32(tc.want)*perFrame {
 				t.Fatalf("window %d: grant window %+v, want %d elements", tc.set, w, uint32(tc.want)*perFrame)
 			}

@@ -165,8 +165,8 @@ func (e *rkEnv) checkGrant(t *testing.T, g *rkGrant, req map[string]any) {
 	if w := g.Window; w != nil {
 		perFrame := uint32(maxElemsPerFrame(1500) / 4) // FP32 from the ranks and on RESULT_IN
 		wantE := max(uint32(w.Intervals)*perFrame, uint32(maxElemsPerFrame(1500)))
-		if w.Intervals < 1 || w.ReplayDepth != w.Intervals || w.Bytes != uint32(w.Intervals)*1500 || w.Elements != wantE {
-			t.Errorf("%s: window %+v, want replay_depth = intervals, bytes = intervals x 1500, elements = max(intervals x %d, 1452) = %d (9.1 [choice])",
+		if w.Intervals < 1 || w.ReplayDepth != w.Intervals || w.Bytes != uint32(w.Intervals)*1514 || w.Elements != wantE {
+			t.Errorf("%s: window %+v, want replay_depth = intervals, bytes = intervals x (14 + 1500), elements = max(intervals x %d, 1452) = %d (9.1 [choice])",
 				what, *w, perFrame, wantE)
 		}
 	}
