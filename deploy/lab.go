@@ -808,6 +808,16 @@ func (l *Lab) down() error {
 	var errs []error
 	nodes := l.Topo.NodesOf(KindPrismd)
 	errs = append(errs, parallel(len(nodes), len(nodes)+1, func(i int) error { return l.stop(nodes[i]) }))
+	// Processes the user started in the lab (an AM, ranks, through lab
+	// exec) outlive its namespaces, unreachable and holding their ports:
+	// name them, with what ends them. Down said only "down".
+	if left := nsProcesses(l.presentNS()); len(left) > 0 {
+		var b strings.Builder
+		for _, p := range left {
+			fmt.Fprintf(&b, "\n  %s", p)
+		}
+		l.logf("%d processes still run in its namespaces and keep running once they are gone (end them with kill PID):%s", len(left), b.String())
+	}
 	for _, n := range l.Topo.names {
 		if err := deleteNS(l.NetNS(n)); err != nil {
 			errs = append(errs, err)

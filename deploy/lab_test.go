@@ -318,8 +318,21 @@ func TestLifecycle(t *testing.T) {
 		assertGone(t, a, deploy.DefaultStateDir, psa)
 		ping(t, lb, "h2", "h1") // the other lab is untouched
 		psb := pids(t, lb)
-		if err := lb.Down(); err != nil {
+		// A process the user started in the lab outlives it: Down names
+		// it (it said only "down").
+		sleeper := lb.Exec("h1", "sleep", "60")
+		if err := sleeper.Start(); err != nil {
 			t.Fatal(err)
+		}
+		defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+		time.Sleep(100 * time.Millisecond) // ip netns exec has become sleep
+		var downLog strings.Builder
+		if err := deploy.Down(b, &deploy.Options{Prismd: fake, Log: &downLog}); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("pid %d in %s: sleep 60", sleeper.Process.Pid, lb.NetNS("h1")); !strings.Contains(downLog.String(), "1 processes still run in its namespaces") ||
+			!strings.Contains(downLog.String(), want) {
+			t.Errorf("Down logged %q, want the sleeper named (%s)", downLog.String(), want)
 		}
 		assertGone(t, b, deploy.DefaultStateDir, psb)
 	})
