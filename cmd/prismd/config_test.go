@@ -145,6 +145,10 @@ func TestCheckConfigFlag(t *testing.T) {
 	if rc := run([]string{"--log-format", "xml", "--check-config"}, &out, &errb); rc != 2 {
 		t.Fatalf("bad flag: rc=%d", rc)
 	}
+	errb.Reset()
+	if rc := run([]string{"-h"}, &out, &errb); rc != 0 || !strings.Contains(errb.String(), "-check-config") {
+		t.Fatalf("-h: rc=%d (want 0: help was asked for), usage %q", rc, errb.String())
+	}
 	// The interfaces as this namespace has them: the loopback is wrong
 	// anywhere, and so is a missing one here: the daemon refuses to start
 	// with it, so a check guarding ExecStartPre must fail.

@@ -48,6 +48,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cpuprof := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (for go tool pprof; stopped on shutdown)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // asked for: not a usage error
+		}
 		return 2
 	}
 	if *showVersion {
@@ -799,7 +802,13 @@ func (d *daemon) reload() {
 		d.log.Warn("mac_table_size changed; takes effect only after a restart", "running", d.cfg.MACTableSize, "configured", cfg.MACTableSize)
 	}
 	if cfg.PlainKulischPartials() != d.cfg.PlainKulischPartials() || cfg.CompactKulischPartials() != d.cfg.CompactKulischPartials() {
-		d.log.Warn("kulisch_partials changed; takes effect only after a restart", "running", d.cfg.KulischPartials, "configured", cfg.KulischPartials)
+		named := func(v string) string {
+			if v == "" {
+				return "f64 (the default)"
+			}
+			return v
+		}
+		d.log.Warn("kulisch_partials changed; takes effect only after a restart", "running", named(d.cfg.KulischPartials), "configured", named(cfg.KulischPartials))
 	}
 	if err := d.applyPorts(cfg); err != nil {
 		d.log.Error("reload rejected; keeping the running configuration", "err", err)
