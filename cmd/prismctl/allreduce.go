@@ -311,6 +311,8 @@ type repetitions struct {
 // says how many repetitions differed.
 func (r *repetitions) run(ctx context.Context) int {
 	failed, first := 0, 0
+	times := make([]time.Duration, 0, r.iters)
+	defer func() { r.summary(times) }()
 	for it := 1; it <= r.iters; it++ {
 		if r.ref != nil {
 			// What the previous repetition left would pass for a result
@@ -324,6 +326,7 @@ func (r *repetitions) run(ctx context.Context) int {
 			return 1
 		}
 		el := time.Since(t0)
+		times = append(times, el)
 		s := q.Stats()
 		bytes := float64(r.count * r.width)
 		how := ""
@@ -361,6 +364,24 @@ func (r *repetitions) run(ctx context.Context) int {
 		fmt.Fprintf(r.out, "rank %d: verified %d elements bit for bit against math/big in each of the %d iterations\n", r.rank, r.count, r.iters)
 	}
 	return 0
+}
+
+// summary prints, after several repetitions, the distribution of their
+// times: with --iters 1000 the per-call lines were all a user had.
+func (r *repetitions) summary(times []time.Duration) {
+	if len(times) < 2 {
+		return
+	}
+	s := slices.Clone(times)
+	slices.Sort(s)
+	var total time.Duration
+	for _, d := range s {
+		total += d
+	}
+	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	fmt.Fprintf(r.out, "rank %d: %d repetitions: median %v, p10 %v, p90 %v, min %v, max %v, mean %v, total %v\n", r.rank, len(s),
+		pct(0.5).Round(time.Microsecond), pct(0.1).Round(time.Microsecond), pct(0.9).Round(time.Microsecond),
+		s[0].Round(time.Microsecond), s[len(s)-1].Round(time.Microsecond), (total / time.Duration(len(s))).Round(time.Microsecond), total.Round(time.Microsecond))
 }
 
 // repeater starts one collective over the same buffers again and again:
