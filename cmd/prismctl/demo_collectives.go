@@ -8,7 +8,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -400,27 +398,13 @@ func (d *demo) linkCounters() (map[string]map[string]portBytes, error) {
 			return nil, fmt.Errorf("byte counters of %s: %w", sw, err)
 		}
 		ports := map[string]portBytes{}
-		sc := bufio.NewScanner(strings.NewReader(text))
-		sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-		for sc.Scan() {
-			name, port, value, ok := portSample(sc.Text())
-			if !ok {
-				continue
+		byPort, _ := portTable(text)
+		for port, m := range byPort {
+			rx, okR := m["prismd_port_receive_bytes_total"]
+			tx, okT := m["prismd_port_transmit_bytes_total"]
+			if okR || okT {
+				ports[port] = portBytes{rx: int64(rx), tx: int64(tx)}
 			}
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				continue
-			}
-			pb := ports[port]
-			switch name {
-			case "prismd_port_receive_bytes_total":
-				pb.rx = int64(v)
-			case "prismd_port_transmit_bytes_total":
-				pb.tx = int64(v)
-			default:
-				continue
-			}
-			ports[port] = pb
 		}
 		if len(ports) == 0 {
 			return nil, fmt.Errorf("byte counters of %s: no prismd_port_{receive,transmit}_bytes_total in /metrics", sw)
