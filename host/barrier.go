@@ -85,8 +85,8 @@ func (c *Comm) begin(ctx context.Context, req am.BeginRequest) (*am.Grant, error
 	defer stop()
 	g, err := c.client.Begin(bctx, req)
 	switch {
-	case err != nil && ctx.Err() != nil:
-		err = ctx.Err()
+	case err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled):
+		err = ctx.Err() // bctx was ended for ctx: say why ctx ended
 	case err != nil:
 		if cause := context.Cause(bctx); cause != nil && !errors.Is(cause, context.Canceled) {
 			err = cause // the watch gave up on the AM
