@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,9 +224,9 @@ func (p *Persistent) abandonInvocation(seq uint64, nth int, err error) {
 	req := p.c.beginRequest(seq, p.coll, sv, p.root, p.opts)
 	reason := fmt.Sprintf("it ran this call as invocation %d of its persistent %s of %d %s elements, which did not complete: %v",
 		nth, p.coll, p.n, am.FormatName(sv.format), err)
-	const max = 400
-	if len(reason) > max {
-		reason = reason[:max] + "..."
+	const most = 400 // the AM quotes it in every waiting rank's error
+	if len(reason) > most {
+		reason = strings.ToValidUTF8(reason[:most], "") + "..."
 	}
 	p.c.abandonAt(req, am.AbandonPersistent, reason)
 }
