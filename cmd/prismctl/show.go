@@ -277,7 +277,17 @@ func printAMOps(w io.Writer, l *am.OpList) {
 			if n.LastError != "" {
 				waiting += " (" + n.LastError + ")"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t\n", n.Name, n.Role, parent, n.State, n.CompletedElements, waiting)
+			state, completed := n.State, fmt.Sprint(n.CompletedElements)
+			if o.Persistent && o.State == "released" && n.State == "ABORTED" {
+				// A persistent operation ends with ABORT once every rank
+				// reported done (protocol 9.7): not a failure, and the AM
+				// never asked how far its invocations went.
+				state = "ABORTED (its end)"
+				if n.CompletedElements == 0 {
+					completed = "-"
+				}
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\n", n.Name, n.Role, parent, state, completed, waiting)
 		}
 		tw.Flush()
 	}

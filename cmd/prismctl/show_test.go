@@ -133,6 +133,8 @@ func TestShowAM(t *testing.T) {
 				{Name: "l3", Role: "LEAF", Parent: "s1", State: "FAILED", MissingStream: &ms, MissingFromWhom: "the parent s1", FailCause: "PEER_FAILED"}}},
 		{ID: "7-0-1-4-100", Seq: 5, Collective: "reduce", Size: 2, State: "failed", Tree: "SINGLE", Root: "sw1",
 			Error: &am.APIError{Code: am.CodeOperationFailed, Message: "rank 1 (h2) sent no keepalive for 7.5s"}},
+		{ID: "7-0-1-5-100", Seq: 6, Collective: "allreduce", Size: 2, Persistent: true, State: "released", Tree: "SINGLE", Root: "sw9",
+			RanksDone: []int{0, 1}, Nodes: []am.NodeStatus{{Name: "sw9", Role: "SINGLE", State: "ABORTED"}}},
 	}, Barriers: []am.Barrier{{Job: 9, Group: 1, Seq: 2, Collective: "allreduce", Size: 4, Arrived: []int{0, 2}, Missing: []int{1, 3}, WaitingMS: 3140}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/ops" {
@@ -159,6 +161,7 @@ func TestShowAM(t *testing.T) {
 		"op 7-0-1-4-100  seq 5  reduce of 2 ranks  failed",
 		"error (operation_failed): rank 1 (h2) sent no keepalive for 7.5s",
 		"barrier job 9 group 1 seq 2  allreduce of 4 ranks  waiting 3.1s for ranks 1 3 (arrived: 0 2)",
+		"sw9   SINGLE  -       ABORTED (its end)  -", // a persistent operation's end looked like a failure
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show am output lacks %q:\n%s", want, out)
