@@ -33,15 +33,22 @@
 // AM while a later call of its shape was already made (async): that later
 // call counted the shape as seen on the ranks that made it before the
 // refusal came; if ranks differ there, it fails as a mismatch on all of
-// them, which takes every mark back, and the next call agrees.
+// them, which takes every mark back, and the next call agrees. A first
+// call granted on some ranks only (one rank's deadline ended after the
+// AM's barrier completed) leaves the marks differing the same way: the
+// next call of the shape is an ordinary first call on that rank and a
+// persistent setup on the others, refused as a mismatch, which takes back
+// the marks on every rank (forgetShape), and the call after agrees.
 
 package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -176,9 +183,30 @@ func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root in
 		r.stats.AutoPersistent = true
 		if r.err != nil {
 			c.dropSlot(sh, slot)
+			var ae *am.APIError
+			if renew && errors.As(r.err, &ae) && ae.Code == am.CodeMismatch {
+				// Its setup was refused as a mismatch: another rank made
+				// this call some other way, most likely an ordinary first
+				// call of the shape (its mark differs: a first call whose
+				// deadline ended after the barrier completed got no grant
+				// there and a grant here). The AM refuses both alike, and
+				// both take back their mark (that rank's first call
+				// unsees it), so every rank's next call of the shape is a
+				// first call. Kept, the ranks met as an ordinary call
+				// against a persistent setup at every call of the shape
+				// for as long as the Comm lived.
+				c.forgetShape(sh)
+			}
 		}
 	}()
 	return r, nil
+}
+
+// forgetShape takes back the mark of shape sh, whichever call set it.
+func (c *Comm) forgetShape(sh shape) {
+	c.mu.Lock()
+	delete(c.auto.seen, sh)
+	c.mu.Unlock()
 }
 
 // skipInvocation gives up invocation nth of slot's collective, whose call
