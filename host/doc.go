@@ -59,7 +59,8 @@
 //     the AM nothing: another rank may make that call through the AM (it
 //     passed another length, or set the shape up again after a failure
 //     it alone saw). An invocation that does not complete, and a Start
-//     refused because an earlier one failed, tell the AM that this rank
+//     refused because an earlier one failed or the previous one still
+//     runs (which can differ between ranks), tell the AM that this rank
 //     will not come for that number (docs/protocol.md 9.8, stage
 //     persistent), so such a rank's call fails at once, told how the
 //     calls differ, and the ranks' later calls still meet. Numbered only

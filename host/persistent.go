@@ -147,12 +147,14 @@ func (p *Persistent) Start(ctx context.Context) *Request {
 		return failedRequest(nil)
 	}
 	if err != nil {
-		if cerr == nil && !p.closed && !p.running && p.err != nil {
-			// Ended by a failed invocation: a call all the same, which
-			// takes its sequence number (reserve) as the other ranks'
-			// Start does, whether theirs failed too or runs (and fails
-			// without this rank). The AM hears that this rank will not
-			// come for it.
+		if cerr == nil && !p.closed && (p.running || p.err != nil) {
+			// Ended by a failed invocation, or started again before the
+			// previous one finished here (whether that is so differs
+			// between ranks with their timing): a call all the same,
+			// which takes its sequence number and its invocation
+			// (reserve) as the other ranks' Start does, whether theirs
+			// is refused too or runs (and fails without this rank). The
+			// AM hears that this rank will not come for it.
 			_, seq, nth := p.reserve()
 			p.mu.Unlock()
 			r := &Request{done: make(chan struct{}), err: err}
