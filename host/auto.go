@@ -175,6 +175,7 @@ func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root in
 			// says so at once.
 			r.err = &OpError{Collective: coll, Rank: c.cfg.Rank, Stage: "begin", Invocation: nth,
 				Err: fmt.Errorf("cancelled before it ran (an earlier call of the same shape was running or queued): %w", err)}
+			r.stats.AutoPersistent = true // as the calls queued behind it say
 			c.skipInvocation(sh, slot, renew, seq, nth, prev, next, err)
 			return
 		}
