@@ -20,20 +20,8 @@ import (
 // It returns the failed operation's status.
 func stopSpine(t *testing.T, r *rig) OpStatus {
 	t.Helper()
-	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
-	r.m.mu.Lock()
-	op := r.m.ops[grants[0].ID]
-	r.m.mu.Unlock()
-	var fromS1 uint16
-	found := false
-	for s, who := range op.plan.nodes["l1"].owner {
-		if who == "the RESULT from s1" {
-			fromS1, found = s, true
-		}
-	}
-	if !found {
-		t.Fatalf("l1 has no RESULT stream from s1: %v", op.plan.nodes["l1"].owner)
-	}
+	grants, op := r.grantOp(t, 6, "h1", "h2", "h3", "h4")
+	fromS1 := streamWhere(t, "l1", op.plan.nodes["l1"].owner, "the RESULT from s1")
 	for _, n := range []string{"s1", "l2"} {
 		fn := r.nodes[n]
 		fn.mu.Lock()
@@ -52,6 +40,30 @@ func stopSpine(t *testing.T, r *rig) OpStatus {
 		t.Fatalf("status %+v", st)
 	}
 	return st
+}
+
+// grantOp grants job's seq-0 ALLREDUCE on hosts and returns the grants and
+// the AM's operation.
+func (r *rig) grantOp(t *testing.T, job uint64, hosts ...string) ([]*Grant, *operation) {
+	t.Helper()
+	grants := r.grantAll(t, reqsFor(job, 0, "allreduce", hosts...))
+	r.m.mu.Lock()
+	op := r.m.ops[grants[0].ID]
+	r.m.mu.Unlock()
+	return grants, op
+}
+
+// streamWhere is the stream whose owner in m is want (a node plan's owner,
+// ownerRank or ownerSwitch map).
+func streamWhere[V comparable](t *testing.T, what string, m map[uint16]V, want V) uint16 {
+	t.Helper()
+	for s, who := range m {
+		if who == want {
+			return s
+		}
+	}
+	t.Fatalf("%s: no stream from %v in %v", what, want, m)
+	return 0
 }
 
 func nodeOf(st OpStatus, name string) NodeStatus {
@@ -331,23 +343,11 @@ func TestStoppedForwarderNamed(t *testing.T) {
 	topo := loadTopo(t, "midhop")
 	h1 := topo.MAC("h1", "eth0")
 	r := newRigAt(t, "midhop", Config{CtlTimeout: 300 * time.Millisecond}, net.HardwareAddr(h1[:]))
-	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
-	r.m.mu.Lock()
-	op := r.m.ops[grants[0].ID]
-	r.m.mu.Unlock()
+	grants, op := r.grantOp(t, 6, "h1", "h2", "h3", "h4")
 	if op.tree.Node("m1") != nil {
 		t.Fatal("m1 is a tree node; this test wants it a forwarder")
 	}
-	var fromL2 uint16
-	found := false
-	for s, who := range op.plan.nodes["s1"].ownerSwitch {
-		if who == "l2" {
-			fromL2, found = s, true
-		}
-	}
-	if !found {
-		t.Fatalf("s1 has no stream from l2: %v", op.plan.nodes["s1"].ownerSwitch)
-	}
+	fromL2 := streamWhere(t, "s1", op.plan.nodes["s1"].ownerSwitch, "l2")
 	fn := r.nodes["l2"]
 	fn.mu.Lock()
 	fn.silent[parser.CmdComplete], fn.silent[parser.CmdAbort] = true, true

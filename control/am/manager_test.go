@@ -1436,20 +1436,8 @@ func TestSameReportsListedOnce(t *testing.T) {
 // nothing), and a stalled one looked healthy in 'prismctl show am'.
 func TestRefreshShowsActiveProgress(t *testing.T) {
 	r := newRig(t, "spine-leaf", Config{})
-	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
-	r.m.mu.Lock()
-	op := r.m.ops[grants[0].ID]
-	r.m.mu.Unlock()
-	var fromRank3 uint16
-	found := false
-	for s, rk := range op.plan.nodes["l2"].ownerRank {
-		if rk == 3 {
-			fromRank3, found = s, true
-		}
-	}
-	if !found {
-		t.Fatalf("l2 has no stream from rank 3: %v", op.plan.nodes["l2"].ownerRank)
-	}
+	grants, op := r.grantOp(t, 6, "h1", "h2", "h3", "h4")
+	fromRank3 := streamWhere(t, "l2", op.plan.nodes["l2"].ownerRank, 3)
 	l2 := r.nodes["l2"]
 	l2.mu.Lock()
 	l2.final, l2.missing, l2.missFrom, l2.progressing = parser.StateActive, fromRank3, 4096, true
