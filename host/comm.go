@@ -636,3 +636,37 @@ func (c *Comm) usable() error {
 	}
 	return nil
 }
+
+// GiveUpFirstCall tells the coordinator of cfg, for a rank whose Comm
+// could not start (NewComm failed: a wrong interface, no permission), that
+// it will not come to its first collective, an AllReduce (coll
+// "allreduce") or a Reduce to root of send's type and length with opts:
+// the other ranks' first call then fails at once, quoting reason, instead
+// of waiting out the AM's barrier timeout (2 minutes by default) for this
+// rank (protocol 9.8, stage refused). For launchers and CLIs that know the
+// first call a rank was to make (prismctl allreduce does); best effort,
+// bounded by a few seconds. It returns what the coordinator said.
+func GiveUpFirstCall(ctx context.Context, cfg Config, coll string, send any, root int, opts *Options, reason string) error {
+	if cfg.Node == "" {
+		cfg.Node, _ = os.Hostname()
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	sv, err := view(send)
+	if err != nil || sv.n == 0 {
+		return fmt.Errorf("host: no first call to give up: %v", err)
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	c := &Comm{cfg: cfg, session: am.NewSession()} // no loop, no Conn: only the request's fields
+	req := c.beginRequest(0, coll, sv, root, *opts)
+	req.MAC = "" // unknown: the interface did not open; the AM reads the topology's
+	cl := am.NewClient(cfg.Coordinator)
+	cl.RetryFor = 2 * time.Second
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = cl.Abandon(ctx, am.AbandonRequest{BeginRequest: req, Reason: reason, Stage: am.AbandonRefused})
+	return err
+}

@@ -45,10 +45,12 @@ var (
 	// point of their call sequence (the AM's mismatch: which field, in
 	// the message).
 	ErrMismatch = errors.New("host: ranks disagree")
-	// ErrAbandoned: another rank's call was cancelled while the AM
-	// gathered the ranks; every rank's call of that invocation fails, and
+	// ErrAbandoned: another rank gave the call up while the AM gathered
+	// the ranks (its caller cancelled it, it ran it on a persistent
+	// collective that failed, or its communicator could not start: the
+	// message says which); every rank's call of that invocation fails, and
 	// the next calls meet again.
-	ErrAbandoned = errors.New("host: another rank cancelled the call")
+	ErrAbandoned = errors.New("host: another rank gave up the call")
 	// ErrSetup: the AM could not set the operation up (the topology cannot
 	// place it, no switch supports it, a switch refused or did not answer,
 	// or the request was invalid); no rank got a grant.

@@ -645,3 +645,31 @@ func TestDivergentMarksConverge(t *testing.T) {
 	}
 	sp.both(t, "and exact", 20, 100, nil)
 }
+
+// Item: a rank whose Comm could not start (here: it never makes one)
+// gives up its first call with GiveUpFirstCall, and the other rank's
+// first call fails at once quoting why, instead of waiting out the AM's
+// barrier timeout (2 minutes) for it; the job run again meets.
+func TestGiveUpFirstCall(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	c0, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 213, Coordinator: url, Node: "h1"}, f.attach("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c0.Close()
+	q := c0.AllReduceAsync(context.Background(), vecFor(1, 0, 50), make([]float32, 50), nil)
+	time.Sleep(50 * time.Millisecond) // at the barrier
+	start := time.Now()
+	if err := GiveUpFirstCall(context.Background(), Config{Rank: 1, Size: 2, Iface: "eth9", Job: 213, Coordinator: url, Node: "h2"},
+		"allreduce", make([]float32, 50), 0, nil, "it could not start: no interface eth9"); err != nil {
+		t.Fatal(err)
+	}
+	err = q.Wait()
+	if !errors.Is(err, ErrAbandoned) || !strings.Contains(err.Error(), "rank 1 (h2) will not come to the barrier: it could not start: no interface eth9") {
+		t.Fatalf("rank 0: %v, want the abandon quoting rank 1's reason", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("rank 0 failed %v after the give-up, want at once", el)
+	}
+}

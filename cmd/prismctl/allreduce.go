@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/host"
 )
 
@@ -174,9 +175,27 @@ func (f *rankFlags) check() error {
 
 func (f *rankFlags) comm(ctx context.Context) (*host.Comm, error) {
 	oneProc()
-	return host.NewComm(ctx, host.Config{Rank: f.rank, Size: f.size, Iface: f.iface, Job: f.job, Group: uint16(f.group),
+	return host.NewComm(ctx, f.config())
+}
+
+func (f *rankFlags) config() host.Config {
+	return host.Config{Rank: f.rank, Size: f.size, Iface: f.iface, Job: f.job, Group: uint16(f.group),
 		Coordinator: f.coordinator, Node: f.node, NodeIface: f.nodeIface,
-		Notify: func(msg string) { fmt.Fprintf(os.Stderr, "prismctl: %s\n", msg) }})
+		Notify: func(msg string) { fmt.Fprintf(os.Stderr, "prismctl: %s\n", msg) }}
+}
+
+// giveUp tells the AM, for a rank whose communicator could not start, that
+// it will not come to its first call (coll of n elements of the input
+// format, to root): the other ranks fail at once, quoting why, instead of
+// waiting out the AM's barrier timeout for it.
+func (f *rankFlags) giveUp(ctx context.Context, coll string, n, root int, cause error) {
+	if f.coordinator == "" || errors.Is(cause, am.ErrUnreachable) {
+		return
+	}
+	send := genSpec{format: f.format}.alloc(n)
+	if err := host.GiveUpFirstCall(ctx, f.config(), coll, send, max(root, 0), f.options(), "it could not start: "+cause.Error()); err == nil {
+		fmt.Fprintln(os.Stderr, "prismctl: told the AM, so that the other ranks' first call fails at once instead of waiting for this rank")
+	}
 }
 
 // oneProc runs a rank on one P unless GOMAXPROCS is set. A rank's work is
@@ -261,6 +280,7 @@ func runAllReduce(args []string) int {
 	c, err := rf.comm(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
+		rf.giveUp(ctx, coll, *count, *root, err)
 		return 1
 	}
 	defer c.Close()

@@ -151,4 +151,14 @@ func TestAbandonPersistentStage(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("rank 1 still waits 5 s after rank 0 abandoned seq 0")
 	}
+	// Stage refused (a rank whose communicator could not start) reads
+	// the same way, for a rank arriving later.
+	q2 := withSessions(reqsFor(9, 1, "allreduce", "h1", "h2", "h3"), 1)
+	if _, err := r.m.Abandon(AbandonRequest{BeginRequest: q2[2], Reason: "it could not start: no eth9", Stage: AbandonRefused}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.m.Begin(context.Background(), q2[0])
+	if want := "job 9 group 1 seq 1: rank 2 (h3) will not come to the barrier: it could not start: no eth9"; !errors.As(err, &ae) || ae.Code != CodeAbandoned || ae.Message != want {
+		t.Fatalf("rank 0 after a refused abandon: %v, want %q", err, want)
+	}
 }

@@ -203,8 +203,10 @@ type AbandonRequest struct {
 	// Stage says where the rank's call ended (protocol 9.8): "" or
 	// "barrier", cancelled before its grant; "persistent", the rank ran
 	// the call as an invocation of a persistent operation it already
-	// had, which did not complete: the rank took the call's seq and will
-	// not come to its barrier.
+	// had, which did not complete; "refused", the rank could not make the
+	// call at all (its communicator could not start: a wrong interface).
+	// Either way the rank took the call's seq and will not come to its
+	// barrier.
 	Stage string `json:"stage,omitempty"`
 }
 
@@ -212,6 +214,7 @@ type AbandonRequest struct {
 const (
 	AbandonBarrier    = "barrier"
 	AbandonPersistent = "persistent"
+	AbandonRefused    = "refused"
 )
 
 // AbandonResponse answers POST /v1/abandon.

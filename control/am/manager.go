@@ -615,9 +615,9 @@ func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
 		return AbandonResponse{}, aerr
 	}
 	switch r.Stage {
-	case "", AbandonBarrier, AbandonPersistent:
+	case "", AbandonBarrier, AbandonPersistent, AbandonRefused:
 	default:
-		return AbandonResponse{}, badReq("stage %q: use barrier or persistent (or leave it out)", r.Stage)
+		return AbandonResponse{}, badReq("stage %q: use barrier, persistent or refused (or leave it out)", r.Stage)
 	}
 	key := invKey{r.Job, r.Group, r.Seq}
 	m.mu.Lock()
@@ -649,7 +649,7 @@ func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
 	}
 	var msg string
 	switch r.Stage {
-	case AbandonPersistent:
+	case AbandonPersistent, AbandonRefused:
 		msg = fmt.Sprintf("job %d group %d seq %d: rank %d (%s) will not come to the barrier", r.Job, r.Group, r.Seq, r.Rank, r.Node)
 		if r.Reason != "" {
 			msg += ": " + r.Reason
