@@ -143,6 +143,12 @@ func runBench(args []string) int {
 	c, err := rf.comm(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl bench: %v\n", err)
+		coll := "allreduce"
+		if *root >= 0 {
+			coll = "reduce"
+		}
+		first := benchCounts(lo, hi, *factor, int64(genSpec{format: rf.format}.width()))
+		rf.giveUp(ctx, coll, first[0], *root, err)
 		return 1
 	}
 	defer c.Close()
