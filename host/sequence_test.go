@@ -278,8 +278,16 @@ func TestCancelledQueuedCallFailsLaterOnesDistinctly(t *testing.T) {
 	sends, recvs := [3][][]float32{}, [3][][]float32{}
 	for k := range 3 {
 		sends[k], recvs[k] = make([][]float32, 2), make([][]float32, 2)
-		for r, c := range sp.comms {
+		for r := range sp.comms {
 			sends[k][r], recvs[k][r] = vecFor(uint64(60+k), r, n), make([]float32, n)
+		}
+	}
+	// Rank 0 queues its three calls before rank 1 makes any, so its first
+	// cannot finish (it needs rank 1's) before its third is queued: on a
+	// loaded machine it did, the cancelled call's skip dropped the slot,
+	// and the third call set up a new collective instead of queueing.
+	for r, c := range sp.comms {
+		for k := range 3 {
 			ctx := live
 			if r == 0 && k == 1 {
 				ctx = cancelled

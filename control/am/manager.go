@@ -441,6 +441,21 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		m.invs[key] = inv
 		inv.timer = time.AfterFunc(m.cfg.BarrierTimeout, func() { m.barrierTimeout(inv) })
 	}
+	if by := inv.abandonedBy; inv.err != nil && by != nil && unplaced == nil {
+		// A rank gave this invocation up before this one arrived: its
+		// answer is that abandon, whatever this request asks (compared
+		// with the abandon's body instead, a rank that asked for the
+		// persistent setup another rank's abandoned invocation stood for
+		// was told it mismatched, which its library takes as a shape the
+		// ranks disagree on, and whether it was told depended on which
+		// request reached the AM first). How the requests differ follows.
+		e := *inv.err
+		if inv.p != p {
+			e.Message += fmt.Sprintf("; this call differs from it: %s (rank %d's value first)", p.differences(inv.p), r.Rank)
+		}
+		m.mu.Unlock()
+		return nil, &e
+	}
 	var mismatch *APIError
 	switch prev, ok := inv.arrived[r.Rank]; {
 	case unplaced != nil:
