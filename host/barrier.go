@@ -74,7 +74,7 @@ func (c *Comm) begin(ctx context.Context, req am.BeginRequest) (*am.Grant, error
 		read := w.last != nil
 		w.mu.Unlock()
 		if !read {
-			if b := w.ask(time.Second); b != nil {
+			if b, _ := w.read(time.Second); b != nil {
 				w.mu.Lock()
 				w.last = b
 				w.mu.Unlock()
@@ -140,13 +140,8 @@ func (c *Comm) abandonAt(req am.BeginRequest, stage, reason string) {
 	_, _ = c.client.Abandon(ctx, am.AbandonRequest{BeginRequest: req, Reason: reason, Stage: stage})
 }
 
-// ask reads the barrier of w's begin from the AM, waiting at most d: nil
-// if the AM has none (or did not answer).
-func (w *barrierWatch) ask(d time.Duration) *am.Barrier {
-	b, _ := w.read(d)
-	return b
-}
-
+// read reads the barrier of w's begin from the AM, waiting at most d: nil
+// if the AM has none.
 func (w *barrierWatch) read(d time.Duration) (*am.Barrier, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()

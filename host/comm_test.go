@@ -767,25 +767,9 @@ func TestBarrierWaitReported(t *testing.T) {
 func TestStalledResultNotified(t *testing.T) {
 	defer func(a, b int64) { stallNotice, stallNoticeEvery = a, b }(stallNotice, stallNoticeEvery)
 	stallNotice, stallNoticeEvery = int64(200*time.Millisecond), int64(400*time.Millisecond)
-	f := newMemFabric(t, "single")
-	url := f.startAM("h1")
 	var mu sync.Mutex
 	var notes []string
-	comms := make([]*Comm, 2)
-	conns := make([]*memConn, 2)
-	for r, h := range []string{"h1", "h2"} {
-		conns[r] = f.attach(h)
-		cfg := Config{Rank: r, Size: 2, Iface: "mem0", Job: 73, Coordinator: url, Node: h}
-		if r == 0 {
-			cfg.Notify = func(m string) { mu.Lock(); notes = append(notes, m); mu.Unlock() }
-		}
-		c, err := NewCommConn(context.Background(), cfg, conns[r])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		comms[r] = c
-	}
+	comms, conns, _ := memPair(t, 73, func(m string) { mu.Lock(); notes = append(notes, m); mu.Unlock() })
 	conns[1].killAfter = 3
 	opts := &Options{Timeout: 1500 * time.Millisecond}
 	q0 := comms[0].AllReduceAsync(context.Background(), make([]float32, 200000), make([]float32, 200000), opts)
@@ -811,19 +795,7 @@ func TestStalledResultNotified(t *testing.T) {
 // and then finds the deadline passed says that it did not run, instead of
 // blaming its leaf alone ("no RESULT from leaf for 9s" after a 9 s stop).
 func TestFrozenRankSaysSo(t *testing.T) {
-	f := newMemFabric(t, "single")
-	url := f.startAM("h1")
-	comms := make([]*Comm, 2)
-	conns := make([]*memConn, 2)
-	for r, h := range []string{"h1", "h2"} {
-		conns[r] = f.attach(h)
-		c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: 74, Coordinator: url, Node: h}, conns[r])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		comms[r] = c
-	}
+	comms, conns, _ := memPair(t, 74, nil)
 	conns[1].killAfter = 1 // rank 1's RESULT never completes rank 0's
 	opts := &Options{Timeout: 2 * time.Second}
 	q0 := comms[0].AllReduceAsync(context.Background(), make([]float32, 1000), make([]float32, 1000), opts)
@@ -838,4 +810,28 @@ func TestFrozenRankSaysSo(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "but this process itself did not run for 5") {
 		t.Fatalf("rank 0: %v\nwant the RESULT timeout saying this process did not run", err)
 	}
+}
+
+// memPair is two ranks of job on h1 and h2 of a SINGLE fabric with its AM
+// (whose URL it returns), closed at the test's end; notify0, if set, is
+// rank 0's Config.Notify.
+func memPair(t *testing.T, job uint64, notify0 func(string)) ([]*Comm, []*memConn, string) {
+	t.Helper()
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	comms, conns := make([]*Comm, 2), make([]*memConn, 2)
+	for r, h := range []string{"h1", "h2"} {
+		conns[r] = f.attach(h)
+		cfg := Config{Rank: r, Size: 2, Iface: "mem0", Job: job, Coordinator: url, Node: h}
+		if r == 0 {
+			cfg.Notify = notify0
+		}
+		c, err := NewCommConn(context.Background(), cfg, conns[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		comms[r] = c
+	}
+	return comms, conns, url
 }

@@ -296,13 +296,8 @@ func printAMOps(w io.Writer, l *am.OpList) {
 // socketForNetNSIn finds the control socket of the lab node whose namespace
 // is ns: <stateDir>/<lab>/<node>.sock with deploy.NetNSName(lab, node) == ns.
 func socketForNetNSIn(stateDir, ns string) (string, error) {
-	socks, _ := filepath.Glob(filepath.Join(stateDir, "*", "*.sock"))
-	for _, s := range socks {
-		lab := filepath.Base(filepath.Dir(s))
-		node := strings.TrimSuffix(filepath.Base(s), ".sock")
-		if deploy.NetNSName(lab, node) == ns {
-			return s, nil
-		}
+	if s, _, _ := labFile(stateDir, ns, ".sock"); s != "" {
+		return s, nil
 	}
 	// The prismd's own command line names its state directory.
 	if dir := deploy.RunningStateDir(ns); dir != "" && filepath.Clean(dir) != filepath.Clean(stateDir) {
@@ -310,20 +305,26 @@ func socketForNetNSIn(stateDir, ns string) (string, error) {
 	}
 	// The lab's record of the node's prismd: one that exited removed its
 	// socket, and 'no socket' sent the user after the state directory.
-	pids, _ := filepath.Glob(filepath.Join(stateDir, "*", "*.pid"))
-	for _, pf := range pids {
-		lab := filepath.Base(filepath.Dir(pf))
-		node := strings.TrimSuffix(filepath.Base(pf), ".pid")
-		if deploy.NetNSName(lab, node) != ns {
-			continue
-		}
+	if pf, lab, node := labFile(stateDir, ns, ".pid"); pf != "" {
 		b, _ := os.ReadFile(pf)
-		pid := strings.TrimSpace(string(b))
 		return "", fmt.Errorf("the prismd of lab %s node %s is not running (pid %s recorded in %s; its log: %s): "+
 			"'prismctl lab status --state-dir %s FILE' shows the lab, and 'prismctl lab up --state-dir %s FILE' restarts it",
-			lab, node, pid, pf, filepath.Join(filepath.Dir(pf), node+".log"), stateDir, stateDir)
+			lab, node, strings.TrimSpace(string(b)), pf, filepath.Join(filepath.Dir(pf), node+".log"), stateDir, stateDir)
 	}
 	return "", fmt.Errorf("no control socket for namespace %q under %s (is the lab up? if it was brought up with --state-dir DIR, pass the same --state-dir; or pass --socket)", ns, stateDir)
+}
+
+// labFile finds <stateDir>/<lab>/<node><ext> of the lab node whose
+// namespace is ns (deploy.NetNSName(lab, node) == ns), or "".
+func labFile(stateDir, ns, ext string) (path, lab, node string) {
+	files, _ := filepath.Glob(filepath.Join(stateDir, "*", "*"+ext))
+	for _, f := range files {
+		lab, node = filepath.Base(filepath.Dir(f)), strings.TrimSuffix(filepath.Base(f), ext)
+		if deploy.NetNSName(lab, node) == ns {
+			return f, lab, node
+		}
+	}
+	return "", "", ""
 }
 
 func getUnix(sock, path string) ([]byte, error) {
