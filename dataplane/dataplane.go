@@ -146,6 +146,7 @@ type Dataplane struct {
 	// (Stats.Classes must not go back when a port goes).
 	pastClasses [numFrameClasses]atomic.Uint64
 	workers     []*worker
+	links       links // SetLinkState
 
 	mu      sync.Mutex // serializes configuration changes
 	nodeMAC *[6]byte

@@ -58,8 +58,14 @@ func (e *env) afterGrant(job uint64, settle time.Duration, f func()) {
 // the dead link says its interface went down, the others name it. The
 // same when it is the switch's end that goes down: the rank's interface
 // stays up without carrier, its frames vanish without an error, and the
-// rank's timeout says the interface has no carrier.
+// rank's timeout says the interface has no carrier. In both cases the
+// leaf's port has no carrier, so the other ranks' errors name the lost
+// link (Failure Cause LINK_DOWN), not a rank.
 func TestLinkFlap(t *testing.T) {
+	const (
+		lost23 = "node l2 lost its link to rank 2 (h3)"
+		lostL2 = "failed: node s1 lost its link to subtree l2; node s1 is FAILED"
+	)
 	e := up(t, "spine-leaf", "h1", am.Config{})
 	hosts := []string{"h1", "h2", "h3", "h4"}
 	const timeout = 4 * time.Second
@@ -84,10 +90,20 @@ func TestLinkFlap(t *testing.T) {
 		job         uint64
 		what        string
 		node, iface string
-		want        string // in rank 2's error
+		wants       [4]string     // in each rank's error
+		slack       time.Duration // past the timeout
 	}{
-		{32, "h3's eth0 down", "h3", "eth0", "interface eth0 went down"},
-		{33, "the switch's end (l2:p2) down", "l2", "p2", "interface eth0 has no carrier"},
+		// Either way l2's port to h3 has no carrier (a veth whose peer
+		// is down has none): l2 fails LINK_DOWN and the AM names the
+		// link, not a rank that stopped.
+		{32, "h3's eth0 down", "h3", "eth0", [4]string{lost23, lost23, "interface eth0 went down", lost23}, killSlack},
+		{33, "the switch's end (l2:p2) down", "l2", "p2", [4]string{lost23, lost23, "interface eth0 has no carrier", lost23}, killSlack},
+		// A leaf's uplink: s1 and l2 both fail LINK_DOWN. The AM reaches
+		// l2 only over that link, so it says l2 is cut off once its
+		// CONTROL to l2 timed out; h3 and h4 cannot reach the AM at all,
+		// and end after the library's wait for its answer.
+		{34, "the leaf's uplink (l2:p1) down", "l2", "p1", [4]string{lostL2, lostL2, "leaf l2 reports the operation FAILED",
+			"leaf l2 reports the operation FAILED"}, killSlack + 8*time.Second},
 	} {
 		cs = e.comms(c.job, hosts...)
 		go func() { done <- collective(cs, "allreduce", 0, vec, c.job, &host.Options{Timeout: timeout}) }()
@@ -101,18 +117,15 @@ func TestLinkFlap(t *testing.T) {
 		e.setIface(c.node, c.iface, true)
 		for i, err := range r.errs {
 			var oe *host.OpError
-			want := "rank 2 (h3) stopped contributing"
-			if i == 2 {
-				want = c.want
-			}
-			if err == nil || !errors.As(err, &oe) || !strings.Contains(err.Error(), want) {
+			want := c.wants[i]
+			if err == nil || !errors.As(err, &oe) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "stopped contributing") {
 				t.Errorf("%s: rank %d: %v, want an error with %q", c.what, i, err, want)
 				continue
 			}
 			t.Logf("%s: rank %d: %v", c.what, i, err)
 		}
-		if took > timeout+killSlack {
-			t.Errorf("%s: ranks failed %v after it; the bound is the timeout (%v) plus %v", c.what, took, timeout, killSlack)
+		if took > timeout+c.slack {
+			t.Errorf("%s: ranks failed %v after it; the bound is the timeout (%v) plus %v", c.what, took, timeout, c.slack)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/kulisch"
 	"github.com/prismd/prismd/parser"
 )
@@ -33,6 +35,18 @@ type sink struct {
 	byRef    bool
 	refs     [][]byte
 	refPorts []int
+	// down makes sink a dataplane.LinkReporter: these ports' links are
+	// without carrier, since downSince.
+	down      map[int]bool
+	downSince time.Time
+}
+
+// PortLink implements dataplane.LinkReporter.
+func (s *sink) PortLink(port int) (string, dataplane.LinkState, time.Time) {
+	if s.down[port] {
+		return fmt.Sprintf("p%d", port+1), dataplane.LinkNoCarrier, s.downSince
+	}
+	return fmt.Sprintf("p%d", port+1), dataplane.LinkUp, time.Time{}
 }
 
 func (s *sink) Send(port int, frame []byte) bool {
@@ -508,6 +522,41 @@ func TestFailureAnnouncedToEveryPeer(t *testing.T) {
 	r.e.Tick(r.now+int64(SnapshotInterval), r.tx) // publishes the introspection snapshot
 	if ops := r.e.Snapshot().Ops; len(ops) != 1 || ops[0].FailCause != "TIMEOUT" || ops[0].Error == "" {
 		t.Fatalf("snapshot %+v, want the FAILED context with cause TIMEOUT and its error", ops)
+	}
+}
+
+// TestTimeoutOnDownLink: a contributor silent past the timeout fails the
+// context with cause TIMEOUT while its port is up, and LINK_DOWN, naming
+// the port and how long it has been down, while the port has no carrier:
+// the AM then blames the link, not a rank that may be alive.
+func TestTimeoutOnDownLink(t *testing.T) {
+	for _, down := range []bool{false, true} {
+		r := newRig(t, kulisch.FP32Arrival, 363) // one frame per rank
+		if down {
+			r.tx.down = map[int]bool{1: true}
+			r.tx.downSince = time.Now().Add(-3 * time.Second)
+		}
+		h := parser.DataHeader(r.data[0][parser.HdrOff:parser.DataBodyOff])
+		h.SetFlags(parser.FlagLast)
+		r.e.HandleData(r.now, 0, r.data[0], r.tx) // rank 0 contributes all; rank 1 never does
+		for end := r.now + int64(time.Hour) + int64(10*time.Millisecond); r.now < end; r.now += int64(time.Millisecond) {
+			if r.now < end-int64(20*time.Millisecond) {
+				r.now = end - int64(20*time.Millisecond)
+			}
+			r.e.Tick(r.now, r.tx)
+		}
+		s, _ := r.e.Status(r.key)
+		want, text := parser.FailTimeout, "silent for"
+		if down {
+			want, text = parser.FailLinkDown, "port p2 toward it has been without carrier for 3"
+		}
+		if s.State != parser.StateFailed || s.FailCause != want || s.MissingStream != 11 || s.MissingFrom != 0 ||
+			s.Err == nil || !strings.Contains(s.Err.Error(), text) {
+			t.Fatalf("port down %v: status %+v (err %v), want FAILED, %v on stream 11 from 0, error with %q", down, s, s.Err, want, text)
+		}
+		if down && strings.Contains(s.Err.Error(), "p1") {
+			t.Fatalf("error %q names rank 0's port, whose link is up", s.Err)
+		}
 	}
 }
 

@@ -1474,6 +1474,26 @@ func (o *op) fail(now int64, cause parser.FailCause, stream uint16, from uint32,
 	o.failLogPending = true
 }
 
+// failTimeout fails the context on stream b's timeout, from element from.
+// When b's port is down (set down, or without carrier) the cause is
+// LINK_DOWN and err says so: the peer may well be alive, its frames
+// cannot get here, and the AM then blames the link instead of the peer.
+// Asked only now, never per frame.
+func (o *op) failTimeout(now int64, b *Binding, from uint32, err error, tx dataplane.Sender) {
+	cause := parser.FailTimeout
+	if lr, ok := tx.(dataplane.LinkReporter); ok {
+		if name, s, since := lr.PortLink(int(b.Port)); s != dataplane.LinkUp {
+			cause = parser.FailLinkDown
+			d := ""
+			if !since.IsZero() {
+				d = fmt.Sprintf(" for %s", time.Since(since).Round(time.Millisecond))
+			}
+			err = fmt.Errorf("%w; port %s toward it has been %s%s", err, name, s, d)
+		}
+	}
+	o.fail(now, cause, b.Stream, from, err, tx)
+}
+
 // logFailure logs a failure fail recorded, once.
 func (o *op) logFailure() {
 	if !o.failLogPending {
@@ -1563,23 +1583,23 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 			idle = now - max(ib.lastActive, ib.heldSince)
 		}
 		if idle > limit {
-			o.fail(now, parser.FailTimeout, ib.b.Stream, ib.rw.Committed(), o.timeoutErr(now, ib), tx)
+			o.failTimeout(now, &ib.b, ib.rw.Committed(), o.timeoutErr(now, ib), tx)
 			return
 		}
 	}
 	if r := o.result; r != nil && r.armed && !r.rw.Done() && !o.resultInexact && now-r.lastActive > switchTimeout {
-		o.fail(now, parser.FailTimeout, r.b.Stream, r.rw.Committed(), o.timeoutErr(now, r), tx)
+		o.failTimeout(now, &r.b, r.rw.Committed(), o.timeoutErr(now, r), tx)
 		return
 	}
 	if o.parent != nil {
 		if err := o.parent.sw.Check(now); err != nil {
-			o.fail(now, parser.FailTimeout, o.parent.b.Stream, o.parent.sw.Committed(), err, tx)
+			o.failTimeout(now, &o.parent.b, o.parent.sw.Committed(), err, tx)
 			return
 		}
 	}
 	for i := range o.outs {
 		if err := o.outs[i].sw.Check(now); err != nil {
-			o.fail(now, parser.FailTimeout, o.outs[i].b.Stream, o.outs[i].sw.Committed(), err, tx)
+			o.failTimeout(now, &o.outs[i].b, o.outs[i].sw.Committed(), err, tx)
 			return
 		}
 	}

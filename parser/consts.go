@@ -357,9 +357,14 @@ const (
 	// FailInternal: the node could not encode a completed range (Missing
 	// Stream 0xFFFF).
 	FailInternal FailCause = 3
+	// FailLinkDown: as FailTimeout, but the node's port toward the peer of
+	// Missing Stream was down (set down, or without carrier) when the
+	// timeout fired: the failure began on that link, not necessarily at
+	// the peer, which may be alive.
+	FailLinkDown FailCause = 4
 )
 
-var failCauseNames = [...]string{"NONE", "TIMEOUT", "PEER_FAILED", "INTERNAL"}
+var failCauseNames = [...]string{"NONE", "TIMEOUT", "PEER_FAILED", "INTERNAL", "LINK_DOWN"}
 
 func (c FailCause) String() string {
 	if int(c) < len(failCauseNames) {

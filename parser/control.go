@@ -214,7 +214,7 @@ func validateAck(e *FieldError, b []byte) error {
 	if OpState(b[1]) > StateAborted {
 		return e.set(C, "ack.state", ControlBodyOff+1, ErrRange)
 	}
-	if c := FailCause(b[10]); c > FailInternal || (c != FailNone && OpState(b[1]) != StateFailed) {
+	if c := FailCause(b[10]); c > FailLinkDown || (c != FailNone && OpState(b[1]) != StateFailed) {
 		return e.set(C, "ack.fail_cause", ControlBodyOff+10, ErrRange)
 	}
 	if b[11] != 0 {

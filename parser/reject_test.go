@@ -128,7 +128,7 @@ var rejectGolden = map[string]rejectWant{
 	"ack acked command ACK":               {1, "ack.command", 48, "out_of_range"},
 	"ack state 7":                         {1, "ack.state", 49, "out_of_range"},
 	"ack reserved":                        {1, "ack.reserved", 59, "reserved_nonzero"},
-	"ack fail cause 4":                    {1, "ack.fail_cause", 58, "out_of_range"},
+	"ack fail cause 5":                    {1, "ack.fail_cause", 58, "out_of_range"},
 	"ack fail cause while ACTIVE":         {1, "ack.fail_cause", 58, "out_of_range"},
 	"caps query length":                   {1, "body_length", 44, "bad_length"},
 	"caps query reserved":                 {1, "caps_query.reserved", 49, "reserved_nonzero"},
@@ -238,7 +238,7 @@ func TestRejectOffsetsByHand(t *testing.T) {
 		"list not ascending":      sOff + 8,              // the second LIST entry
 		"hier empty lower":        sOff + 12,             // first lower bitmap, after one upper word
 		"ack reserved":            cBody + 11,            // ACK body byte 11
-		"ack fail cause 4":        cBody + 10,            // ACK body byte 10
+		"ack fail cause 5":        cBody + 10,            // ACK body byte 10
 		"caps partial":            cBody + 14,            // partial policy of the first record
 		"stage mtu 1400":          stageCtx + ctxMTU,     // = ACK Detail ctxMTU
 		"stage binding kind 5":    cBody + ContextRecordLen + BindingLen,

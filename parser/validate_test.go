@@ -271,7 +271,7 @@ var rules = []rule{
 	{"ack acked command ACK", "control-ack", setB(cBody, uint8(CmdAck)), nil, ErrRange, "ack.command"},
 	{"ack state 7", "control-ack", setB(cBody+1, 7), nil, ErrRange, "ack.state"},
 	{"ack reserved", "control-ack", setB(cBody+11, 1), nil, ErrReserved, "ack.reserved"},
-	{"ack fail cause 4", "control-ack", func(b []byte) []byte { b[cBody+1], b[cBody+10] = uint8(StateFailed), 4; return b }, nil, ErrRange, "ack.fail_cause"},
+	{"ack fail cause 5", "control-ack", func(b []byte) []byte { b[cBody+1], b[cBody+10] = uint8(StateFailed), 5; return b }, nil, ErrRange, "ack.fail_cause"},
 	{"ack fail cause while ACTIVE", "control-ack", setB(cBody+10, uint8(FailTimeout)), nil, ErrRange, "ack.fail_cause"},
 	{"ack fail cause of a FAILED context", "control-ack", func(b []byte) []byte { b[cBody+1], b[cBody+10] = uint8(StateFailed), uint8(FailPeer); return b }, nil, nil, ""},
 	{"ack FAILED without a cause", "control-ack", setB(cBody+1, uint8(StateFailed)), nil, nil, ""},

@@ -270,6 +270,8 @@ func printAMOps(w io.Writer, l *am.OpList) {
 					waiting = fmt.Sprintf("timed out on %s from element %d", who, n.MissingFrom)
 				case "PEER_FAILED":
 					waiting = "told FAILED by " + who
+				case "LINK_DOWN":
+					waiting = fmt.Sprintf("lost its link to %s (its port toward it is down) from element %d", who, n.MissingFrom)
 				default:
 					waiting = fmt.Sprintf("%s from element %d", who, n.MissingFrom)
 				}
@@ -556,6 +558,8 @@ type status struct {
 		RxPath   string            `json:"rx_path"`
 		Switches uint64            `json:"lane_switches"`
 		Fault    string            `json:"fault"`
+		Link     string            `json:"link"`
+		LinkMs   int64             `json:"link_since_unix_ms"`
 	} `json:"ports"`
 	Frames     map[string]uint64 `json:"frames"`
 	MACEntries int               `json:"mac_table_entries"`
@@ -567,7 +571,7 @@ func printPorts(w io.Writer, body []byte) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tNAME\tMAC\tMTU\tRX\tTX\tRX_PATH\tDROPS\t")
+	fmt.Fprintln(tw, "INDEX\tNAME\tMAC\tMTU\tLINK\tRX\tTX\tRX_PATH\tDROPS\t")
 	for _, p := range s.Ports {
 		var ds []string
 		for r, n := range p.Drops {
@@ -584,7 +588,16 @@ func printPorts(w io.Writer, body []byte) error {
 		if p.RxPath != "" {
 			path = fmt.Sprintf("%s (%d moves)", p.RxPath, p.Switches)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t\n", p.Index, p.Name, p.MAC, p.MTU, p.RxFrames, p.TxFrames, path, d)
+		// The link as the daemon's watcher saw it, and for how long when
+		// it is down: a stalled operation's port is the first suspect.
+		link := p.Link
+		switch {
+		case link == "":
+			link = "?" // a prismd older than this field
+		case link != "up" && p.LinkMs != 0:
+			link += fmt.Sprintf(" (%s)", time.Since(time.UnixMilli(p.LinkMs)).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t\n", p.Index, p.Name, p.MAC, p.MTU, link, p.RxFrames, p.TxFrames, path, d)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prismd/prismd/control"
 	"github.com/prismd/prismd/control/am"
@@ -39,8 +40,9 @@ func TestShowOverUnixSocket(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/ops", func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(ops) })
 	mux.HandleFunc("/v1/status", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"version":"x","ports":[{"index":0,"name":"p0","mac":"02:00:00:00:00:01","mtu":1500,"rx_frames":5,"tx_frames":6,"drops":{"short_frame":1,"kernel":53489,"fault_ingress":7},"rx_path":"lane","lane_switches":2,"fault":"ingress drop 40%"},` +
-			`{"index":1,"name":"p1","mac":"02:00:00:00:00:02","mtu":1500,"rx_frames":0,"tx_frames":0,"drops":{}}],"frames":{},"mac_table_entries":3}`))
+		w.Write([]byte(`{"version":"x","ports":[{"index":0,"name":"p0","mac":"02:00:00:00:00:01","mtu":1500,"rx_frames":5,"tx_frames":6,"drops":{"short_frame":1,"kernel":53489,"fault_ingress":7},"rx_path":"lane","lane_switches":2,"fault":"ingress drop 40%","link":"up"},` +
+			`{"index":1,"name":"p1","mac":"02:00:00:00:00:02","mtu":1500,"rx_frames":0,"tx_frames":0,"drops":{},"link":"without carrier","link_since_unix_ms":` +
+			fmt.Sprint(time.Now().Add(-5*time.Second).UnixMilli()) + `}],"frames":{},"mac_table_entries":3}`))
 	})
 	mux.HandleFunc("/v1/macs", func(w http.ResponseWriter, r *http.Request) {
 		// Deliberately out of order: prismctl sorts.
@@ -78,7 +80,8 @@ func TestShowOverUnixSocket(t *testing.T) {
 	out.Reset()
 	if err := printPorts(&out, body); err != nil || !strings.Contains(out.String(), "fault_ingress=7 kernel=53489 short_frame=1") ||
 		!strings.Contains(out.String(), "port p0 impairs its frames on purpose (fault: in its config): ingress drop 40%") ||
-		!strings.Contains(out.String(), "lane (2 moves)") || !strings.Contains(out.String(), "RX_PATH") {
+		!strings.Contains(out.String(), "lane (2 moves)") || !strings.Contains(out.String(), "RX_PATH") ||
+		!strings.Contains(out.String(), "  without carrier (5s)  ") || !strings.Contains(strings.Split(out.String(), "\n")[1], "  up  ") {
 		t.Fatalf("ports: %v\n%s", err, out.String())
 	}
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 4 || !strings.Contains(lines[2], " - ") {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/internal/netnstest"
 )
 
@@ -25,7 +26,8 @@ func TestCarrierLogged(t *testing.T) {
 	a1, b1 := env.Veth(h, sw)
 	env.MustExec(h, "ip", "link", "set", a1, "down") // b1 has no carrier at start
 	var logs syncBuf
-	if _, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}, {name: %s}]\n", b0, b1)), &logs); err != nil {
+	d, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}, {name: %s}]\n", b0, b1)), &logs)
+	if err != nil {
 		t.Fatalf("daemon: %v\n%s", err, logs.String())
 	}
 	const (
@@ -53,8 +55,23 @@ func TestCarrierLogged(t *testing.T) {
 	if count(atStart, b1) != 1 || count(atStart, b0) != 0 {
 		t.Fatalf("want one %q, for %s only:\n%s", atStart, b1, logs.String())
 	}
+	// What the engine is told (a timeout on a port down is LINK_DOWN)
+	// and /v1/status shows follows the same events.
+	link := func(port string, want dataplane.LinkState) {
+		t.Helper()
+		got, since := d.dp.LinkState(port)
+		for deadline := time.Now().Add(5 * time.Second); got != want && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			got, since = d.dp.LinkState(port)
+		}
+		if got != want || since.IsZero() {
+			t.Fatalf("dataplane link state of %s: %v since %v, want %v", port, got, since, want)
+		}
+	}
+	link(b1, dataplane.LinkNoCarrier)
+	link(b0, dataplane.LinkUp)
 	env.MustExec(h, "ip", "link", "set", a0, "down")
 	wait(down, b0)
+	link(b0, dataplane.LinkNoCarrier)
 	time.Sleep(1 * time.Second)
 	env.MustExec(h, "ip", "link", "set", a0, "up")
 	env.MustExec(h, "ip", "link", "set", a1, "up")
@@ -74,6 +91,7 @@ func TestCarrierLogged(t *testing.T) {
 	// it came up, and not as up again while it was still down.
 	env.MustExec(sw, "ip", "link", "set", b0, "down")
 	wait("port was set down", b0)
+	link(b0, dataplane.LinkAdminDown)
 	time.Sleep(300 * time.Millisecond)
 	env.MustExec(sw, "ip", "link", "set", b0, "up")
 	env.MustExec(h, "ip", "link", "set", a0, "up")

@@ -586,6 +586,12 @@ func (d *daemon) carrier(name string, cur ifaceState, start bool) {
 		return
 	}
 	d.link[name] = now
+	if d.dp != nil {
+		// The engine asks it when a stream times out: a port down
+		// makes the failure LINK_DOWN, which the AM blames on the link.
+		d.dp.SetLinkState(name, [...]dataplane.LinkState{linkUp: dataplane.LinkUp, linkAdminDown: dataplane.LinkAdminDown,
+			linkNoCarrier: dataplane.LinkNoCarrier}[now])
+	}
 	switch now {
 	case linkAdminDown:
 		if start || !seen {
@@ -721,6 +727,11 @@ func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 		// Fault is the port's configured impairment (dataplane.Fault's
 		// String), absent without one.
 		Fault string `json:"fault,omitempty"`
+		// Link is what the link watcher last saw: "up", "set down" or
+		// "without carrier", since LinkSinceUnixMs (absent if it never
+		// changed while prismd ran).
+		Link            string `json:"link"`
+		LinkSinceUnixMs int64  `json:"link_since_unix_ms,omitempty"`
 	}
 	out := struct {
 		Version    string            `json:"version"`
@@ -762,6 +773,11 @@ func (d *daemon) status(w http.ResponseWriter, r *http.Request) {
 		// dataplane decided: with only those, 40% injected loss showed
 		// as a port with next to no drops.
 		p.Fault = faults[ps.Name]
+		ls, since := d.dp.LinkState(ps.Name)
+		p.Link = ls.String()
+		if !since.IsZero() {
+			p.LinkSinceUnixMs = since.UnixMilli()
+		}
 		if ps.Fault.IngressDrops != 0 {
 			p.Drops["fault_ingress"] = ps.Fault.IngressDrops
 		}

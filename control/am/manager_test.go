@@ -555,12 +555,7 @@ func testCancelledRank(t *testing.T, local bool) {
 func TestFailureOriginNamed(t *testing.T) {
 	r := newRig(t, "spine-leaf", Config{})
 	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
-	set := func(n string, cause parser.FailCause, stream uint16, from uint32) {
-		fn := r.nodes[n]
-		fn.mu.Lock()
-		fn.final, fn.cause, fn.missing, fn.missFrom = parser.StateFailed, cause, stream, from
-		fn.mu.Unlock()
-	}
+	set := r.failNode
 	set("l1", parser.FailPeer, grants[0].Data.StreamID, 0)
 	set("s1", parser.FailPeer, 0xFFFF, 0)
 	set("l2", parser.FailTimeout, grants[3].Data.StreamID, 726)
@@ -577,6 +572,87 @@ func TestFailureOriginNamed(t *testing.T) {
 		want := map[string]string{"l1": "PEER_FAILED", "s1": "PEER_FAILED", "l2": "TIMEOUT"}[ns.Name]
 		if ns.FailCause != want {
 			t.Errorf("node %s: fail_cause %q, want %q", ns.Name, ns.FailCause, want)
+		}
+	}
+}
+
+// failNode makes node n answer COMPLETE with FAILED, cause on stream from
+// element from.
+func (r *rig) failNode(n string, cause parser.FailCause, stream uint16, from uint32) {
+	fn := r.nodes[n]
+	fn.mu.Lock()
+	fn.final, fn.cause, fn.missing, fn.missFrom = parser.StateFailed, cause, stream, from
+	fn.mu.Unlock()
+}
+
+// TestLinkDownNamed: a node that timed out on a stream whose port was down
+// (LINK_DOWN) is where the failure began, and the diagnosis names the
+// link, not a rank that "stopped contributing" (it may be alive). On a
+// rank's stream the rank is still the one the error concerns; on a link
+// between two switches no rank is blamed.
+func TestLinkDownNamed(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		node     string
+		stream   func(g []*Grant, r *rig) uint16
+		head     string
+		wantRank int // -1: none
+	}{
+		{"rank link", "l2", func(g []*Grant, r *rig) uint16 { return g[3].Data.StreamID }, "failed: node l2 lost its link to rank 3 (h4); " +
+			"node l2 is FAILED, lost its link to rank 3 (h4) (its port toward it is set down or has no carrier) from element 726;", 3},
+		{"switch link", "s1", func(g []*Grant, r *rig) uint16 {
+			for s, c := range r.m.ops[g[0].ID].plan.nodes["s1"].ownerChild {
+				if c == "l2" {
+					return s
+				}
+			}
+			t.Fatal("no stream from l2 at s1")
+			return 0
+		}, "failed: node s1 lost its link to subtree l2; node s1 is FAILED, lost its link to subtree l2 (its port toward it is set down or has no carrier) from element 726;", -1},
+		// The lost link is also the AM's way to l2, which is silent:
+		// cut off, not where the failure began.
+		{"switch link, leaf cut off", "s1", func(g []*Grant, r *rig) uint16 {
+			l2 := r.nodes["l2"]
+			l2.mu.Lock()
+			l2.silent[parser.CmdComplete], l2.silent[parser.CmdAbort] = true, true
+			l2.mu.Unlock()
+			for s, c := range r.m.ops[g[0].ID].plan.nodes["s1"].ownerChild {
+				if c == "l2" {
+					return s
+				}
+			}
+			t.Fatal("no stream from l2 at s1")
+			return 0
+		}, "failed: node s1 lost its link to subtree l2; node s1 is FAILED, lost its link to subtree l2 (its port toward it is set down or has no carrier) from element 726; " +
+			"node l1 is FAILED; node l2 does not answer CONTROL, but s1 lost its link to it (LINK_DOWN): probably not at fault itself;", -1},
+	} {
+		r := newRig(t, "spine-leaf", Config{CtlTimeout: 300 * time.Millisecond})
+		grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+		set := r.failNode
+		r.m.mu.Lock()
+		stream := c.stream(grants, r)
+		r.m.mu.Unlock()
+		for _, n := range []string{"l1", "s1", "l2"} {
+			if n != c.node {
+				set(n, parser.FailPeer, 0xFFFF, 0)
+			}
+		}
+		set(c.node, parser.FailLinkDown, stream, 726)
+		st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "leaf l1 reports the operation FAILED", Wait: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != "failed" || st.Error == nil || st.Error.Node != c.node || !strings.Contains(st.Error.Message, c.head) ||
+			strings.Contains(st.Error.Message, "stopped contributing") {
+			t.Fatalf("%s: status %+v err %+v, want node %s and a message with %q", c.name, st, st.Error, c.node, c.head)
+		}
+		if got := st.Error.Rank; (c.wantRank < 0) != (got == nil) || got != nil && *got != c.wantRank {
+			t.Fatalf("%s: error rank %v, want %d (-1: none)", c.name, got, c.wantRank)
+		}
+		for _, ns := range st.Nodes {
+			if ns.Name == c.node && ns.FailCause != "LINK_DOWN" {
+				t.Errorf("%s: node %s fail_cause %q, want LINK_DOWN", c.name, ns.Name, ns.FailCause)
+			}
 		}
 	}
 }

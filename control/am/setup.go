@@ -387,6 +387,21 @@ func (m *Manager) askAll(op *operation) {
 // a persistent operation): the nodes' Missing Streams do not override it.
 func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int, origin string) {
 	m.askAll(op)
+	if blame == nil {
+		// A rank whose own timer fired first (its leaf went silent, its
+		// link went down) reports before any node has failed, and the
+		// nodes, all ACTIVE, only say what they still wait for: the
+		// diagnosis followed that chain and blamed the rank, when its
+		// leaf was about to fail with the cause (LINK_DOWN, or a
+		// TIMEOUT naming another peer). The nodes' timers run on the
+		// same Timeout (a quarter more for switch peers), so asking
+		// again for a while lets their verdict in.
+		grace := min(time.Duration(op.inv.p.TimeoutMS)*time.Millisecond/4+200*time.Millisecond, 3*time.Second)
+		for end := time.Now().Add(grace); op.treeUnaware() && time.Now().Before(end); {
+			time.Sleep(100 * time.Millisecond)
+			m.askAll(op)
+		}
+	}
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	var parts []string
@@ -435,7 +450,7 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	if len(order) > 0 && tier(order[0]) <= 1 {
 		origin = order[0] // the node where the failure started (9.4 "node")
 	}
-	anyFailed, toldBy := false, map[int]bool{}
+	anyFailed, toldBy, lostLink := false, map[int]bool{}, ""
 	for _, n := range order {
 		ns := op.nodes[n]
 		if ns.State == "COMPLETE" || ns.State == "RELEASED" {
@@ -479,17 +494,28 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 			switch {
 			case ns.FailCause == "PEER_FAILED":
 				verb = "told FAILED by"
+			case ns.FailCause == "LINK_DOWN":
+				verb = "lost its link to"
 			case ns.State == "FAILED":
 				verb = "timed out on"
 			}
-			if ns.FailCause == "PEER_FAILED" {
+			switch ns.FailCause {
+			case "PEER_FAILED":
 				s += fmt.Sprintf(", %s %s", verb, who) // where its stream stood says nothing
-			} else {
+			case "LINK_DOWN":
+				s += fmt.Sprintf(", %s %s (its port toward it is set down or has no carrier) from element %d", verb, who, ns.MissingFrom)
+			default:
 				s += fmt.Sprintf(", %s %s from element %d", verb, who, ns.MissingFrom)
 			}
 			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil && tier(n) <= 1 {
 				rr := r
 				culprit = &rr
+			}
+			if ns.FailCause == "LINK_DOWN" && lostLink == "" && tier(n) <= 1 {
+				// The rank (or switch) behind a dead link may be
+				// alive: the head names the link, not "stopped
+				// contributing".
+				lostLink = fmt.Sprintf("node %s lost its link to %s", n, who)
 			}
 		}
 		if ns.LastError != "" {
@@ -547,13 +573,40 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 		head := fmt.Sprintf("rank %d (%s) reported failure first: %s", r, op.tree.Ranks[r].Host, op.done[r].Error)
 		return strings.Join(append([]string{head}, parts...), "; "), &r, origin
 	}
-	if culprit == nil {
+	if culprit == nil && lostLink == "" {
+		// A lost link between two switches blames no rank: whoever
+		// the chain from the root reached would be healthy.
 		culprit = op.holdingRank()
 	}
-	if culprit != nil && blame == nil {
+	switch {
+	case lostLink != "" && blame == nil:
+		parts = append([]string{lostLink}, parts...)
+	case culprit != nil && blame == nil:
 		parts = append([]string{fmt.Sprintf("rank %d (%s) stopped contributing", *culprit, op.tree.Ranks[*culprit].Host)}, parts...)
 	}
 	return strings.Join(parts, "; "), culprit, origin
+}
+
+// treeUnaware reports whether op failed on a rank's word alone, not its
+// own local failure (a cancelled call is reported as such at once), while
+// every node that answers says it is ACTIVE or COMPLETE. A node that
+// stopped answering does not end the wait: a dead switch and one cut off
+// by a dead link are both silent, and only their neighbours' verdicts
+// (TIMEOUT on it, LINK_DOWN toward it) tell them apart.
+func (op *operation) treeUnaware() bool {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if op.firstFail != nil {
+		return false
+	}
+	for _, n := range op.plan.order {
+		switch op.nodes[n].State {
+		case "ACTIVE", "COMPLETE", "UNREACHABLE":
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // stopped is what the nodes of a failed operation say about switches that
@@ -654,6 +707,25 @@ func (m *Manager) stoppedSwitches(op *operation) *stopped {
 				ns.LastError = t + "and " + ns.behind
 			}
 			break
+		}
+	}
+	// A silent switch that a neighbour lost its link to (LINK_DOWN on
+	// their stream) is cut off, not necessarily stopped: when the dead
+	// link is also the AM's way to it, its silence is the link's.
+	for _, n := range op.plan.order {
+		ns := op.nodes[n]
+		if ns.State != "FAILED" || ns.FailCause != "LINK_DOWN" || ns.MissingStream == nil {
+			continue
+		}
+		peer, ok := op.plan.nodes[n].ownerSwitch[uint16(*ns.MissingStream)]
+		if !ok || !sw.silent[peer] || sw.behind[peer] != "" {
+			continue
+		}
+		sw.behind[peer] = n
+		ps := op.nodes[peer]
+		ps.behind = fmt.Sprintf("%s lost its link to it (LINK_DOWN)", n)
+		if t, ok := strings.CutSuffix(ps.LastError, silenceUnexplained); ok {
+			ps.LastError = t + "and " + ps.behind
 		}
 	}
 	return sw

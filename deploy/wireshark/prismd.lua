@@ -77,7 +77,7 @@ local vs_op_state = {
 }
 
 -- ACK Failure Cause (section 5.2): nonzero only with Operation State FAILED.
-local vs_fail_cause = { [0] = "NONE", [1] = "TIMEOUT", [2] = "PEER_FAILED", [3] = "INTERNAL" }
+local vs_fail_cause = { [0] = "NONE", [1] = "TIMEOUT", [2] = "PEER_FAILED", [3] = "INTERNAL", [4] = "LINK_DOWN" }
 
 local vs_binding_kind = { [1] = "CONTRIBUTOR", [2] = "PARENT", [3] = "RESULT_IN", [4] = "RESULT_OUT" }
 

@@ -554,7 +554,7 @@ func decodeAck(b []byte) (ack, error) {
 	if a.State > 6 {
 		return a, fail("out_of_range", "operation state %d", a.State)
 	}
-	if a.Cause > 3 || a.Cause != 0 && a.State != osFailed {
+	if a.Cause > 4 || a.Cause != 0 && a.State != osFailed {
 		return a, fail("out_of_range", "failure cause %d with state %d", a.Cause, a.State)
 	}
 	if a.Reserved != 0 {
