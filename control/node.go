@@ -365,7 +365,16 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 	}
 	h := parser.ControlHeader(frame[parser.HdrOff:parser.ControlBodyOff])
 	c := &w.ctl
-	err := c.Decode(frame, parser.Limits{MTU: parser.MTUJumbo})
+	// Rule C1 bounds a frame by its link's MTU: checked against 9000, a
+	// 1502-byte STAGE on a 1500-byte link (its sender's MTU raised) was
+	// accepted and installed a context.
+	mtu := parser.MTUJumbo
+	if mr, ok := tx.(dataplane.MTUReporter); ok {
+		if m := mr.PortMTU(in); m > 0 {
+			mtu = min(mtu, m)
+		}
+	}
+	err := c.Decode(frame, parser.Limits{MTU: mtu})
 	if err != nil {
 		// A STAGE whose header is sound but whose body is not gets INVALID
 		// with the offending body offset; anything else is malformed
@@ -383,15 +392,18 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 		cm.malformed(err)
 		return
 	}
-	cm.cmd(c.Cmd)
 	switch c.Cmd {
 	case parser.CmdCapsQuery:
+		cm.cmd(c.Cmd)
 		w.caps(now, in, frame, c, tx)
 		return
 	case parser.CmdAck, parser.CmdCapsResponse:
+		// Not a request: counted as a drop only (prismd_control_requests_total
+		// counted it too).
 		cm.drop(reasonUnexpected)
 		return
 	}
+	cm.cmd(c.Cmd)
 	// Any command for an installed context, a retransmission included,
 	// says its AM is there and wants it (a resting persistent collective
 	// expires without it, engine.Expire).

@@ -18,7 +18,11 @@ import (
 type recorder struct {
 	ports  []int
 	frames [][]byte
+	mtu    int // PortMTU of every port; 0: not a dataplane.MTUReporter answer
 }
+
+// PortMTU implements dataplane.MTUReporter.
+func (r *recorder) PortMTU(int) int { return r.mtu }
 
 func (r *recorder) Send(port int, frame []byte) bool {
 	r.ports = append(r.ports, port)
@@ -306,6 +310,24 @@ func TestControlUntrustedAndMalformed(t *testing.T) {
 	ack[parser.ControlBodyOff] = byte(parser.CmdStage)
 	if out := r.do(ack); len(out) != 0 {
 		t.Fatal("replied to an ACK")
+	}
+	if r.w.n.cm.Drops("unexpected_command") != 1 || r.w.n.cm.commands[parser.CmdAck].Load() != 0 {
+		t.Fatalf("ACK to a node: unexpected_command %d, requests %d; want a drop, not a request",
+			r.w.n.cm.Drops("unexpected_command"), r.w.n.cm.commands[parser.CmdAck].Load())
+	}
+	// Rule C1: longer than the ingress link's MTU (its sender's MTU
+	// raised) is over_mtu, however sound, and installs nothing.
+	r.tx.mtu = 1500
+	big := append(append([]byte(nil), f...), make([]byte, parser.EthLen+1502-len(f))...)
+	if out := r.do(big); len(out) != 0 {
+		t.Fatal("replied to a STAGE longer than the link MTU")
+	}
+	if _, ok := r.w.Engine().Status(ruleKey); ok || r.w.n.cm.DecodeDrops("over_mtu") != 1 {
+		t.Fatalf("STAGE over the link MTU: over_mtu %d, context installed %v", r.w.n.cm.DecodeDrops("over_mtu"), ok)
+	}
+	r.tx.mtu = 9000
+	if st, _ := r.ack(big); st != parser.StatusOK {
+		t.Fatalf("the same STAGE on a 9000-byte link: %v, want OK", st)
 	}
 }
 

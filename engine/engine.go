@@ -317,6 +317,15 @@ func (e *Engine) Status(key parser.OpKey) (Status, bool) {
 		// result path have.
 		s.Completed = min(s.Completed, o.result.rw.Committed())
 	}
+	// Handed on means acknowledged (protocol 5.2): produced but still in
+	// a send window is not completed. It said 726 with no RESULT
+	// acknowledged yet.
+	for _, ob := range o.emitOut {
+		s.Completed = min(s.Completed, ob.sw.Committed())
+	}
+	for _, ob := range o.relayOut {
+		s.Completed = min(s.Completed, ob.sw.Committed())
+	}
 	if o.state == parser.StateFailed {
 		// What it failed on, not what it lacks now: after a failure came
 		// from a peer, the stream furthest behind may be a healthy rank's.

@@ -560,6 +560,87 @@ func TestTimeoutOnDownLink(t *testing.T) {
 	}
 }
 
+// TestProgressAheadIgnored: a PROGRESS on a RESULT stream that
+// acknowledges elements never sent (here the whole vector, COMPLETE) is
+// counted progress_ahead and changes nothing: the genuine PROGRESS that
+// follow still acknowledge what was sent, and the operation runs on.
+// Accepted, it moved the watermark to the end and every genuine PROGRESS
+// after it was stale, so the stream timed out blaming a healthy rank.
+func TestProgressAheadIgnored(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 363*8)
+	for range 3 {
+		r.step()
+	}
+	m := r.e.Metrics()
+	forged := append([]byte(nil), r.prog[1]...)
+	h := parser.ProgressHeader(forged[parser.HdrOff : parser.HdrOff+parser.ProgressHdrLen])
+	h.SetCommitted(r.vlen)
+	r.e.HandleProgress(r.now, 1, forged, r.tx)
+	if got := m.Drops[DropProgressAhead].Load(); got != 1 {
+		t.Fatalf("progress_ahead drops %d, want 1", got)
+	}
+	for range 5 {
+		r.step()
+	}
+	if s, _ := r.e.Status(r.key); s.State != parser.StateComplete || m.Drops[DropStaleProgress].Load() != 0 {
+		t.Fatalf("after the forged PROGRESS: state %v, stale_progress %d; want COMPLETE, 0", s.State, m.Drops[DropStaleProgress].Load())
+	}
+}
+
+// TestCompletedMeansAcknowledged: Completed Elements (protocol 5.2) counts
+// what was produced and acknowledged: a RESULT range sent but not yet
+// acknowledged by both ranks is not completed.
+func TestCompletedMeansAcknowledged(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 363*4)
+	for i := range 2 {
+		r.e.HandleData(r.now, i, r.data[i], r.tx) // both ranks' first frame: [0, 363) produced
+	}
+	if s, _ := r.e.Status(r.key); s.Completed != 0 {
+		t.Fatalf("completed %d with no RESULT acknowledged, want 0", s.Completed)
+	}
+	ack := func(i int, to uint32) {
+		p := parser.ProgressHeader(r.prog[i][parser.HdrOff : parser.HdrOff+parser.ProgressHdrLen])
+		p.SetCommitted(to)
+		r.e.HandleProgress(r.now, i, r.prog[i], r.tx)
+	}
+	ack(0, 363)
+	if s, _ := r.e.Status(r.key); s.Completed != 0 {
+		t.Fatalf("completed %d with rank 1's RESULT unacknowledged, want 0", s.Completed)
+	}
+	ack(1, 363)
+	if s, _ := r.e.Status(r.key); s.Completed != 363 {
+		t.Fatalf("completed %d once both ranks acknowledged [0, 363), want 363", s.Completed)
+	}
+}
+
+// TestRankInexactRejected: an ACCUMULATION_INEXACT terminal frame on a
+// rank's CONTRIBUTOR binding is bad_format, answered INVALID, and changes
+// nothing: the operation completes with both ranks' values. Taken, one
+// forged frame ended every rank's collective as inexact.
+func TestRankInexactRejected(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 363*4)
+	r.tx.keep = true
+	m := r.e.Metrics()
+	f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: r.tx.PortMAC(0), Src: rank0}, Class: parser.ClassData,
+		Op: r.key, SrcEP: 1, DstEP: 100, PacketID: 77, Stream: 10, Flags: parser.FlagLast | parser.FlagInexact}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.e.HandleData(r.now, 0, f, r.tx)
+	var p parser.Progress
+	if len(r.tx.frames) != 1 || p.Decode(r.tx.frames[0], parser.Limits{VectorLen: r.vlen}) != nil ||
+		p.Status != parser.ProgressStatusInvalid || p.PacketID != 77 || m.Drops[DropBadFormat].Load() != 1 {
+		t.Fatalf("answer %+v (%d frames), bad_format %d; want one PROGRESS INVALID for packet 77, bad_format 1", p, len(r.tx.frames), m.Drops[DropBadFormat].Load())
+	}
+	r.tx.keep = false
+	for range 4 {
+		r.step()
+	}
+	if s, _ := r.e.Status(r.key); s.State != parser.StateComplete || s.Inexact {
+		t.Fatalf("state %v inexact %v, want COMPLETE and exact", s.State, s.Inexact)
+	}
+}
+
 // TestPeerFailedFailsOp: a RESULT receiver (here a rank) that answers
 // FAILED, UNKNOWN_OPERATION or INVALID ends the operation at once, and the
 // error names the stream and the peer; a PROGRESS from anyone else changes

@@ -32,12 +32,13 @@ const (
 	DropNoCredit                     // outside the receive window
 	DropArithmetic                   // the accumulator rejected a value (malformed Kulisch)
 	DropStaleProgress                // PROGRESS below a watermark already heard: ignored
+	DropProgressAhead                // PROGRESS acknowledging elements never sent on the stream: ignored
 	dropCount
 )
 
 var dropNames = [dropCount]string{"unknown_operation", "not_active", "malformed", "unknown_stream", "wrong_port",
 	"wrong_mac", "wrong_endpoint", "bad_format", "overlap", "no_credit", "arithmetic",
-	"stale_progress"}
+	"stale_progress", "progress_ahead"}
 
 func (d Drop) String() string {
 	if d < dropCount {

@@ -508,6 +508,14 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 	if !o.checkPeer(&ib.b, in, frame, d.SrcEP, d.DstEP) {
 		return
 	}
+	if d.Flags&parser.FlagInexact != 0 && ib != o.result && ib.b.Rank {
+		// A rank sends input values; an exact sum can lose exactness
+		// only in a switch. Taken, one forged frame ended every rank's
+		// collective with an inexact-accumulation error.
+		m.drop(DropBadFormat)
+		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusInvalid, tx)
+		return
+	}
 	ib.lastActive = now
 	if d.Flags&parser.FlagInexact != 0 {
 		o.e.t.frame(d.Class)
@@ -1282,8 +1290,12 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 			mac(ob.b.PeerMAC), what), tx)
 		return
 	}
-	if !ob.sw.ApplyProgress(now, p, &o.e.holes) {
+	switch ob.sw.ApplyProgress(now, p, &o.e.holes) {
+	case stream.Stale:
 		m.drop(DropStaleProgress)
+		return
+	case stream.Ahead:
+		m.drop(DropProgressAhead)
 		return
 	}
 	o.e.t.frame(parser.ClassProgress)

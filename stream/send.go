@@ -142,6 +142,10 @@ type SendWindow struct {
 	resEnd   uint32
 
 	committed uint32 // peer's committed watermark
+	// sentHi is the largest end of any frame sent (sentAny: one was):
+	// no PROGRESS can truthfully acknowledge beyond it (ApplyProgress).
+	sentHi    uint32
+	sentAny   bool
 	reflected uint32 // newest Packet ID a PROGRESS named
 	creditI   int    // interval credits from the newest PROGRESS (<0 = unlimited)
 	creditB   int    // byte credits (<0 = unlimited)
@@ -298,6 +302,7 @@ func (w *SendWindow) Commit(now int64, n int) []byte {
 	}
 	e := w.at(w.n)
 	e.n, e.pid, e.first, e.end = n, w.nextPID, w.resFirst, w.resEnd
+	w.sentHi, w.sentAny = max(w.sentHi, w.resEnd), true
 	w.tx++
 	e.sentAt, e.tx, e.firstTx, e.sends = now, w.tx, w.tx, 1
 	e.lost, e.sacked, e.rejected = false, false, false

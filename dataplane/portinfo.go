@@ -83,3 +83,18 @@ func (t *workerSender) PortLink(port int) (string, LinkState, time.Time) {
 	s, since := t.d.LinkState(name)
 	return name, s, since
 }
+
+// MTUReporter is a Sender that can say a port's MTU: the CONTROL handler
+// bounds a frame by its ingress link's MTU (protocol rule C1), which a
+// context's own MTU cannot do before there is a context.
+type MTUReporter interface {
+	PortMTU(port int) int // 0 for an unknown port
+}
+
+// PortMTU implements MTUReporter.
+func (t *workerSender) PortMTU(port int) int {
+	if ps := t.snap.port(port); ps != nil {
+		return ps.port.MTU()
+	}
+	return 0
+}
