@@ -29,11 +29,16 @@ const F64Size = 8
 const f64NaN = 0x7FF8000000000000
 
 // f64Exact reports whether element i's exact value is a binary64 that
-// KULISCH_F64 carries: no digits (the value is its lane, a multiple of
-// 2^-149 below 2^127, or a zero or a special, which binary64 encodes too)
-// and no overflow flag.
+// KULISCH_F64 carries: a special (an infinity or NaN is that whatever the
+// finite terms summed to, and binary64 encodes it: f64Bits), or no digits
+// (the value is its lane, a multiple of 2^-149 below 2^127, or a zero) and
+// no overflow flag. An infinity plus finite terms keeps their digits:
+// without the first case AutoSet offered KULISCH_F64 for it and PutF64
+// refused it, and the operation ended ACCUMULATION_INEXACT where the sum
+// was +Inf.
 func (v *Vector) f64Exact(i int) bool {
-	return v.empty(i) && v.flags[i]&fHuge == 0
+	f := v.flags[i]
+	return f&(fPosInf|fNegInf|fNaN) != 0 || v.empty(i) && f&fHuge == 0
 }
 
 // F64Run returns how many of the elements first, first+1, ... (at most n)
