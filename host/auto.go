@@ -119,7 +119,14 @@ func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root in
 	if limit == 0 {
 		limit = defaultPersistentShapes
 	}
-	if limit < 0 || o.OpID != nil || o.Ordinary || sv.n > maxPersistentLen/2 {
+	if limit < 0 || o.OpID != nil || o.Ordinary || sv.n > maxPersistentLen/2 || coll == "reduce" {
+		// A REDUCE's ranks other than the root finish a call once their
+		// DATA is accepted, and a failure only the root sees (an INT8
+		// sum out of range: ErrInexact) leaves them succeeding: run as
+		// invocations they went on to the next calls while the root
+		// started the shape over, and the ranks' calls paired up wrong
+		// until a barrier timed out (2 minutes). Through the AM every
+		// call meets at its barrier, whatever the last one did.
 		return nil, nil
 	}
 	sh := shapeOf(coll, root, sv, o)

@@ -121,10 +121,11 @@ func (ar *autoRanks) persistentOps(t *testing.T) (persistent, ordinary int) {
 }
 
 // TestAutoPersistentShapes: two shapes called alternately through a tree.
-// The first call of a shape is ordinary, the second sets up its persistent
-// collective, and every later one runs on it with no AM round trip, over
-// that call's own buffers; every result is exact, and Close frees the
-// switches' contexts.
+// The first call of an AllReduce shape is ordinary, the second sets up its
+// persistent collective, and every later one runs on it with no AM round
+// trip, over that call's own buffers; a Reduce shape's calls all go
+// through the AM (only its root learns how a call ended); every result is
+// exact, and Close frees the switches' contexts.
 func TestAutoPersistentShapes(t *testing.T) {
 	hosts := []string{"h1", "h2", "h3", "h4"}
 	ar := newAutoRanks(t, "spine-leaf", hosts, 81, 0)
@@ -137,6 +138,12 @@ func TestAutoPersistentShapes(t *testing.T) {
 		seen[cl]++
 		for r, st := range sts[k] {
 			auto, setup := st.AutoPersistent, st.Setup > 0
+			if cl.coll == "reduce" {
+				if auto || !setup {
+					t.Fatalf("call %d (%v) rank %d: auto %v setup %v, want every Reduce call an ordinary collective", k, cl, r, auto, st.Setup)
+				}
+				continue
+			}
 			switch nth := seen[cl]; {
 			case nth == 1 && (auto || !setup):
 				t.Fatalf("call %d (%v, first of its shape) rank %d: auto %v setup %v, want an ordinary collective", k, cl, r, auto, st.Setup)
@@ -147,15 +154,15 @@ func TestAutoPersistentShapes(t *testing.T) {
 			}
 		}
 	}
-	if p, o := ar.persistentOps(t); p != 2 || o != 2 {
-		t.Fatalf("the AM set up %d persistent and %d ordinary operations for the job, want 2 and 2 (one of each per shape)", p, o)
+	if p, o := ar.persistentOps(t); p != 1 || o != 6 {
+		t.Fatalf("the AM set up %d persistent and %d ordinary operations for the job, want 1 and 6 (the AllReduce's first call, and every Reduce call)", p, o)
 	}
 	for _, c := range ar.comms {
 		if err := c.Close(); err != nil {
 			t.Fatalf("Comm.Close: %v", err)
 		}
 	}
-	waitAllReleased(t, ar.url, ar.job, 4)
+	waitAllReleased(t, ar.url, ar.job, 7)
 }
 
 // waitAllReleased waits up to 5 s for every one of job's want operations
@@ -272,6 +279,66 @@ func TestAutoPersistentClosedWhileQueued(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("call %d still running 10 s after Close", i)
+		}
+	}
+}
+
+// TestReduceRootOnlyFailureKeepsPairing: a Reduce whose sum the root's
+// INT8 output cannot hold fails at the root alone (ErrInexact), and the
+// other ranks' call returns nil, as documented. The ranks' later calls of
+// the shape still pair up and are exact at once. Kept persistent, the
+// other ranks ran ahead on invocations while the root set the shape up
+// again, and every rank then waited out a barrier (2 minutes).
+func TestReduceRootOnlyFailureKeepsPairing(t *testing.T) {
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	ar := newAutoRanks(t, "spine-leaf", hosts, 83, 0)
+	const root, n = 3, 50
+	for k := range 5 {
+		sends := make([][]int8, len(hosts))
+		qs := make([]*Request, len(hosts))
+		recv := make([]int8, n)
+		start := time.Now()
+		for r, c := range ar.comms {
+			sends[r] = make([]int8, n)
+			for i := range sends[r] {
+				sends[r][i] = int8((i+r+k)%7 - 3)
+				if k == 1 && i == 7 {
+					sends[r][i] = 100 // 400 at the root: no INT8
+				}
+			}
+			var rv []int8
+			if r == root {
+				rv = recv
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			qs[r] = c.ReduceAsync(ctx, sends[r], rv, root, nil)
+		}
+		for r, q := range qs {
+			err := q.Wait()
+			switch {
+			case k == 1 && r == root:
+				if !errors.Is(err, ErrInexact) {
+					t.Fatalf("call %d: root: %v, want ErrInexact", k, err)
+				}
+			case err != nil:
+				t.Fatalf("call %d: rank %d: %v", k, r, err)
+			}
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("call %d took %v: the ranks' calls no longer paired up", k, took)
+		}
+		if k == 1 {
+			continue
+		}
+		for i := range recv {
+			want := 0
+			for r := range sends {
+				want += int(sends[r][i])
+			}
+			if int(recv[i]) != want {
+				t.Fatalf("call %d element %d: %d, want %d", k, i, recv[i], want)
+			}
 		}
 	}
 }

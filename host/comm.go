@@ -563,7 +563,12 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv any, opts *Options) err
 
 // Reduce sums send over all ranks into recv at rank root; other ranks may
 // pass a nil recv, and a recv they pass is neither read nor written. As
-// for AllReduce, the root's recv is unspecified after an error.
+// for AllReduce, the root's recv is unspecified after an error. As
+// MPI_Reduce, a rank other than the root returns once its contribution
+// is delivered: a failure that only the root meets after that (ErrInexact
+// for a sum its output format cannot hold, or the root's own failure) is
+// the root's error alone, and the others' call returns nil. Reduce calls
+// are not made persistent automatically (Config.PersistentShapes).
 func (c *Comm) Reduce(ctx context.Context, send, recv any, root int, opts *Options) error {
 	return c.ReduceAsync(ctx, send, recv, root, opts).Wait()
 }

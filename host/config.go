@@ -46,9 +46,12 @@ type Config struct {
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
 	// PersistentShapes is how many collective shapes the Comm keeps set up
 	// as persistent collectives (PRISM_PERSISTENT_SHAPES; 0: 4, negative:
-	// none). From the second call of a shape (collective, root, element
+	// none). From the second call of an AllReduce shape (root, element
 	// type and count, Options) on, the call runs as the next invocation of
-	// that shape's persistent collective, with no AM round trip; calls of
+	// that shape's persistent collective, with no AM round trip (Reduce
+	// calls always go through the AM: only the root learns how one ended,
+	// and the AM's barrier keeps the ranks' calls paired; ReduceInit makes
+	// a persistent one explicitly); calls of
 	// one shape then run one at a time, in call order. Each kept shape
 	// holds a context on every switch of its tree until the Comm closes or
 	// a newer shape takes its place. Every rank must set the same value.
