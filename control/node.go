@@ -430,7 +430,7 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 	case parser.CmdRelease:
 		r = w.release(c)
 	case parser.CmdAbort:
-		r = w.abort(c)
+		r = w.abort(now, c, tx)
 	}
 	r.ack.AckedCmd = c.Cmd
 	ack := w.respond(now, in, frame, h, r, tx)
@@ -641,16 +641,18 @@ func (w *Worker) release(c *parser.Control) reply {
 	return reply{st: parser.StatusOK, ack: noOp(parser.StateReleased), record: true}
 }
 
-func (w *Worker) abort(c *parser.Control) reply {
+func (w *Worker) abort(now int64, c *parser.Control, tx dataplane.Sender) reply {
 	st, cur, stale := w.ident(c.Op)
 	switch {
 	case cur:
+		w.eng.AnnounceAbort(now, c.Op, tx)
 		w.retire(st, c.Op, parser.StateAborted)
 	case stale:
 		return reply{st: parser.StatusStaleGeneration, ack: noOp(parser.StateNone), record: true}
 	case st != nil && st.installed:
 		// Aborting a newer generation than the installed one: the old
 		// context cannot be wanted any more.
+		w.eng.AnnounceAbort(now, st.cur, tx)
 		w.retire(st, st.cur, parser.StateAborted)
 		w.retire(st, c.Op, parser.StateAborted)
 	default:

@@ -19,6 +19,10 @@ type recorder struct {
 	ports  []int
 	frames [][]byte
 	mtu    int // PortMTU of every port; 0: not a dataplane.MTUReporter answer
+	// others are the frames nodeRig.do set apart (not CONTROL), with
+	// their ports.
+	others     [][]byte
+	otherPorts []int
 }
 
 // PortMTU implements dataplane.MTUReporter.
@@ -66,10 +70,21 @@ func newNodeRig(t *testing.T, cfg NodeConfig) *nodeRig {
 	return &nodeRig{t: t, w: NewNode(cfg).NewWorker(0, 1), tx: &recorder{}, now: 1e9}
 }
 
-// do sends a CONTROL frame in on port 2 and returns the raw replies.
+// do sends a CONTROL frame in on port 2 and returns the raw replies (the
+// CONTROL frames sent; others, such as the PROGRESS FAILED an ABORT of an
+// active context sends its peers, are left in r.tx.others).
 func (r *nodeRig) do(frame []byte) [][]byte {
-	r.tx.ports, r.tx.frames = nil, nil
+	r.tx.ports, r.tx.frames, r.tx.others, r.tx.otherPorts = nil, nil, nil, nil
 	r.w.Handle(r.now, 2, frame, r.tx)
+	ports, frames := r.tx.ports[:0], r.tx.frames[:0]
+	for i, f := range r.tx.frames {
+		if parser.Class(f[parser.CWOff+1]) == parser.ClassControl {
+			ports, frames = append(ports, r.tx.ports[i]), append(frames, f)
+		} else {
+			r.tx.others, r.tx.otherPorts = append(r.tx.others, f), append(r.tx.otherPorts, r.tx.ports[i])
+		}
+	}
+	r.tx.ports, r.tx.frames = ports, frames
 	for i, p := range r.tx.ports {
 		if p != 2 {
 			r.t.Fatalf("reply out of port %d, want the ingress port 2", p)
@@ -224,8 +239,25 @@ func TestControlLifecycle(t *testing.T) {
 		t.Fatalf("COMPLETE body %+v", a)
 	}
 	expect(cmd(k, parser.CmdRelease), parser.StatusBadState, parser.StateActive)
-	// ABORT tears down; the generation is retired.
+	// ABORT tears down; the generation is retired. The active context
+	// first tells each contributor (PROGRESS FAILED, out of its port, to
+	// its MAC), so a rank waiting for its RESULT fails at once.
 	expect(cmd(k, parser.CmdAbort), parser.StatusOK, parser.StateAborted)
+	told := map[uint16]bool{}
+	for i, f := range r.tx.others {
+		var p parser.Progress
+		if err := p.Decode(f, parser.Limits{VectorLen: ctx.VectorLen}); err != nil || p.Status != parser.ProgressStatusFailed {
+			t.Fatalf("ABORT sent %x (%v), want PROGRESS FAILED", f, err)
+		}
+		b := bs[p.Stream-1]
+		if r.tx.otherPorts[i] != int(b.Port) || [6]byte(f[0:6]) != b.PeerMAC {
+			t.Fatalf("PROGRESS FAILED for stream %d out of port %d to %x, want port %d, %x", p.Stream, r.tx.otherPorts[i], f[0:6], b.Port, b.PeerMAC)
+		}
+		told[p.Stream] = true
+	}
+	if len(told) != 2 || !told[1] || !told[2] {
+		t.Fatalf("ABORT of the active context told streams %v, want both contributors (1, 2)", told)
+	}
 	if _, ok := r.w.Engine().Status(k); ok {
 		t.Fatal("context survived ABORT")
 	}

@@ -355,6 +355,26 @@ func (e *Engine) Status(key parser.OpKey) (Status, bool) {
 	return s, true
 }
 
+// AnnounceAbort tells the peers of an ACTIVE context that is about to be
+// ABORTed that it is gone: PROGRESS FAILED, once, to the peer of every
+// stream it receives (protocol 5.1). A rank that had sent everything and
+// waited for its RESULT heard nothing else once its AM gave the operation
+// up (another rank's call was cancelled, say) and waited out its own
+// timeout. A context at rest (a persistent collective between
+// invocations) has no one waiting and is left silent.
+func (e *Engine) AnnounceAbort(now int64, key parser.OpKey, tx dataplane.Sender) {
+	o := e.ops[key]
+	if o == nil || o.state != parser.StateActive || o.resting() {
+		return
+	}
+	for i := range o.in {
+		o.sendProgress(now, &o.in[i], 0, parser.ProgressStatusFailed, tx)
+	}
+	if o.result != nil {
+		o.sendProgress(now, o.result, 0, parser.ProgressStatusFailed, tx)
+	}
+}
+
 // Remove tears down the context key (RELEASE or ABORT) and frees its
 // storage. It reports whether a context existed.
 func (e *Engine) Remove(key parser.OpKey) bool {

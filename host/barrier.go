@@ -58,6 +58,15 @@ func (c *Comm) begin(ctx context.Context, req am.BeginRequest) (*am.Grant, error
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		// Ended before it was made: asked anyway, the begin could
+		// complete a barrier the other ranks already waited at, and
+		// they were granted an operation this rank never ran (they
+		// waited out its timeout). Abandoned instead, the call fails
+		// for every rank at once, and none holds a grant for it.
+		c.abandon(req, err.Error())
+		return nil, err
+	}
 	// The begin's own context ends when ctx does, but only after the
 	// barrier was read once (if no notice read it yet): ended at once,
 	// the begin's connection closed and the AM forgot the rank's arrival

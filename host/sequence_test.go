@@ -681,3 +681,31 @@ func TestGiveUpFirstCall(t *testing.T) {
 		t.Errorf("rank 0 failed %v after the give-up, want at once", el)
 	}
 }
+
+// TestCancelledBeforeCallFailsOthersPromptly: a call made with a context
+// that is already cancelled fails at once on its rank, and the rank that
+// made the call with a live context, which sent everything and waits for
+// its RESULT, fails within a second, naming the cancelled rank (the leaf
+// announces the AM's ABORT: PROGRESS FAILED), not after its 6 s timeout.
+// The next calls pair up and are exact.
+func TestCancelledBeforeCallFailsOthersPromptly(t *testing.T) {
+	sp := newSeqPair(t, 211)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	o := &Options{Timeout: 6 * time.Second}
+	start := time.Now()
+	q1 := sp.comms[1].AllReduceAsync(context.Background(), vecFor(1, 1, 100), make([]float32, 100), o)
+	err0 := sp.comms[0].AllReduce(ctx, vecFor(1, 0, 100), make([]float32, 100), o)
+	if !errors.Is(err0, context.Canceled) {
+		t.Fatalf("rank 0: %v, want context.Canceled", err0)
+	}
+	err1 := q1.Wait()
+	if err1 == nil || !strings.Contains(err1.Error(), "rank 0 (h1)") {
+		t.Fatalf("rank 1: %v, want an error naming rank 0", err1)
+	}
+	if el := time.Since(start); el > 1500*time.Millisecond {
+		t.Errorf("rank 1 failed after %v, want within a second (its timeout is 6 s): %v", el, err1)
+	}
+	sp.both(t, "next call", 2, 100, o)
+	sp.both(t, "and the one after", 3, 100, o)
+}
