@@ -576,11 +576,12 @@ func impair(t *testing.T, lab *deploy.Lab, pct int) {
 	}
 }
 
-// TestLossAndDuplication impairs with nftables, which reaches the hosts'
-// interfaces only: prismd's AF_PACKET sockets see a frame before a switch
-// port's netdev ingress hook, and its sends bypass the egress hook
-// (PACKET_QDISC_BYPASS). The switches' own links are impaired with their
-// fault option (TestFaultReorderLab, TestFaultFatTree).
+// TestLossAndDuplication impairs with nftables on the hosts' interfaces
+// only: prismd's AF_PACKET sockets see a frame before a switch port's
+// netdev ingress hook (a rule there counts and drops nothing), and an
+// egress rule's drops show in prismd as tx_error (README). The switches'
+// own links are impaired with their fault option (TestFaultReorderLab,
+// TestFaultFatTree).
 func TestLossAndDuplication(t *testing.T) {
 	hosts := []string{"h1", "h2", "h3", "h4"}
 	e := up(t, "spine-leaf", "h1", am.Config{})

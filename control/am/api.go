@@ -256,6 +256,10 @@ type NodeStatus struct {
 	// later silence is the node or its path failing, not a topology or
 	// am_sources mistake.
 	answered bool
+	// localSend: the last request to it never left the AM's host (its
+	// socket refused every transmission): its silence says nothing about
+	// the node.
+	localSend bool
 	// behind, for a node that stopped answering, is why the AM's CONTROL
 	// may not reach it while it is healthy ("the AM reaches it only
 	// through s1, which stopped answering too"), set by diagnose.

@@ -69,6 +69,10 @@ type noAckError struct {
 	timeout  time.Duration
 	txn      uint32
 	dst, src net.HardwareAddr
+	// localFails of the attempts never left this host (localErr, the
+	// last: its socket refused them).
+	localFails int
+	localErr   error
 }
 
 func (e *noAckError) Error() string {
@@ -77,7 +81,37 @@ func (e *noAckError) Error() string {
 }
 
 func (e *noAckError) short() string {
-	return fmt.Sprintf("%v after %d transmissions in %v (Transaction ID %#x) to %s", ErrNoAck, e.attempts, e.timeout, e.txn, e.dst)
+	s := fmt.Sprintf("%v after %d transmissions in %v (Transaction ID %#x) to %s", ErrNoAck, e.attempts, e.timeout, e.txn, e.dst)
+	if e.localFails > 0 {
+		s += fmt.Sprintf(" (%d of them refused by this AM's own socket: %v)", e.localFails, e.localErr)
+	}
+	return s
+}
+
+// localSendError is a CONTROL request this AM's host could not send: the
+// fault is on the AM's side (its interface %s, its queue), not the node's.
+type localSendError struct {
+	err   error
+	src   net.HardwareAddr
+	tries int // transmissions refused, all of them (0: a permanent error, at once)
+}
+
+func (e *localSendError) Error() string {
+	n := ""
+	if e.tries > 0 {
+		n = fmt.Sprintf(" (all %d transmissions refused)", e.tries)
+	}
+	return fmt.Sprintf("this AM could not send on its own interface (%s)%s: %v: check that host's link and its transmit queue (ip -s link)", e.src, n, e.err)
+}
+
+func (e *localSendError) Unwrap() error { return e.err }
+
+// transientSend reports whether a send error is a full queue or buffer
+// (the frame is as good as lost and the timer resends it) rather than an
+// interface that cannot send at all.
+func transientSend(err error) bool {
+	return errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ENOMEM) ||
+		errors.Is(err, syscall.EINTR) || errors.Is(err, syscall.ENETDOWN)
 }
 
 func (e *noAckError) Unwrap() error { return ErrNoAck }
@@ -172,9 +206,19 @@ func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h
 	rto := c.rto
 	cmd := cmdLabel(h.Cmd)
 	c.metrics.ctlTxns.WithLabelValues(cmd).Inc()
+	var sendErr error // the last transmission this host's socket refused
+	sendFails := 0
 	for attempt := 0; ; attempt++ {
 		if err := c.conn.WriteFrame(frame); err != nil {
-			return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd, Err: fmt.Errorf("send: %w", err)}
+			if !transientSend(err) {
+				return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd, Err: &localSendError{err: err, src: c.conn.MAC()}}
+			}
+			// A full queue on the AM's own host (ENOBUFS, EAGAIN) is a
+			// lost frame, retransmitted on the timer like one the wire
+			// lost: taken as final, one refused send failed the whole
+			// setup and blamed the node.
+			sendErr, sendFails = err, sendFails+1
+			c.metrics.ctlSendErrors.WithLabelValues(cmd).Inc()
 		}
 		c.mu.Lock()
 		c.sent++
@@ -214,8 +258,13 @@ func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h
 		}
 		if !time.Now().Before(deadline) {
 			c.metrics.ctlTimeouts.WithLabelValues(cmd).Inc()
+			if sendFails == attempt+1 {
+				// Not one transmission left this host: the node was
+				// never asked.
+				return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd, Err: &localSendError{err: sendErr, src: c.conn.MAC(), tries: sendFails}}
+			}
 			return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd,
-				Err: &noAckError{attempts: attempt + 1, timeout: c.timeout, txn: h.Txn, dst: dst, src: c.conn.MAC()}}
+				Err: &noAckError{attempts: attempt + 1, timeout: c.timeout, txn: h.Txn, dst: dst, src: c.conn.MAC(), localFails: sendFails, localErr: sendErr}}
 		}
 		if rto < 8*c.rto {
 			rto *= 2

@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prismd/prismd/control"
@@ -34,6 +35,10 @@ type pipeConn struct {
 	in     chan []byte
 	closed chan struct{}
 	once   sync.Once
+	// refuse makes WriteFrame fail with refuseErr, as a host's socket
+	// with a full queue does: that many times, or for ever if negative.
+	refuse    atomic.Int32
+	refuseErr error
 }
 
 func (h *hub) attach(mac net.HardwareAddr) *pipeConn {
@@ -54,6 +59,9 @@ func (p *pipeConn) ReadFrame(b []byte) (int, error) {
 }
 
 func (p *pipeConn) WriteFrame(b []byte) error {
+	if n := p.refuse.Load(); n < 0 || n > 0 && p.refuse.CompareAndSwap(n, n-1) {
+		return p.refuseErr
+	}
 	h := p.h
 	h.mu.Lock()
 	dst := h.ports[net.HardwareAddr(b[0:6]).String()]

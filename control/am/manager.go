@@ -1401,10 +1401,12 @@ func (op *operation) setNodeAck(n string, a ackBody, err error) {
 	defer op.mu.Unlock()
 	ns := op.nodes[n]
 	var ne *NodeError
+	var ls *localSendError
+	ns.localSend = errors.As(err, &ls)
 	if err != nil && !(errors.As(err, &ne) && ne.Err == nil) {
 		ns.State = "UNREACHABLE"
 		ns.LastError = err.Error()
-		if ns.answered {
+		if ns.answered && !ns.localSend {
 			ns.LastError = ns.stoppedAnswering(err)
 		}
 		return
@@ -1434,6 +1436,9 @@ func (op *operation) setNodeAck(n string, a ackBody, err error) {
 // when the node, or a switch between the AM and it, had stopped.
 func (ns *NodeStatus) stoppedAnswering(err error) string {
 	what := err.Error()
+	if ls := (*localSendError)(nil); errors.As(err, &ls) {
+		return what // the AM's own host refused: nothing known about the node
+	}
 	var ne *NodeError
 	var na *noAckError
 	if errors.As(err, &ne) && errors.As(err, &na) {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -653,6 +654,36 @@ func TestLinkDownNamed(t *testing.T) {
 			if ns.Name == c.node && ns.FailCause != "LINK_DOWN" {
 				t.Errorf("%s: node %s fail_cause %q, want LINK_DOWN", c.name, ns.Name, ns.FailCause)
 			}
+		}
+	}
+}
+
+// TestControlSendRefusedLocally: a transmission the AM's own socket
+// refuses for a full queue (ENOBUFS) is a lost frame, resent on the timer:
+// the setup completes and control_send_errors_total counts it. Refused
+// every time, the setup fails naming the AM's own interface, not the node.
+func TestControlSendRefusedLocally(t *testing.T) {
+	amMAC := net.HardwareAddr{0x02, 0xaa, 0, 0, 0, 1}
+	r := newRig(t, "spine-leaf", Config{})
+	conn := r.hub.ports[amMAC.String()]
+	conn.refuseErr = fmt.Errorf("write packet: %w", syscall.ENOBUFS)
+	conn.refuse.Store(3)
+	r.grantAll(t, reqsFor(7, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	sum := 0.0
+	for _, c := range ctlCommands {
+		sum += testutil.ToFloat64(r.m.metrics.ctlSendErrors.WithLabelValues(cmdLabel(c)))
+	}
+	if sum != 3 {
+		t.Fatalf("control_send_errors_total %v, want 3", sum)
+	}
+	r2 := newRig(t, "spine-leaf", Config{CtlTimeout: 200 * time.Millisecond})
+	c2 := r2.hub.ports[amMAC.String()]
+	c2.refuseErr = fmt.Errorf("write packet: %w", syscall.ENOBUFS)
+	c2.refuse.Store(-1)
+	for i, x := range r2.beginAll(reqsFor(7, 0, "allreduce", "h1", "h2", "h3", "h4")) {
+		if x.err == nil || !strings.Contains(x.err.Error(), "this AM could not send on its own interface (02:aa:00:00:00:01)") ||
+			strings.Contains(x.err.Error(), "is prismd running there") || strings.Contains(x.err.Error(), "stopped") {
+			t.Fatalf("rank %d: %v, want the AM's own interface named", i, x.err)
 		}
 	}
 }

@@ -43,6 +43,7 @@ type amMetrics struct {
 	begun, granted, completed, barrierTimeouts prometheus.Counter
 	failed, rollbacks, prepared, setupRetries  *prometheus.CounterVec
 	ctlTxns, ctlRetrans, ctlTimeouts           *prometheus.CounterVec
+	ctlSendErrors                              *prometheus.CounterVec
 }
 
 func newAMMetrics(m *Manager) *amMetrics {
@@ -72,6 +73,8 @@ func newAMMetrics(m *Manager) *amMetrics {
 			"stale_generation (a node remembered a newer generation: this AM skipped ahead) or older_generation_held (a node still "+
 			"held an older generation, left by an AM that stopped: the rollback's ABORT retired it).", "cause"),
 		ctlTimeouts: vec("control_timeouts_total", "CONTROL transactions that got no answer within the transaction timeout, by command.", "command"),
+		ctlSendErrors: vec("control_send_errors_total", "CONTROL transmissions the AM's own socket refused for a full queue or buffer "+
+			"(ENOBUFS, EAGAIN, ...), by command: each is resent on the retransmission timer like a lost frame.", "command"),
 	}
 	for _, r := range failReasons {
 		x.failed.WithLabelValues(r)
@@ -87,11 +90,12 @@ func newAMMetrics(m *Manager) *amMetrics {
 		x.ctlTxns.WithLabelValues(cmdLabel(c))
 		x.ctlRetrans.WithLabelValues(cmdLabel(c))
 		x.ctlTimeouts.WithLabelValues(cmdLabel(c))
+		x.ctlSendErrors.WithLabelValues(cmdLabel(c))
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "active_operations",
 		Help: "Operations being set up or running: begun and not yet released or failed."}, func() float64 { return float64(m.activeOps()) })
 	x.reg.MustRegister(x.begun, x.granted, x.completed, x.barrierTimeouts, x.failed, x.rollbacks, x.prepared, x.setupRetries,
-		x.ctlTxns, x.ctlRetrans, x.ctlTimeouts, active,
+		x.ctlTxns, x.ctlRetrans, x.ctlTimeouts, x.ctlSendErrors, active,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x
 }

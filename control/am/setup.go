@@ -420,6 +420,10 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	sw := m.stoppedSwitches(op)
 	tier := func(n string) int {
 		switch ns := op.nodes[n]; {
+		case ns.localSend:
+			// The AM's own host refused to send to it: nothing
+			// known about the node.
+			return 3
 		case sw.behind[n] != "":
 			// Silent, but the AM reaches it only through a switch
 			// that stopped: probably not where the failure began.
@@ -463,6 +467,10 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 					toldBy[r] = true
 				}
 			}
+		}
+		if ns.localSend {
+			parts = append(parts, fmt.Sprintf("the AM could not ask node %s: %s", n, ns.LastError))
+			continue
 		}
 		if ns.State == "UNREACHABLE" && ns.answered {
 			// The no-acknowledgement error's hints (node_mac, am_sources,
@@ -645,7 +653,7 @@ func (m *Manager) stoppedSwitches(op *operation) *stopped {
 	accusers := map[string][]string{} // per switch, the nodes that timed out on it
 	for _, n := range op.plan.order {
 		ns := op.nodes[n]
-		if ns.State == "UNREACHABLE" && ns.answered {
+		if ns.State == "UNREACHABLE" && ns.answered && !ns.localSend {
 			sw.silent[n] = true
 		}
 		if ns.State != "FAILED" || (ns.FailCause != "TIMEOUT" && ns.FailCause != "") || ns.MissingStream == nil {
