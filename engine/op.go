@@ -168,7 +168,10 @@ type op struct {
 	// its RESULT_OUTs the same terminal frame (relayPending until queued).
 	resultInexact bool
 	relayPending  bool
-	relayOut      []*outbound
+	// owedSince: since when this node has handed on partials whose
+	// RESULT has not come back (0: none owed); tick's RESULT_IN clock.
+	owedSince int64
+	relayOut  []*outbound
 
 	// sets caches the AUTO sets of completed elements [setAt, setAt+setN).
 	sets  []kulisch.FormatSet
@@ -1602,6 +1605,33 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 	if r := o.result; r != nil && r.armed && !r.rw.Done() && !o.resultInexact && now-r.lastActive > switchTimeout {
 		o.failTimeout(now, &r.b, r.rw.Committed(), o.timeoutErr(now, r), tx)
 		return
+	}
+	if r := o.result; r != nil && !r.armed && !o.resultInexact {
+		// Before every input is in (the clock above), a RESULT is owed
+		// for what this node already handed on. A persistent
+		// collective's node never got there (its vector is every
+		// invocation's), so a leaf that had sent an invocation's
+		// partials to a parent that then died waited for ever, resting,
+		// and its ranks were never told. Half a Timeout more than a
+		// switch peer's: a slow or silent peer elsewhere is timed out,
+		// and named, by the node next to it first, whose announcement
+		// then reaches this one.
+		if o.emitted > r.rw.Committed() {
+			if o.owedSince == 0 {
+				o.owedSince = now
+			}
+			if now-max(o.owedSince, r.lastActive) > switchTimeout+timeout/4 {
+				err := o.timeoutErr(now, r)
+				if te, ok := err.(*ContributorTimeoutError); ok {
+					te.To = o.emitted // what it handed on: the rest is not owed yet
+					te.Idle = time.Duration(now - max(o.owedSince, r.lastActive))
+				}
+				o.failTimeout(now, &r.b, r.rw.Committed(), err, tx)
+				return
+			}
+		} else {
+			o.owedSince = 0
+		}
 	}
 	if o.parent != nil {
 		if err := o.parent.sw.Check(now); err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"testing"
 	"time"
 
@@ -214,5 +215,58 @@ func TestRelayForwardsHoleWithoutCredit(t *testing.T) {
 	}
 	if want := uint32((above + 1) * per); tx.resEnd != [2]uint32{want, want} {
 		t.Fatalf("ranks hold %v contiguous elements, want %d each: the hole's frame was not forwarded", tx.resEnd, want)
+	}
+}
+
+// TestResultOwedTimesOut: a leaf whose parent acknowledged its partials and
+// then died (no RESULT ever comes back) fails on its RESULT_IN stream
+// after 1.5 x Timeout of silence, naming what it handed on, though its
+// ranks have more to send: a persistent collective's leaf, whose vector is
+// every invocation's, otherwise waited for ever, resting, and its ranks
+// were never told.
+func TestResultOwedTimesOut(t *testing.T) {
+	const per = 363
+	key := parser.OpKey{Job: 3, Group: 1, Op: 8, OpGen: 1}
+	e, tx, now := relayLeaf(t, key, 4*per, per, 8)
+	vals := make([]byte, 4*per)
+	for i := range 2 {
+		f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: tx.PortMAC(i), Src: [][6]byte{rank0, rank1}[i]},
+			Class: parser.ClassData, Op: key, SrcEP: uint16(1 + i), DstEP: uint16(100 + i), PacketID: 1, First: 0, Stream: uint16(10 + i),
+			Flags: parser.FlagPush}, nil, // an invocation's end: the ranks rest (6.1)
+			parser.Group{Format: parser.FormatFP32, Count: per, Values: vals})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.HandleData(now, i, f, tx)
+	}
+	e.Flush(now, tx)
+	// The parent acknowledges the leaf's partial [0, 363): nothing is
+	// left to resend, so only the RESULT_IN clock can notice it died.
+	p := parser.Progress{Op: key, SrcEP: 900, DstEP: 102, Stream: 30, PacketID: 1, Committed: per, IntervalCredits: 64, ByteCredits: 64 * 1514}
+	b := make([]byte, parser.EthLen+p.Len())
+	if _, err := p.Encode(b, parser.Eth{Dst: tx.PortMAC(2), Src: relayParentMAC}); err != nil {
+		t.Fatal(err)
+	}
+	e.HandleProgress(now, 2, b, tx)
+	e.Tick(now, tx) // a worker ticks every millisecond: the clock starts now
+	tick := func(to int64) {
+		for ; now < to; now += int64(time.Millisecond) {
+			if now < to-int64(5*time.Millisecond) {
+				now = to - int64(5*time.Millisecond)
+			}
+			e.Tick(now, tx)
+		}
+	}
+	start := now
+	tick(start + int64(90*time.Minute) - int64(time.Second))
+	if s, _ := e.Status(key); s.State != parser.StateActive {
+		t.Fatalf("before 1.5 x Timeout: %+v, want ACTIVE", s)
+	}
+	tick(start + int64(90*time.Minute) + int64(time.Second))
+	s, _ := e.Status(key)
+	var te *ContributorTimeoutError
+	if s.State != parser.StateFailed || s.FailCause != parser.FailTimeout || s.MissingStream != 31 || s.MissingFrom != 0 ||
+		!errors.As(s.Err, &te) || te.To != per {
+		t.Fatalf("after 1.5 x Timeout: %+v (err %v), want FAILED, TIMEOUT on RESULT_IN stream 31 from 0, missing [0, %d)", s, s.Err, per)
 	}
 }
