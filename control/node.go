@@ -382,7 +382,9 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 		if fe, ok := errors.AsType[*parser.FieldError](err); ok && h.Command() == parser.CmdStage && h.Status() == parser.StatusOK && fe.Offset >= parser.ControlBodyOff {
 			cm.cmd(parser.CmdStage)
 			key := h.Op()
-			r := reply{st: parser.StatusInvalid, ack: parser.Ack{AckedCmd: parser.CmdStage, Detail: uint16(fe.Offset - parser.ControlBodyOff)}}
+			a := noOp(parser.StateNone) // Missing Stream 0xFFFF like every ACK that reports none (5.2)
+			a.AckedCmd, a.Detail = parser.CmdStage, uint16(fe.Offset-parser.ControlBodyOff)
+			r := reply{st: parser.StatusInvalid, ack: a}
 			if st := w.ids[identOf(key)]; st != nil && st.installed && st.cur == key {
 				r.ack.State = w.state(key)
 			}
@@ -416,7 +418,11 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 			w.resend(in, frame, rec.ack, tx)
 			return
 		}
-		w.respond(now, in, frame, h, reply{st: parser.StatusConflict, ack: parser.Ack{AckedCmd: c.Cmd, Detail: parser.NoDetail}}, tx)
+		// The identity's state as it is (5.2: every field filled): a
+		// CONFLICT said NONE of a context it had installed.
+		a := noOp(w.state(c.Op))
+		a.AckedCmd = c.Cmd
+		w.respond(now, in, frame, h, reply{st: parser.StatusConflict, ack: a}, tx)
 		return
 	}
 	var r reply
@@ -730,7 +736,7 @@ func (w *Worker) caps(now int64, in int, frame []byte, c *parser.Control, tx dat
 	if page >= np {
 		// Past the last page: INVALID, Detail 0 (the Page byte).
 		w.respond(now, in, frame, parser.ControlHeader(frame[parser.HdrOff:parser.ControlBodyOff]),
-			reply{st: parser.StatusInvalid, ack: parser.Ack{AckedCmd: parser.CmdCapsQuery, Detail: 0}}, tx)
+			reply{st: parser.StatusInvalid, ack: parser.Ack{AckedCmd: parser.CmdCapsQuery, Detail: 0, MissingStream: 0xFFFF}}, tx)
 		return
 	}
 	var p parser.CapsPage

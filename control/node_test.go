@@ -225,7 +225,7 @@ func TestControlLifecycle(t *testing.T) {
 	ctx2 := ctx
 	ctx2.VectorLen++
 	cf := stageFrame(t, k, parser.ControlHeader(sf[parser.HdrOff:]).Txn(), ctx2, bs)
-	expect(cf, parser.StatusConflict, parser.StateNone)
+	expect(cf, parser.StatusConflict, parser.StateStaged) // the state it is in (5.2)
 	// A second STAGE of the installed identity under a new transaction.
 	expect(stageFrame(t, k, next(), ctx, bs), parser.StatusBadState, parser.StateStaged)
 	// A newer generation while the old one is installed.

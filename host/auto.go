@@ -170,6 +170,15 @@ func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root in
 	c.mu.Unlock()
 
 	r = &Request{done: make(chan struct{})}
+	// Whether an earlier call of the shape was still running or queued
+	// when this one was made, for the error of a call cancelled before
+	// its turn.
+	waited := true
+	select {
+	case <-prev:
+		waited = false
+	default:
+	}
 	go func() {
 		defer close(r.done)
 		select {
@@ -180,8 +189,12 @@ func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root in
 			// Cancelled before its turn (also when the earlier call
 			// ended at the same moment): the call never starts, and
 			// says so at once.
+			why := "cancelled before it was made"
+			if waited {
+				why = "cancelled before it ran (an earlier call of the same shape was running or queued)"
+			}
 			r.err = &OpError{Collective: coll, Rank: c.cfg.Rank, Stage: "begin", Invocation: nth,
-				Err: fmt.Errorf("cancelled before it ran (an earlier call of the same shape was running or queued): %w", err)}
+				Err: fmt.Errorf("%s: %w", why, err)}
 			r.stats.AutoPersistent = true // as the calls queued behind it say
 			c.skipInvocation(sh, slot, renew, seq, nth, prev, next, err)
 			return

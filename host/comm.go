@@ -270,6 +270,7 @@ func (c *Comm) Close() error {
 	err := c.conn.Close()
 	<-c.done
 	c.stopReporter()
+	c.client.CloseIdleConnections() // its done reports are sent: nothing more to ask
 	c.mu.Lock()
 	rerr := c.reportErr
 	c.mu.Unlock()

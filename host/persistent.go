@@ -295,7 +295,7 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 			p.retire(old, nil)
 		}
 		req := c.beginRequest(seq, p.coll, p.send, p.root, p.opts)
-		req.Persistent, req.VectorLen = true, p.n*p.k
+		req.Persistent, req.VectorLen, req.InvocationLen = true, p.n*p.k, p.n
 		t0 := time.Now()
 		g, err := c.begin(ctx, req)
 		if err != nil {

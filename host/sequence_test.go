@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -708,4 +709,50 @@ func TestCancelledBeforeCallFailsOthersPromptly(t *testing.T) {
 	}
 	sp.both(t, "next call", 2, 100, o)
 	sp.both(t, "and the one after", 3, 100, o)
+}
+
+// TestCloseLeavesNoGoroutines: a closed communicator leaves no goroutine
+// behind, its connections to the AM included (the HTTP transport kept
+// them, and two goroutines each, for its 90 s idle timeout: six
+// open/close rounds went from 1 to 25 goroutines in a user's program).
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	settle := func(want int) int {
+		n := runtime.NumGoroutine()
+		for end := time.Now().Add(2 * time.Second); n > want && time.Now().Before(end); n = runtime.NumGoroutine() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return n
+	}
+	base := settle(0)
+	for round := range 4 {
+		comms := make([]*Comm, 2)
+		for r, h := range []string{"h1", "h2"} {
+			c, err := NewCommConn(context.Background(), Config{Rank: r, Size: 2, Iface: "mem0", Job: uint64(300 + round), Coordinator: url, Node: h}, f.attach(h))
+			if err != nil {
+				t.Fatal(err)
+			}
+			comms[r] = c
+		}
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.AllReduce(context.Background(), vecFor(1, r, 100), make([]float32, 100), nil); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, c := range comms {
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := settle(base); n > base {
+		t.Fatalf("%d goroutines after 4 rounds of two Comms opened, used and closed, %d before", n, base)
+	}
 }

@@ -57,6 +57,11 @@ type BeginRequest struct {
 	// operation prepared ahead for Seq+1 (Config.Prepare) would only be
 	// ABORTed, so the AM prepares none when every rank says so.
 	RepeatsPersistent bool `json:"repeats_persistent,omitempty"`
+	// InvocationLen is, for a persistent request, the elements of one
+	// invocation (VectorLen is a whole number of them): informational, so
+	// that a mismatch says "vector_len 777 per invocation vs 8" instead
+	// of the persistent vector's 814743552.
+	InvocationLen uint32 `json:"invocation_len,omitempty"`
 
 	// Node is the rank's host in the topology; Iface its interface there
 	// ("" = the host's only link). MAC is the interface's actual address

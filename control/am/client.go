@@ -59,6 +59,16 @@ func (c *Client) httpClient(retry time.Duration) *http.Client {
 	return c.hc
 }
 
+// CloseIdleConnections closes the connections to the AM that no request
+// uses now (those of a Client's own transport; c.HTTP's are its owner's).
+// Left to the transport's 90 s idle timeout, each closed communicator kept
+// its connections and their goroutines alive that long.
+func (c *Client) CloseIdleConnections() {
+	if c.HTTP == nil {
+		c.httpClient(0).CloseIdleConnections() // through once: no race with a first request
+	}
+}
+
 // permanent says whether err is one no retry can mend, and how to mend it.
 func permanent(err error) (hint string, ok bool) {
 	s := err.Error()

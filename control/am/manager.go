@@ -380,6 +380,9 @@ func normalizeRequest(r BeginRequest, defaultTimeoutMS uint32) (params, *APIErro
 		return p, badReq("timeout_ms %d above 600000", p.TimeoutMS)
 	}
 	p.Persistent = r.Persistent
+	if r.Persistent && r.InvocationLen > 0 && p.VectorLen%r.InvocationLen == 0 {
+		p.InvocationLen = r.InvocationLen
+	}
 	if r.Node == "" {
 		return p, badReq("node is empty: name the rank's host in the topology (e.g. h1)")
 	}
@@ -450,7 +453,7 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		// ranks disagree on, and whether it was told depended on which
 		// request reached the AM first). How the requests differ follows.
 		e := *inv.err
-		if inv.p != p {
+		if !inv.p.same(p) {
 			e.Message += fmt.Sprintf("; this call differs from it: %s (rank %d's value first)", p.differences(inv.p), r.Rank)
 		}
 		m.mu.Unlock()
@@ -460,7 +463,7 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	switch prev, ok := inv.arrived[r.Rank]; {
 	case unplaced != nil:
 		mismatch = unplaced // not an arrival: the rank cannot take part
-	case inv.p != p || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID:
+	case !inv.p.same(p) || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID:
 		diff := p.differences(inv.p)
 		if inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID {
 			diff = strings.TrimPrefix(diff+fmt.Sprintf(", op_id %d vs %d", *r.OpID, *inv.first.OpID), ", ")
@@ -675,7 +678,7 @@ func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
 			msg += " (" + r.Reason + ")"
 		}
 	}
-	if !fresh && inv.p != p {
+	if !fresh && !inv.p.same(p) {
 		// The ranks waiting here asked for another collective than the
 		// one the rank gave up: say how, since that is usually why (one
 		// rank's call of another length, run on its persistent

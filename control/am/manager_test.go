@@ -1591,3 +1591,25 @@ func TestCorrectedRerunAfterFailedRequest(t *testing.T) {
 		t.Errorf("the failing request repeated was granted")
 	}
 }
+
+// TestPersistentMismatchSaysInvocationLength: a persistent request's
+// vector is every invocation's; a mismatch names its invocation length
+// (invocation_len), not the 814743552 of 777 x 2^20 a user never asked for,
+// and invocation_len alone never makes a mismatch.
+func TestPersistentMismatchSaysInvocationLength(t *testing.T) {
+	pers := params{Collective: parser.CollAllReduce, VectorLen: 777 << 20, InvocationLen: 777, Persistent: true, Size: 2}
+	ord := params{Collective: parser.CollAllReduce, VectorLen: 8, Size: 2}
+	if d := pers.differences(ord); d != "vector_len 777 per invocation vs 8, persistent true vs false" {
+		t.Fatalf("differences %q", d)
+	}
+	other := pers
+	other.InvocationLen = 0 // a client that does not send it
+	if !pers.same(other) || pers.differences(other) != "" {
+		t.Fatalf("invocation_len alone: same %v, differences %q; want the same collective", pers.same(other), pers.differences(other))
+	}
+	r, err := normalizeRequest(BeginRequest{Job: 1, Rank: 0, Size: 2, Collective: "allreduce", InputFormat: "fp32", AccPolicy: "kulisch",
+		VectorLen: 777 << 20, Persistent: true, InvocationLen: 777, Node: "h1"}, 5000)
+	if err != nil || r.InvocationLen != 777 {
+		t.Fatalf("normalized %+v, %v; want invocation_len kept", r, err)
+	}
+}

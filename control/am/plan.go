@@ -8,6 +8,7 @@ package am
 import (
 	"fmt"
 	"math/bits"
+	"strconv"
 	"strings"
 
 	"github.com/prismd/prismd/parser"
@@ -30,6 +31,9 @@ type params struct {
 	// must agree on it, and a prepared operation (never persistent) does
 	// not match a persistent invocation.
 	Persistent bool
+	// InvocationLen: BeginRequest.InvocationLen, kept when it divides
+	// VectorLen of a persistent request (differences reads it).
+	InvocationLen uint32
 }
 
 // nodePlan is what one tree node is told.
@@ -167,6 +171,22 @@ func buildPlan(t *Tree, p params, win Window) (*plan, error) {
 	return pl, nil
 }
 
+// same reports whether two ranks' requests ask for the same collective:
+// every parameter but the informational InvocationLen.
+func (p params) same(q params) bool {
+	p.InvocationLen, q.InvocationLen = 0, 0
+	return p == q
+}
+
+// lenDesc is p's vector length as its rank means it: a persistent
+// collective's per invocation (its VectorLen is every invocation's).
+func (p params) lenDesc() string {
+	if p.Persistent && p.InvocationLen > 0 {
+		return fmt.Sprintf("%d per invocation", p.InvocationLen)
+	}
+	return strconv.FormatUint(uint64(p.VectorLen), 10)
+}
+
 // differences names, in the request's own field names, where p (a rank's
 // request) differs from q (the first rank's): "size 3 vs 2, vector_len
 // 1000 vs 2000". The mismatch error printed both structs whole, Go field
@@ -185,7 +205,9 @@ func (p params) differences(q params) string {
 	add("partial_policy", p.Partial, q.Partial)
 	add("output_format", p.Output, q.Output)
 	add("kulisch_width", p.KulischWidth, q.KulischWidth)
-	add("vector_len", p.VectorLen, q.VectorLen)
+	if p.VectorLen != q.VectorLen {
+		d = append(d, fmt.Sprintf("vector_len %s vs %s", p.lenDesc(), q.lenDesc()))
+	}
 	add("mtu", p.MTU, q.MTU)
 	add("timeout_ms", p.TimeoutMS, q.TimeoutMS)
 	add("size", p.Size, q.Size)

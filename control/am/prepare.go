@@ -122,7 +122,7 @@ func (m *Manager) takePrepared(inv *invocation, hosts []RankHost) *operation {
 	}
 	// Persistent is part of params and no persistent invocation is
 	// prepared, so a persistent invocation never takes a prepared operation.
-	if inv.p != pr.inv.p || inv.first.OpID != nil || !sameHosts(hosts, pr.hosts) {
+	if !inv.p.same(pr.inv.p) || inv.first.OpID != nil || !sameHosts(hosts, pr.hosts) {
 		go m.dropPrepared(pr.op, prepMismatch)
 		return nil
 	}
