@@ -66,6 +66,15 @@ type Config struct {
 	// holds goes as one KULISCH_F64 group, which costs a leaf and its
 	// parent far less CPU for 1.3 to 1.5 x the bytes.
 	CompactKulischPartials bool
+	// FrozenAfter, when positive, is the gap between two Ticks taken for
+	// this process not having run (SIGSTOP, a hung VM, CPU starvation):
+	// the silence its clocks measured across it is its own, not its
+	// peers'. Tick then excuses the gap (every inactivity clock set
+	// before it moves on by the gap) and logs it once. A switch that
+	// woke from a 10 s stop timed out on its healthy neighbours and the
+	// AM blamed them. Off by default: tests step time in jumps; the
+	// daemon sets it (workers tick every millisecond, 100 ms when quiet).
+	FrozenAfter time.Duration
 }
 
 // maxOwed bounds the streams with a deferred PROGRESS per batch; beyond it
@@ -112,6 +121,8 @@ type Engine struct {
 
 	snap     atomic.Pointer[Snapshot]
 	lastSnap int64
+	// lastTick is the previous Tick's time (Config.FrozenAfter).
+	lastTick int64
 
 	// owed lists the inbound streams whose OK PROGRESS waits for Flush.
 	owed  [maxOwed]owedProgress
@@ -627,6 +638,10 @@ func (e *Engine) admitProgress(now int64, in int, frame []byte, tx dataplane.Sen
 // Tick runs timers: retransmissions, inactivity and silence deadlines,
 // pending terminal frames, and the introspection snapshot.
 func (e *Engine) Tick(now int64, tx dataplane.Sender) {
+	if f := int64(e.cfg.FrozenAfter); f > 0 && e.lastTick != 0 && now-e.lastTick > f {
+		e.excuse(now)
+	}
+	e.lastTick = now
 	e.Flush(now, tx)
 	for _, o := range e.ops {
 		switch o.state {
@@ -643,6 +658,26 @@ func (e *Engine) Tick(now int64, tx dataplane.Sender) {
 	}
 	if now-e.lastStage > int64(PoolIdle) && e.Pooled() {
 		e.dropPools()
+	}
+}
+
+// excuse moves every active context's inactivity clocks on by the gap
+// since the last Tick (Config.FrozenAfter), never past now: this process did
+// not run then, so its peers' silence over it says nothing about them. A
+// peer that was really gone is timed out a gap later; the peers' own
+// timers have named this node if it was gone long enough.
+func (e *Engine) excuse(now int64) {
+	gap := now - e.lastTick
+	n := 0
+	for _, o := range e.ops {
+		if o.state == parser.StateActive {
+			o.excuse(gap, now)
+			n++
+		}
+	}
+	if n > 0 {
+		e.log.Warn("this prismd did not run for a while (stopped, or starved of CPU): its operations do not count that silence against their peers",
+			"gap", time.Duration(gap).Round(time.Millisecond), "active_operations", n)
 	}
 }
 

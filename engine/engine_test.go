@@ -915,3 +915,37 @@ func TestSnapshotExpiry(t *testing.T) {
 		t.Errorf("active: state %d ms, expires in %d ms; want neither", active.StateMs, active.ExpiresInMs)
 	}
 }
+
+// TestFrozenGapExcused: with FrozenAfter set, a gap between two Ticks
+// longer than it (this process did not run) does not count as the peers'
+// silence: a context whose rank went quiet just before the gap is still
+// ACTIVE after it, and fails a Timeout of real silence later. Without
+// FrozenAfter the same gap fails it at once.
+func TestFrozenGapExcused(t *testing.T) {
+	for _, frozen := range []bool{true, false} {
+		e := New(Config{Logger: quiet()})
+		if frozen {
+			e.cfg.FrozenAfter = time.Second
+		}
+		r := newRigOn(t, e, parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}, kulisch.FP32Arrival, 1<<20)
+		r.step()
+		r.e.Tick(r.now, r.tx)
+		r.now += int64(2 * time.Hour) // stopped for two Timeouts
+		r.e.Tick(r.now, r.tx)
+		s, _ := r.e.Status(r.key)
+		if frozen != (s.State == parser.StateActive) {
+			t.Fatalf("FrozenAfter %v: after the gap %v, want ACTIVE only when the gap is excused", frozen, s.State)
+		}
+		if !frozen {
+			continue
+		}
+		// Ticking again (no gap over FrozenAfter) for a Timeout.
+		for end := r.now + int64(time.Hour) + int64(time.Second); r.now < end; {
+			r.now += int64(500 * time.Millisecond)
+			r.e.Tick(r.now, r.tx)
+		}
+		if s, _ := r.e.Status(r.key); s.State != parser.StateFailed || s.FailCause != parser.FailTimeout {
+			t.Fatalf("a Timeout of real silence after the gap: %+v, want FAILED, TIMEOUT", s)
+		}
+	}
+}

@@ -1509,6 +1509,31 @@ func (o *op) failTimeout(now int64, b *Binding, from uint32, err error, tx datap
 	o.fail(now, cause, b.Stream, from, err, tx)
 }
 
+// excuse moves o's inactivity clocks on by gap (never past now):
+// Engine.excuse. Every clock, not only those set before the last Tick:
+// frames handled after it and before the process stopped set theirs too.
+func (o *op) excuse(gap, now int64) {
+	move := func(c *int64) {
+		if *c != 0 {
+			*c = min(*c+gap, now)
+		}
+	}
+	for i := range o.in {
+		move(&o.in[i].lastActive)
+		move(&o.in[i].heldSince)
+	}
+	if o.result != nil {
+		move(&o.result.lastActive)
+	}
+	move(&o.owedSince)
+	if o.parent != nil {
+		o.parent.sw.Excuse(gap, now)
+	}
+	for i := range o.outs {
+		o.outs[i].sw.Excuse(gap, now)
+	}
+}
+
 // logFailure logs a failure fail recorded, once.
 func (o *op) logFailure() {
 	if !o.failLogPending {

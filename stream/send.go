@@ -695,6 +695,13 @@ func (w *SendWindow) Check(now int64) error {
 	return &SilentError{Stream: w.cfg.Name, From: from, To: to, Frames: w.n, SilentNs: now - w.lastHeard}
 }
 
+// Excuse moves the silence clock on by gap (never past now): the sender's
+// process did not run for gap, so the peer's silence then says nothing
+// about the peer.
+func (w *SendWindow) Excuse(gap, now int64) {
+	w.lastHeard = min(w.lastHeard+gap, now)
+}
+
 // Free returns the replay slots not holding an unacknowledged frame.
 func (w *SendWindow) Free() int { return len(w.ring) - w.n }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prismd/prismd/control"
 	"github.com/prismd/prismd/dataplane"
@@ -16,11 +17,16 @@ import (
 // daemon run; workers are created by the dataplane through its factory.
 var node *control.Node
 
+// frozenAfter is the gap between two engine ticks taken for this process
+// not having run (engine.Config.FrozenAfter): a worker with an operation
+// ticks every millisecond, 100 ms while every operation only waits.
+const frozenAfter = time.Second
+
 func init() {
 	handlerFactory = func(c *Config) dataplane.HandlerFactory {
 		node = control.NewNode(control.NodeConfig{AMMACs: c.AMSourceMACs(),
 			// The dataplane calls Flush after every batch (dataplane.Flusher).
-			Engine: engine.Config{CoalesceProgress: true, PlainKulischPartials: c.PlainKulischPartials(),
+			Engine: engine.Config{CoalesceProgress: true, FrozenAfter: frozenAfter, PlainKulischPartials: c.PlainKulischPartials(),
 				CompactKulischPartials: c.CompactKulischPartials()}})
 		return node.Factory()
 	}
