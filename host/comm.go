@@ -24,7 +24,9 @@ import (
 type Options struct {
 	// Acc is the accumulator policy: "kulisch" (KULISCH_FIXED, exact, the
 	// default) or "fp32" (FP32_ARRIVAL, rounded in arrival order; FP32
-	// input only).
+	// input and FP32 output only: the switches advertise no other tuple
+	// for it, and the AM refuses the call with ErrSetup). Case does not
+	// matter ("FP32" is "fp32").
 	//
 	// Under "kulisch" every element of recv is the exact sum rounded once
 	// to the output format, nearest, ties to even, whatever the tree or
@@ -574,12 +576,15 @@ func (c *Comm) Reduce(ctx context.Context, send, recv any, root int, opts *Optio
 	return c.ReduceAsync(ctx, send, recv, root, opts).Wait()
 }
 
-// AllReduceAsync starts an AllReduce; Wait on the Request.
+// AllReduceAsync starts an AllReduce; Wait on the Request. send and recv
+// belong to the library until the Request is done: do not write send or
+// read recv before (Done, Wait), as with MPI_Iallreduce.
 func (c *Comm) AllReduceAsync(ctx context.Context, send, recv any, opts *Options) *Request {
 	return c.start(ctx, "allreduce", send, recv, 0, opts)
 }
 
-// ReduceAsync starts a Reduce; Wait on the Request.
+// ReduceAsync starts a Reduce; Wait on the Request. The buffers belong to
+// the library until the Request is done, as for AllReduceAsync.
 func (c *Comm) ReduceAsync(ctx context.Context, send, recv any, root int, opts *Options) *Request {
 	return c.start(ctx, "reduce", send, recv, root, opts)
 }

@@ -303,7 +303,10 @@ func (c *Comm) checkBuffers(coll string, send, recv any, root int, o *Options) (
 	}
 	if sv.n > 0 {
 		if err := am.CheckBegin(c.beginRequest(0, coll, sv, root, oo)); err != nil {
-			return sv, rv, fmt.Errorf("Options: %w", err)
+			// Checked here, not at an AM: said as this rank's refusal
+			// ("am: bad_request" read as the coordinator's). The
+			// *am.APIError stays reachable (errors.As; ErrSetup).
+			return sv, rv, &optionsError{err: err}
 		}
 	}
 	return sv, rv, nil
@@ -795,3 +798,17 @@ func (op *opRun) progress(now int64, pid uint32, status parser.ProgressStatus, t
 	}
 	return tx.add(buf[:n])
 }
+
+// optionsError is a call's Options that no AM would take, refused on the
+// rank before any request (am.CheckBegin).
+type optionsError struct{ err error }
+
+func (e *optionsError) Error() string {
+	msg := e.err.Error()
+	if ae := (*am.APIError)(nil); errors.As(e.err, &ae) {
+		msg = ae.Message
+	}
+	return "Options: " + msg + " (refused on this rank before any request)"
+}
+
+func (e *optionsError) Unwrap() error { return e.err }

@@ -355,9 +355,13 @@ func (r *repetitions) run(ctx context.Context) int {
 		}
 		var op, tree any = "-", "-"
 		if s.Grant != nil {
-			op, tree = s.Grant.ID, s.Grant.Tree
+			// "tree TREE" named the kind, not a switch.
+			op, tree = s.Grant.ID, "a tree from leaf "+s.Grant.Leaf
+			if s.Grant.Tree == "SINGLE" {
+				tree = "switch " + s.Grant.Leaf + " alone"
+			}
 		}
-		fmt.Fprintf(r.out, "rank %d: %s of %d %s op %v tree %v: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel%s\n",
+		fmt.Fprintf(r.out, "rank %d: %s of %d %s op %v on %v: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel%s\n",
 			r.rank, r.coll, r.count, r.what, op, tree, el.Round(time.Microsecond),
 			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits, s.KernelDrops, how)
 		if r.ref == nil {
