@@ -782,6 +782,13 @@ func (r *rx) ingress(s *snapshot, tab *macTable, in int, now uint32, f []byte) {
 		c.drops[DropShortFrame].Add(1)
 		return
 	}
+	if len(f) > r.ps.frameSize-4 && !vlanTagged(f) {
+		// The read buffer leaves 4 bytes for an 802.1Q tag; an untagged
+		// frame that uses them is over the MTU (a peer with a larger
+		// one). Relayed, every egress port's send failed (tx_error).
+		c.drops[DropOversize].Add(1)
+		return
+	}
 	if f[6]&1 != 0 {
 		c.drops[DropBadSrcMAC].Add(1)
 		return
@@ -1055,4 +1062,11 @@ func txDropReason(err error) DropReason {
 		return DropTxLinkDown
 	}
 	return DropTxError
+}
+
+// vlanTagged reports whether f carries an 802.1Q or 802.1ad tag, which may
+// take the 4 bytes past MTU + 14.
+func vlanTagged(f []byte) bool {
+	et := uint16(f[12])<<8 | uint16(f[13])
+	return et == 0x8100 || et == 0x88A8
 }

@@ -209,6 +209,27 @@ func TestEgressMTU(t *testing.T) {
 	}
 }
 
+// TestIngressOversize: an untagged frame over the ingress port's MTU (its
+// sender's MTU is larger: the read buffer keeps 4 bytes for a VLAN tag) is
+// dropped as oversize on arrival; the same length with an 802.1Q tag, and
+// an untagged frame of exactly MTU bytes, are relayed. Relayed, the
+// untagged one failed on every egress port (tx_error).
+func TestIngressOversize(t *testing.T) {
+	d, ports := setup(t, 2, dataplane.Options{})
+	over := eth(bcast, hostA, 0x0800, make([]byte, 1502)...)
+	ports[0].Inject(over)
+	waitDrops(t, d, 0, dataplane.DropOversize, 1)
+	tagged := eth(bcast, hostA, 0x8100, make([]byte, 1504)...) // tag + 1500 bytes
+	ports[0].Inject(tagged)
+	expect(t, ports, tagged, 1)
+	fits := eth(bcast, hostA, 0x0800, make([]byte, 1500)...)
+	ports[0].Inject(fits)
+	expect(t, ports, fits, 1)
+	if got := drops(d, 0, dataplane.DropOversize); got != 1 {
+		t.Fatalf("oversize drops %d, want 1 (the untagged frame over the MTU only)", got)
+	}
+}
+
 func TestAging(t *testing.T) {
 	var clk fakeClock
 	clk.add(time.Hour)
