@@ -557,6 +557,17 @@ func TestTimeoutOnDownLink(t *testing.T) {
 		if down && strings.Contains(s.Err.Error(), "p1") {
 			t.Fatalf("error %q names rank 0's port, whose link is up", s.Err)
 		}
+		// prismd_engine_failures_total{cause} tells them apart.
+		if err := testutil.CollectAndCompare(r.e.Metrics(), strings.NewReader(fmt.Sprintf(`
+# HELP prismd_engine_failures_total Operations that FAILED here, by Failure Cause (TIMEOUT: a peer was silent; LINK_DOWN: the port toward it was down; PEER_FAILED: a peer reported the failure; INTERNAL).
+# TYPE prismd_engine_failures_total counter
+prismd_engine_failures_total{cause="INTERNAL"} 0
+prismd_engine_failures_total{cause="LINK_DOWN"} %d
+prismd_engine_failures_total{cause="PEER_FAILED"} 0
+prismd_engine_failures_total{cause="TIMEOUT"} %d
+`, map[bool]int{true: 1}[down], map[bool]int{false: 1}[down])), "prismd_engine_failures_total"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

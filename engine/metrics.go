@@ -67,9 +67,13 @@ type Metrics struct {
 	OpsStaged       atomic.Uint64
 	OpsCompleted    atomic.Uint64
 	OpsFailed       atomic.Uint64
-	OpsInexact      atomic.Uint64
-	OpsExpired      atomic.Uint64 // removed by Expire: the AM never ended them
-	ElementsDone    atomic.Uint64 // elements completed and handed on
+	// FailedBy counts OpsFailed by Failure Cause (index: parser.FailCause):
+	// a dead link, a silent peer and a failure passed on by a peer read
+	// the same in OpsFailed.
+	FailedBy     [parser.FailLinkDown + 1]atomic.Uint64
+	OpsInexact   atomic.Uint64
+	OpsExpired   atomic.Uint64 // removed by Expire: the AM never ended them
+	ElementsDone atomic.Uint64 // elements completed and handed on
 	// FormatFrames counts the DATA/RESULT frames this node encoded by the
 	// formats of their NumberGroups (index: format code): a frame counts
 	// once for each format it carries, and once however many outputs it
@@ -160,12 +164,13 @@ var (
 	descOps      = prometheus.NewDesc("prismd_engine_operations_total", "Operations by outcome.", []string{"outcome"}, nil)
 	descElems    = prometheus.NewDesc("prismd_engine_elements_completed_total", "Vector elements completed and handed on.", nil, nil)
 	descFormats  = prometheus.NewDesc("prismd_engine_frames_encoded_by_format_total", "DATA/RESULT frames this node encoded, by the format of their NumberGroups (a frame counts once for each format it carries).", []string{"format"}, nil)
+	descFailed   = prometheus.NewDesc("prismd_engine_failures_total", "Operations that FAILED here, by Failure Cause (TIMEOUT: a peer was silent; LINK_DOWN: the port toward it was down; PEER_FAILED: a peer reported the failure; INTERNAL).", []string{"cause"}, nil)
 	descUnknown  = prometheus.NewDesc("prismd_engine_unknown_operation_answers_total", "DATA/RESULT frames for an operation the switch does not know, answered with PROGRESS UNKNOWN_OPERATION (rate-limited).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFrames, descDups, descDrops, descDecode, descProgress, descSent, descRetx, descTxFull, descOps, descElems, descUnknown, descFormats} {
+	for _, d := range []*prometheus.Desc{descFrames, descDups, descDrops, descDecode, descProgress, descSent, descRetx, descTxFull, descOps, descElems, descUnknown, descFormats, descFailed} {
 		ch <- d
 	}
 }
@@ -195,6 +200,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	c(descOps, m.OpsFailed.Load(), "failed")
 	c(descOps, m.OpsInexact.Load(), "inexact")
 	c(descOps, m.OpsExpired.Load(), "expired")
+	for cause := parser.FailTimeout; int(cause) < len(m.FailedBy); cause++ {
+		c(descFailed, m.FailedBy[cause].Load(), cause.String())
+	}
 	c(descElems, m.ElementsDone.Load())
 	c(descUnknown, m.UnknownAnswered.Load())
 	for f := 1; f < formatCodes; f++ {

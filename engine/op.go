@@ -1480,6 +1480,9 @@ func (o *op) fail(now int64, cause parser.FailCause, stream uint16, from uint32,
 	o.failedAt = now
 	o.failCause, o.failStream, o.failFrom = cause, stream, from
 	o.e.m.OpsFailed.Add(1)
+	if int(cause) < len(o.e.m.FailedBy) {
+		o.e.m.FailedBy[cause].Add(1)
+	}
 	o.announceLeft = failAnnouncements
 	o.announceFailure(now, tx)
 	// The log line waits for the next Tick (logFailure): written here, on
