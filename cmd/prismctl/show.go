@@ -381,7 +381,7 @@ func amStreamNames(url string) streamNames {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c := am.NewClient(url)
-	c.RetryFor = time.Second // a switch's view should not wait long for names
+	c.RetryFor = 3 * time.Second // a switch's view should not wait long for names; 1 s gave up at 5% loss
 	l, err := c.Ops(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl show ops: streams are not named: reading the AM: %v\n", err)
@@ -586,7 +586,7 @@ func printPorts(w io.Writer, body []byte) error {
 		// how often it moved them; "-" for one with a single path.
 		path := "-"
 		if p.RxPath != "" {
-			path = fmt.Sprintf("%s (%d moves)", p.RxPath, p.Switches)
+			path = fmt.Sprintf("%s (%d path changes)", p.RxPath, p.Switches)
 		}
 		// The link as the daemon's watcher saw it, and for how long when
 		// it is down: a stalled operation's port is the first suspect.

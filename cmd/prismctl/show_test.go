@@ -80,7 +80,7 @@ func TestShowOverUnixSocket(t *testing.T) {
 	out.Reset()
 	if err := printPorts(&out, body); err != nil || !strings.Contains(out.String(), "fault_ingress=7 kernel=53489 short_frame=1") ||
 		!strings.Contains(out.String(), "port p0 impairs its frames on purpose (fault: in its config): ingress drop 40%") ||
-		!strings.Contains(out.String(), "lane (2 moves)") || !strings.Contains(out.String(), "RX_PATH") ||
+		!strings.Contains(out.String(), "lane (2 path changes)") || !strings.Contains(out.String(), "RX_PATH") ||
 		!strings.Contains(out.String(), "  without carrier (5s)  ") || !strings.Contains(strings.Split(out.String(), "\n")[1], "  up  ") {
 		t.Fatalf("ports: %v\n%s", err, out.String())
 	}
