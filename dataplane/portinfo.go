@@ -15,6 +15,7 @@ const (
 	LinkUp        LinkState = iota // up, with carrier (or never reported)
 	LinkAdminDown                  // set down (ip link set IF down)
 	LinkNoCarrier                  // up without carrier: its peer, cable or far switch port is down
+	LinkGone                       // its interface no longer exists (deleted)
 )
 
 func (s LinkState) String() string {
@@ -23,6 +24,8 @@ func (s LinkState) String() string {
 		return "set down"
 	case LinkNoCarrier:
 		return "without carrier"
+	case LinkGone:
+		return "gone (interface deleted)"
 	}
 	return "up"
 }

@@ -254,8 +254,9 @@ func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, 
 		defer close(next)
 		<-prev
 		// The earlier calls are done: the operation rests. It is freed
-		// here (done ok: this rank lets go of it); the other ranks'
-		// invocation fails by their switches' timeout, naming this rank.
+		// here, reported as this rank's own failure (retireCancelled):
+		// the AM ABORTs it and the other ranks' invocation fails at once,
+		// naming this rank's cancellation.
 		// The calls queued behind this one fail from here on, and not
 		// before, and the shape's next call sets up anew only from here:
 		// at once, the error failed an earlier call that had not started
@@ -275,7 +276,7 @@ func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, 
 		p.mu.Unlock()
 		c.dropSlot(sh, slot)
 		if op != nil {
-			p.retire(op, nil)
+			p.retireCancelled(op, nth, cause)
 		}
 	}()
 }

@@ -358,6 +358,29 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 // ABORTs every switch's context) in the background, or the failure, whose
 // diagnosis it waits for and adds to failed.
 func (p *Persistent) retire(op *opRun, failed *OpError) {
+	c := p.unregister()
+	if failed != nil {
+		// The loop already dropped a failed operation.
+		c.diagnose(op.g, failed)
+		return
+	}
+	p.letGo(op, am.DoneRequest{Rank: c.cfg.Rank, OK: true})
+}
+
+// retireCancelled frees a resting operation whose invocation nth this rank
+// cancelled before it ran (skipInvocation). The other ranks run that
+// invocation without this one, so it reports a local failure: the AM
+// ABORTs the operation and the switches' announcement fails the others at
+// once. Reported done ok, it left them to their switches' timeout, and the
+// AM then named this rank as one that stopped contributing.
+func (p *Persistent) retireCancelled(op *opRun, nth int, cause error) {
+	c := p.unregister()
+	p.letGo(op, am.DoneRequest{Rank: c.cfg.Rank, OK: false, Local: true,
+		Error: fmt.Sprintf("invocation %d was cancelled before it ran on this rank: %v", nth, cause)})
+}
+
+// unregister stops the operation's keepalive and forgets p on its Comm.
+func (p *Persistent) unregister() *Comm {
 	p.mu.Lock()
 	stop, kaDone := p.stopKA, p.kaDone
 	p.stopKA, p.kaDone = nil, nil
@@ -370,17 +393,18 @@ func (p *Persistent) retire(op *opRun, failed *OpError) {
 	c.mu.Lock()
 	delete(c.persistents, p)
 	c.mu.Unlock()
-	if failed != nil {
-		// The loop already dropped a failed operation.
-		c.diagnose(op.g, failed)
-		return
-	}
-	// Resting between invocations: nothing is in flight; the replay
-	// buffers can serve the next collective once the loop let go of it.
+	return c
+}
+
+// letGo hands a resting operation back to the loop and reports it to the
+// AM (done). Resting between invocations: nothing is in flight; the
+// replay buffers can serve the next collective once the loop let go.
+func (p *Persistent) letGo(op *opRun, report am.DoneRequest) {
+	c := p.c
 	err := ErrClosed
 	op.cancel.Store(&err)
 	c.kick()
-	c.report(doneReport{id: op.g.ID, coll: p.coll, req: am.DoneRequest{Rank: c.cfg.Rank, OK: true}})
+	c.report(doneReport{id: op.g.ID, coll: p.coll, req: report})
 }
 
 // keepalive tells the AM every g.KeepaliveMS that this rank still runs the

@@ -756,3 +756,33 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		t.Fatalf("%d goroutines after 4 rounds of two Comms opened, used and closed, %d before", n, base)
 	}
 }
+
+// TestCancelledInvocationFailsOthersPromptly: a rank whose call of a kept
+// shape (an invocation of its persistent collective) is made with a
+// context already cancelled fails it at once, and the other rank, which
+// runs that invocation, fails within a second naming the cancellation
+// (the AM ABORTs the operation and the switch announces it), not at its
+// 5 s timeout blaming a rank that "stopped contributing". The next calls
+// pair up and are exact.
+func TestCancelledInvocationFailsOthersPromptly(t *testing.T) {
+	sp := newSeqPair(t, 213)
+	o := &Options{Timeout: 5 * time.Second}
+	sp.both(t, "first call", 1, 100, o)
+	sp.both(t, "second call (persistent setup)", 2, 100, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	q1 := sp.comms[1].AllReduceAsync(context.Background(), vecFor(3, 1, 100), make([]float32, 100), o)
+	if err := sp.comms[0].AllReduce(ctx, vecFor(3, 0, 100), make([]float32, 100), o); !errors.Is(err, context.Canceled) {
+		t.Fatalf("rank 0: %v, want context.Canceled", err)
+	}
+	err1 := q1.Wait()
+	if err1 == nil || !strings.Contains(err1.Error(), "cancelled before it ran on this rank") || strings.Contains(err1.Error(), "stopped contributing") {
+		t.Fatalf("rank 1: %v, want the AM's word that rank 0 cancelled it", err1)
+	}
+	if el := time.Since(start); el > 1500*time.Millisecond {
+		t.Errorf("rank 1 failed after %v, want within a second (its timeout is 5 s)", el)
+	}
+	sp.both(t, "next call", 4, 100, o)
+	sp.both(t, "and the one after", 5, 100, o)
+}

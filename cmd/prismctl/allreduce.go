@@ -67,7 +67,7 @@ func (f *rankFlags) register(fs *flag.FlagSet) {
 		"or integral (integers: exact in any order, default with --acc fp32)")
 	fs.IntVar(&f.mtu, "mtu", 1500, "PRISM MTU: 576, 1500 or 9000")
 	fs.DurationVar(&f.timeout, "timeout", 0, "operation inactivity timeout, 1ms..10m in whole milliseconds (0: the AM's default, 'prismctl am --timeout-ms')")
-	fs.BoolVar(&f.ordinary, "ordinary", false, "run every repetition through the AM (barrier, grant, CONTROL) as an ordinary collective; by default the library runs a repeated shape as a persistent collective from its second call (host.Config.PersistentShapes)")
+	fs.BoolVar(&f.ordinary, "ordinary", false, "run every repetition through the AM (barrier, grant, CONTROL) as an ordinary collective; by default the library runs a repeated ALLREDUCE shape as a persistent collective from its second call (host.Config.PersistentShapes; a REDUCE always goes through the AM)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the collectives to this file (go tool pprof)")
 	fs.StringVar(&f.memprofile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file at exit")
 }

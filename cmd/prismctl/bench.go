@@ -105,7 +105,7 @@ func runBench(args []string) int {
 		fmt.Fprintln(fs.Output(), "Run one process per rank with the same flags (except --rank/--node/--iface); rank 0 prints the table, or with --root R rank R,")
 		fmt.Fprintln(fs.Output(), "the rank the REDUCE delivers to (it verifies --check). Sizes are rounded down to whole elements of --format (at least one).")
 		fmt.Fprintln(fs.Output(), "Each size is called -w times untimed first: at least twice, because the library runs a size's first call through the AM")
-		fmt.Fprintln(fs.Output(), "and sets up its persistent collective at the second (once with --persistent or --ordinary). To time setups, use")
+		fmt.Fprintln(fs.Output(), "and sets up its persistent collective at the second (an ALLREDUCE; a REDUCE (--root) always goes through the AM; once with --persistent or --ordinary). To time setups, use")
 		fmt.Fprintln(fs.Output(), "'prismctl allreduce --iters N', which prints each call's setup.")
 		fs.PrintDefaults()
 	}
@@ -178,6 +178,9 @@ func runBench(args []string) int {
 	}
 	if rf.rank == printer {
 		kind := coll + " (repeated sizes kept persistent by the library)"
+		if coll == "reduce" {
+			kind = coll + " (every call through the AM: the library keeps no REDUCE persistent; --persistent for ReduceInit)"
+		}
 		switch {
 		case *persistent:
 			kind = "persistent " + coll

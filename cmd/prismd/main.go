@@ -545,6 +545,7 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 				delete(d.link, name) // said again of the new one, if so
 				if !d.gone[name] {
 					d.gone[name] = true
+					d.dp.SetLinkState(name, dataplane.LinkGone) // not "set down": show ports and LINK_DOWN say what happened
 					d.log.Warn("port's interface is gone: its frames are lost until an interface of that name exists again, and prismd then reopens it",
 						"port", name)
 				}

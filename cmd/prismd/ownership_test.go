@@ -88,6 +88,7 @@ type portStatus struct {
 	Name string `json:"name"`
 	MAC  string `json:"mac"`
 	MTU  int    `json:"mtu"`
+	Link string `json:"link"`
 }
 
 func statusOf(sock string) ([]portStatus, error) {
@@ -144,6 +145,8 @@ func TestRecreatedInterfaceReopened(t *testing.T) {
 			t.Fatalf("no word of the interface gone:\n%s", logs.String())
 		}
 	}
+	// Its link is said to be gone, not set down (show ports' LINK).
+	waitPort("interface deleted", func(p portStatus) bool { return p.Link == "gone (interface deleted)" })
 	env.MustExec(sw, "ip", "link", "add", b, "type", "veth", "peer", "name", a, "netns", h)
 	env.MustExec(sw, "ip", "link", "set", b, "up")
 	env.MustExec(h, "ip", "link", "set", a, "up")
@@ -151,7 +154,7 @@ func TestRecreatedInterfaceReopened(t *testing.T) {
 	if second == first {
 		t.Fatalf("the new %s has the old MAC %s: the test cannot tell the ports apart", b, first)
 	}
-	waitPort("after re-creation", func(p portStatus) bool { return p.MAC == second })
+	waitPort("after re-creation", func(p portStatus) bool { return p.MAC == second && p.Link == "up" })
 	if !strings.Contains(logs.String(), "interface re-created") {
 		t.Errorf("reopening not logged with its reason:\n%s", logs.String())
 	}

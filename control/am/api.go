@@ -183,6 +183,12 @@ type DoneRequest struct {
 	// on what it waited for. When no node failed on its own, the AM names
 	// the first rank that reported a local failure as the culprit.
 	Local bool `json:"local,omitempty"`
+	// TimedOut says the rank's own inactivity timer ended the operation
+	// (its leaf went silent, or its link): the switches' timers run on the
+	// same Timeout, so the AM waits a moment for their verdict before it
+	// diagnoses (9.2). Any other failure (ACCUMULATION_INEXACT, a FAILED
+	// announcement) is diagnosed at once.
+	TimedOut bool `json:"timed_out,omitempty"`
 	// Wait asks the AM to answer only once the operation is final (released,
 	// failed or aborted), so a failing rank receives the AM's diagnosis.
 	Wait bool `json:"wait,omitempty"`

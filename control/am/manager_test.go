@@ -1613,3 +1613,36 @@ func TestPersistentMismatchSaysInvocationLength(t *testing.T) {
 		t.Fatalf("normalized %+v, %v; want invocation_len kept", r, err)
 	}
 }
+
+// TestGraceOnlyForTimedOutReports: a failure a rank reports while every
+// node is still ACTIVE is diagnosed at once, unless the rank says its own
+// timer ended it (timed_out): then the AM asks the nodes again for up to
+// min(timeout/4 + 200 ms, 3 s), and a node that fails meanwhile (here
+// LINK_DOWN toward that rank) heads the diagnosis. Every INEXACT call
+// waited the whole grace (a second per call) when it applied to every
+// report.
+func TestGraceOnlyForTimedOutReports(t *testing.T) {
+	for _, timedOut := range []bool{false, true} {
+		r := newRig(t, "spine-leaf", Config{})
+		grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+		for _, n := range []string{"l1", "l2", "s1"} {
+			r.activeOn(n, grants[2].Data.StreamID, 40) // still running, as when a rank's timer fires
+		}
+		if timedOut {
+			time.AfterFunc(300*time.Millisecond, func() { r.failNode("l2", parser.FailLinkDown, grants[2].Data.StreamID, 40) })
+		}
+		start := time.Now()
+		st, err := r.m.Done(context.Background(), grants[2].ID, DoneRequest{Rank: 2, OK: false, TimedOut: timedOut, Wait: true,
+			Error: "host: timeout: leaf l2 did not acknowledge DATA"})
+		took := time.Since(start)
+		if err != nil || st.Error == nil {
+			t.Fatalf("timed_out %v: %+v, %v", timedOut, st, err)
+		}
+		switch {
+		case !timedOut && took > 250*time.Millisecond:
+			t.Errorf("not timed_out: diagnosed after %v, want at once", took)
+		case timedOut && (took < 250*time.Millisecond || !strings.Contains(st.Error.Message, "failed: node l2 lost its link to rank 2 (h3)")):
+			t.Errorf("timed_out: after %v: %s; want the leaf's LINK_DOWN verdict, which came at 300 ms, at the head", took, st.Error.Message)
+		}
+	}
+}

@@ -595,8 +595,9 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	return strings.Join(parts, "; "), culprit, origin
 }
 
-// treeUnaware reports whether op failed on a rank's word alone, not its
-// own local failure (a cancelled call is reported as such at once), while
+// treeUnaware reports whether op failed on a rank's word alone, its own
+// timer's (DoneRequest.TimedOut; a cancelled call is reported as such at
+// once), while
 // every node that answers says it is ACTIVE or COMPLETE. A node that
 // stopped answering does not end the wait: a dead switch and one cut off
 // by a dead link are both silent, and only their neighbours' verdicts
@@ -605,6 +606,16 @@ func (op *operation) treeUnaware() bool {
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	if op.firstFail != nil {
+		return false
+	}
+	timedOut := false
+	for _, d := range op.done {
+		timedOut = timedOut || !d.OK && d.TimedOut
+	}
+	if !timedOut {
+		// Only a rank's own timer races the switches' (an INEXACT sum,
+		// which every rank reports while the tree is COMPLETE, waited
+		// out the whole grace: a second per call).
 		return false
 	}
 	for _, n := range op.plan.order {
