@@ -4,9 +4,10 @@
 // nearly all its time (2 FP32: 3-17 ms against 0.3-0.8 ms for an
 // invocation of a persistent collective in the spine-leaf-jumbo lab). Jobs
 // call the same shapes again and again (a training step's buckets), so the
-// Comm runs the second call of a shape, and every later one, as the next
-// invocation of a persistent collective it keeps for that shape, over that
-// call's buffers: no AM round trip once it is set up.
+// Comm runs the second call of an AllReduce shape, and every later one, as
+// the next invocation of a persistent collective it keeps for that shape,
+// over that call's buffers: no AM round trip once it is set up. Reduce
+// calls are left to the AM (autoStart says why).
 //
 // Every rank must take the same decision for every call, or ranks would
 // wait on different operations. So the decision depends on the call

@@ -389,7 +389,8 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	m.askAll(op)
 	if blame == nil {
 		// A rank whose own timer fired first (its leaf went silent, its
-		// link went down) reports before any node has failed, and the
+		// link went down; it says timed_out) reports before any node
+		// has failed, and the
 		// nodes, all ACTIVE, only say what they still wait for: the
 		// diagnosis followed that chain and blamed the rank, when its
 		// leaf was about to fail with the cause (LINK_DOWN, or a
@@ -595,11 +596,10 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	return strings.Join(parts, "; "), culprit, origin
 }
 
-// treeUnaware reports whether op failed on a rank's word alone, its own
-// timer's (DoneRequest.TimedOut; a cancelled call is reported as such at
-// once), while
-// every node that answers says it is ACTIVE or COMPLETE. A node that
-// stopped answering does not end the wait: a dead switch and one cut off
+// treeUnaware reports whether op failed on a rank's own timer
+// (DoneRequest.TimedOut, and no rank's local failure: a cancelled call is
+// diagnosed at once) while every node that answers says it is ACTIVE or
+// COMPLETE. A node that stopped answering does not end the wait: a dead switch and one cut off
 // by a dead link are both silent, and only their neighbours' verdicts
 // (TIMEOUT on it, LINK_DOWN toward it) tell them apart.
 func (op *operation) treeUnaware() bool {
