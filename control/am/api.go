@@ -187,7 +187,7 @@ type DoneRequest struct {
 	// (its leaf went silent, or its link): the switches' timers run on the
 	// same Timeout, so the AM waits a moment for their verdict before it
 	// diagnoses (9.2). Any other failure (ACCUMULATION_INEXACT, a FAILED
-	// announcement) is diagnosed at once.
+	// announcement) is diagnosed at once, unless a node does not answer.
 	TimedOut bool `json:"timed_out,omitempty"`
 	// Wait asks the AM to answer only once the operation is final (released,
 	// failed or aborted), so a failing rank receives the AM's diagnosis.

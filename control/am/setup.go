@@ -395,9 +395,11 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 		// diagnosis followed that chain and blamed the rank, when its
 		// leaf was about to fail with the cause (LINK_DOWN, or a
 		// TIMEOUT naming another peer). The nodes' timers run on the
-		// same Timeout (a quarter more for switch peers), so asking
-		// again for a while lets their verdict in.
-		grace := min(time.Duration(op.inv.p.TimeoutMS)*time.Millisecond/4+200*time.Millisecond, 3*time.Second)
+		// same Timeout (a quarter more for switch peers, half more for
+		// a RESULT owed: 1.5 s after a rank's own RESULT deadline of
+		// Timeout + 1 s at the default 5 s), so asking again for a
+		// while lets their verdict in.
+		grace := min(time.Duration(op.inv.p.TimeoutMS)*time.Millisecond/2+200*time.Millisecond, 4*time.Second)
 		for end := time.Now().Add(grace); op.treeUnaware() && time.Now().Before(end); {
 			time.Sleep(100 * time.Millisecond)
 			m.askAll(op)
@@ -596,10 +598,11 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	return strings.Join(parts, "; "), culprit, origin
 }
 
-// treeUnaware reports whether op failed on a rank's own timer
-// (DoneRequest.TimedOut, and no rank's local failure: a cancelled call is
-// diagnosed at once) while every node that answers says it is ACTIVE or
-// COMPLETE. A node that stopped answering does not end the wait: a dead switch and one cut off
+// treeUnaware reports whether the nodes' verdict is still to come: no
+// rank's local failure (a cancelled call is diagnosed at once), a rank's
+// own timer ended it (DoneRequest.TimedOut) or a node does not answer, and
+// every node that answers says it is ACTIVE or COMPLETE. A node that
+// stopped answering does not end the wait: a dead switch and one cut off
 // by a dead link are both silent, and only their neighbours' verdicts
 // (TIMEOUT on it, LINK_DOWN toward it) tell them apart.
 func (op *operation) treeUnaware() bool {
@@ -608,24 +611,27 @@ func (op *operation) treeUnaware() bool {
 	if op.firstFail != nil {
 		return false
 	}
-	timedOut := false
+	// A rank's own timer races the switches' timers; a node that does
+	// not answer may have failed where the AM cannot see it (its ranks
+	// were told: "leaf l2 reports the operation FAILED") while its
+	// neighbours' verdicts are still to come. Otherwise (an INEXACT sum,
+	// which every rank reports while the tree is COMPLETE) there is
+	// nothing to wait for: it waited out the whole grace, a second per
+	// call.
+	wait := false
 	for _, d := range op.done {
-		timedOut = timedOut || !d.OK && d.TimedOut
-	}
-	if !timedOut {
-		// Only a rank's own timer races the switches' (an INEXACT sum,
-		// which every rank reports while the tree is COMPLETE, waited
-		// out the whole grace: a second per call).
-		return false
+		wait = wait || !d.OK && d.TimedOut
 	}
 	for _, n := range op.plan.order {
 		switch op.nodes[n].State {
-		case "ACTIVE", "COMPLETE", "UNREACHABLE":
+		case "ACTIVE", "COMPLETE":
+		case "UNREACHABLE":
+			wait = true
 		default:
 			return false
 		}
 	}
-	return true
+	return wait
 }
 
 // stopped is what the nodes of a failed operation say about switches that
