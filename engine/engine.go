@@ -378,12 +378,7 @@ func (e *Engine) AnnounceAbort(now int64, key parser.OpKey, tx dataplane.Sender)
 	if o == nil || o.state != parser.StateActive || o.resting() {
 		return
 	}
-	for i := range o.in {
-		o.sendProgress(now, &o.in[i], 0, parser.ProgressStatusFailed, tx)
-	}
-	if o.result != nil {
-		o.sendProgress(now, o.result, 0, parser.ProgressStatusFailed, tx)
-	}
+	o.tellFailed(now, tx)
 }
 
 // Remove tears down the context key (RELEASE or ABORT) and frees its

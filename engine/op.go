@@ -1572,6 +1572,12 @@ func (o *op) announceFailure(now int64, tx dataplane.Sender) {
 	}
 	o.announceLeft--
 	o.announcedAt = now
+	o.tellFailed(now, tx)
+}
+
+// tellFailed sends PROGRESS FAILED to the peer of every stream o receives:
+// each contributor and the sender of the result path in (flag RESULT).
+func (o *op) tellFailed(now int64, tx dataplane.Sender) {
 	for i := range o.in {
 		o.sendProgress(now, &o.in[i], 0, parser.ProgressStatusFailed, tx)
 	}
@@ -1649,11 +1655,8 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 				o.owedSince = now
 			}
 			if now-max(o.owedSince, r.lastActive) > switchTimeout+timeout/4 {
-				err := o.timeoutErr(now, r)
-				if te, ok := err.(*ContributorTimeoutError); ok {
-					te.To = o.emitted // what it handed on: the rest is not owed yet
-					te.Idle = time.Duration(now - max(o.owedSince, r.lastActive))
-				}
+				// Missing what it handed on: the rest is not owed yet.
+				err := o.silentErr(r, o.emitted, now-max(o.owedSince, r.lastActive))
 				o.failTimeout(now, &r.b, r.rw.Committed(), err, tx)
 				return
 			}
@@ -1699,9 +1702,14 @@ func (o *op) keepAlive(now, every int64, tx dataplane.Sender) {
 }
 
 func (o *op) timeoutErr(now int64, ib *inbound) error {
+	return o.silentErr(ib, o.spec.VectorLen, now-max(ib.lastActive, ib.heldSince))
+}
+
+// silentErr is ib's timeout error: silent for idle, missing from its
+// watermark to element to.
+func (o *op) silentErr(ib *inbound, to uint32, idle int64) error {
 	return &ContributorTimeoutError{Op: o.spec.Op, Kind: ib.b.Kind, Stream: ib.b.Stream, PeerEP: ib.b.PeerEP,
-		PeerMAC: ib.b.PeerMAC, Port: ib.b.Port, From: ib.rw.Committed(), To: o.spec.VectorLen,
-		Idle: time.Duration(now - max(ib.lastActive, ib.heldSince))}
+		PeerMAC: ib.b.PeerMAC, Port: ib.b.Port, From: ib.rw.Committed(), To: to, Idle: time.Duration(idle)}
 }
 
 // errInexact is the Status.Err of an operation whose sum was not
