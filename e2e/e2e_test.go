@@ -1184,3 +1184,67 @@ func amArrivals(t *testing.T, hc *http.Client, addr string) int {
 	}
 	return n
 }
+
+// TestKilledRankBetweenCalls: the process of rank 3 (prismctl on h4) is
+// killed between two REDUCE calls of a job, waiting at the AM's barrier
+// for the next one. The other ranks' next call fails with an error
+// naming rank 3 and its node within about the AM's 1 s presence grace,
+// not at the 2-minute barrier timeout: the killed process's presence
+// stream to the AM closed with it (docs/protocol.md 9.9).
+func TestKilledRankBetweenCalls(t *testing.T) {
+	bin := prismctl(t)
+	e := up(t, "spine-leaf", "h1", am.Config{})
+	const job = 13
+	cs := make([]*host.Comm, 3)
+	for i, h := range []string{"h1", "h2", "h3"} {
+		cs[i] = e.comm(h, i, 4, job)
+	}
+	const iters = 4
+	victim := e.lab.Exec("h4", bin, "allreduce", "--coordinator", e.lurl, "--rank", "3", "--size", "4", "--root", "0",
+		"--iface", "eth0", "--node", "h4", "--job", fmt.Sprint(job), "--count", "300", "--iters", fmt.Sprint(iters+1))
+	var vout bytes.Buffer
+	victim.Stdout, victim.Stderr = &vout, &vout
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		victim.Process.Kill() // the PID this test started
+		victim.Wait()
+	}()
+	for i := 0; i < iters; i++ {
+		if r := collective(cs, "reduce", 0, 300, uint64(i), nil); errors.Join(r.errs...) != nil {
+			t.Fatalf("call %d: %v\nvictim: %s", i, errors.Join(r.errs...), vout.String())
+		}
+	}
+	// The victim's last call now waits at the barrier for the others.
+	atBarrier := func() bool {
+		for _, b := range e.m.Ops().Barriers {
+			if b.Job == job && len(b.Arrived) == 1 {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(10 * time.Second); !atBarrier(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 3's next call did not reach the barrier within 10 s; victim: %s", vout.String())
+		}
+	}
+	victim.Process.Kill()
+	victim.Wait()
+	killedAt := time.Now()
+	r := collective(cs, "reduce", 0, 300, iters, nil)
+	took := time.Since(killedAt)
+	for i, err := range r.errs {
+		if !errors.Is(err, host.ErrRankGone) || !strings.Contains(err.Error(), "rank 3 (h4) is gone") {
+			t.Errorf("rank %d: %v; want ErrRankGone naming rank 3 (h4)", i, err)
+			continue
+		}
+		t.Logf("rank %d: %v", i, err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("the survivors failed %v after the kill, want within about the AM's 1 s grace", took)
+	} else {
+		t.Logf("survivors failed %v after the kill", took.Round(time.Millisecond))
+	}
+}

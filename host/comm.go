@@ -153,6 +153,11 @@ type Comm struct {
 	persistents map[*Persistent]struct{}
 	// auto is automatic persistence (auto.go), under mu.
 	auto autoShapes
+	// presenceStop ends the presence stream (presence.go), which closes
+	// presenceDone; nil when none runs.
+	presenceStop context.CancelFunc
+	presenceDone chan struct{}
+	presenceUp   atomic.Bool // the AM holds the stream now
 
 	// slabs holds the DATA replay buffers of finished collectives for the
 	// next ones (takeSlab), under slabMu.
@@ -221,6 +226,7 @@ func NewCommConn(ctx context.Context, cfg Config, conn Conn) (*Comm, error) {
 		return nil, fmt.Errorf("host: rank %d: %w", cfg.Rank, err)
 	}
 	c := newComm(cfg, conn, cl)
+	c.startPresence()
 	go c.loop()
 	return c, nil
 }
@@ -272,6 +278,7 @@ func (c *Comm) Close() error {
 	err := c.conn.Close()
 	<-c.done
 	c.stopReporter()
+	c.stopPresence()
 	c.client.CloseIdleConnections() // its done reports are sent: nothing more to ask
 	c.mu.Lock()
 	rerr := c.reportErr

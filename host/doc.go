@@ -66,6 +66,14 @@
 //     calls differ, and the ranks' later calls still meet. Numbered only
 //     at setups, they had drifted apart for good, and a later call of one
 //     shape was summed with another rank's earlier call without an error.
+//   - A rank whose process dies (killed, crashed, its host down) between
+//     calls does not hold the others at the next call's barrier for the
+//     AM's barrier timeout (2 minutes): each Comm holds a presence stream
+//     open to the AM while it lives (docs/protocol.md 9.9), and when it
+//     closes and does not come back within a second, the calls that wait
+//     for that rank fail with ErrRankGone ("rank 3 (h4) is gone: ...").
+//     Close says goodbye first, so the others' waiting calls fail at once,
+//     told that the rank closed its communicator.
 //
 // It owns the rank side of one collective: the barrier request to the Host
 // Coordinator over the runtime channel (package control/am's Client; while
@@ -76,7 +84,7 @@
 // failed (which contributor, which element range, timeout, coordinator
 // unreachable, interface gone, ACCUMULATION_INEXACT). Every call's error is
 // an *OpError; errors.Is classifies it (ErrTimeout, also for a barrier a
-// rank never reached; ErrMismatch; ErrAbandoned; ErrSetup; ErrFailed;
+// rank never reached; ErrMismatch; ErrAbandoned; ErrRankGone; ErrSetup; ErrFailed;
 // ErrInexact; ErrClosed; context.Canceled for the caller's own cancel), and
 // errors.As reaches the AM's *am.APIError (its Code and Rank) when the AM
 // refused the call. A link that goes down

@@ -55,11 +55,16 @@ var (
 	// place it, no switch supports it, a switch refused or did not answer,
 	// or the request was invalid); no rank got a grant.
 	ErrSetup = errors.New("host: the AM could not set the operation up")
+	// ErrRankGone: a rank this call waits for is gone: its process's
+	// presence stream to the AM closed and did not come back (it was
+	// killed or crashed, or its host went down), or it closed its
+	// communicator. The message names the rank and its node.
+	ErrRankGone = errors.New("host: another rank is gone")
 )
 
 // Is lets errors.Is classify the AM's refusals by their code (the
 // *am.APIError, which errors.As also reaches, holds the code and message):
-// ErrMismatch, ErrAbandoned, ErrSetup, and ErrTimeout for a barrier that
+// ErrMismatch, ErrAbandoned, ErrRankGone, ErrSetup, and ErrTimeout for a barrier that
 // timed out (a rank never arrived) as for a silent peer.
 func (e *OpError) Is(target error) bool {
 	var ae *am.APIError
@@ -71,6 +76,8 @@ func (e *OpError) Is(target error) bool {
 		return ae.Code == am.CodeMismatch
 	case ErrAbandoned:
 		return ae.Code == am.CodeAbandoned
+	case ErrRankGone:
+		return ae.Code == am.CodeRankGone
 	case ErrTimeout:
 		return ae.Code == am.CodeBarrierTimeout
 	case ErrSetup:

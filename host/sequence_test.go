@@ -786,3 +786,47 @@ func TestCancelledInvocationFailsOthersPromptly(t *testing.T) {
 	sp.both(t, "next call", 4, 100, o)
 	sp.both(t, "and the one after", 5, 100, o)
 }
+
+// TestRankGoneFailsNextCall: after a collective both ranks finished, rank
+// 1's process dies (its presence stream closes without a goodbye: as a
+// killed process's does). Rank 0's next call fails within about the AM's
+// grace, naming rank 1 and its node, not at the barrier timeout (two
+// minutes by default). Then a rank that closes its communicator on
+// purpose is named as such.
+func TestRankGoneFailsNextCall(t *testing.T) {
+	sp := newSeqPair(t, 212)
+	o := &Options{Timeout: 6 * time.Second}
+	sp.both(t, "first call", 1, 100, o)
+	c1 := sp.comms[1]
+	c1.presenceStop() // the stream's connection closes; no POST /v1/presence/leave
+	<-c1.presenceDone
+	start := time.Now()
+	err := sp.comms[0].AllReduce(context.Background(), vecFor(2, 0, 100), make([]float32, 100), o)
+	if !errors.Is(err, ErrRankGone) || !strings.Contains(err.Error(), "rank 1 (h2) is gone") {
+		t.Fatalf("rank 0: %v, want ErrRankGone naming rank 1 (h2)", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("rank 0 failed after %v, want within about the AM's 1 s grace", el)
+	}
+}
+
+// TestRankClosedFailsOthers: rank 1 closes its communicator while rank 0
+// waits at a call rank 1 will never make: rank 0 fails at once, told so.
+func TestRankClosedFailsOthers(t *testing.T) {
+	sp := newSeqPair(t, 213)
+	o := &Options{Timeout: 6 * time.Second}
+	sp.both(t, "first call", 1, 100, o)
+	q := sp.comms[0].AllReduceAsync(context.Background(), vecFor(2, 0, 100), make([]float32, 100), o)
+	time.Sleep(200 * time.Millisecond) // rank 0 waits at the barrier
+	start := time.Now()
+	if err := sp.comms[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := q.Wait()
+	if !errors.Is(err, ErrRankGone) || !strings.Contains(err.Error(), "rank 1 (h2) closed its communicator") {
+		t.Fatalf("rank 0: %v, want ErrRankGone saying rank 1 (h2) closed its communicator", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("rank 0 failed %v after rank 1's Close, want at once", el)
+	}
+}

@@ -102,7 +102,8 @@ func runAM(args []string) int {
 		fmt.Fprintf(os.Stderr, "prismctl am: listen on %s: %v (%s)\n", *listen, err, listenHint(err))
 		return 1
 	}
-	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second, ConnContext: am.ConnContext}
+	srv.RegisterOnShutdown(m.StopStreams)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {

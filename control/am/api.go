@@ -413,6 +413,7 @@ const (
 	CodeRollbackIncomplete = "rollback_incomplete" // setup failed and ABORT was not acknowledged (502)
 	CodeOperationFailed    = "operation_failed"    // the operation failed after the grant (502)
 	CodeNotFound           = "not_found"           // unknown operation (404)
+	CodeRankGone           = "rank_gone"           // a rank the barrier waits for is gone (410)
 )
 
 // Format names on the runtime channel, lower case.

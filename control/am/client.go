@@ -249,3 +249,81 @@ func (c *Client) OpsLive(ctx context.Context) (*OpList, error) {
 	}
 	return &l, nil
 }
+
+// ErrNoPresence is returned by Presence when the coordinator does not keep
+// rank presence (an older AM, or not an AM): the caller stops asking.
+var ErrNoPresence = errors.New("the coordinator does not keep rank presence (POST " + APIVersion + "/presence)")
+
+// presenceSilence is how long Presence waits for the AM's next beat
+// before it takes the stream for dead (the AM's host went away without
+// closing it) and returns.
+var presenceSilence = 5 * time.Second
+
+// Presence is POST /v1/presence: it holds the stream open until ctx ends
+// (nil), the AM ends it (nil), or it fails (an error; ErrNoPresence if
+// the coordinator keeps none). The caller asks again while its
+// communicator lives. opened, if not nil, is called once the AM took the
+// stream.
+func (c *Client) Presence(ctx context.Context, r PresenceRequest, opened func()) error {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	retry := c.RetryFor
+	if retry == 0 {
+		retry = 10 * time.Second
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	req, err := http.NewRequestWithContext(sctx, http.MethodPost, c.URL+APIVersion+"/presence", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	silent := errors.New("no beat from the AM")
+	watch := time.AfterFunc(presenceSilence, func() { cancel(silent) })
+	defer watch.Stop()
+	resp, err := c.httpClient(retry).Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%w at %s: presence: %v", ErrUnreachable, c.URL, causeOr(sctx, err))
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get(PresenceHeader) != "1" {
+		var eb errorBody
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		if resp.StatusCode == http.StatusBadRequest && json.Unmarshal(b, &eb) == nil && eb.Error != nil {
+			return eb.Error
+		}
+		return ErrNoPresence
+	}
+	if opened != nil {
+		opened()
+	}
+	var buf [64]byte
+	for {
+		watch.Reset(presenceSilence)
+		if _, err := resp.Body.Read(buf[:]); err != nil {
+			if ctx.Err() != nil || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("%w at %s: presence stream: %v", ErrUnreachable, c.URL, causeOr(sctx, err))
+		}
+	}
+}
+
+// causeOr is why ctx ended, or err if it did not.
+func causeOr(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil {
+		return c
+	}
+	return err
+}
+
+// PresenceLeave is POST /v1/presence/leave: the communicator closes, and
+// the AM fails at once whatever waits for this rank.
+func (c *Client) PresenceLeave(ctx context.Context, r PresenceRequest) error {
+	return c.do(ctx, http.MethodPost, APIVersion+"/presence/leave", r, nil)
+}

@@ -22,6 +22,10 @@
 //     after invocation by the ranks, kept alive by their keepalives
 //     (POST /v1/ops/{id}/alive) instead of the progress watchdog, never
 //     prepared for, and ABORTed on every node when every rank freed them;
+//   - rank presence (presence.go): each rank's communicator holds
+//     POST /v1/presence open; a rank whose stream closes and does not come
+//     back within a second (its process died) fails the invocations that
+//     wait for it at once, and is named in a granted operation's failure;
 //   - its Prometheus metrics (metrics.go: a registry per Manager, served at
 //     GET /metrics next to the runtime channel).
 //

@@ -89,6 +89,17 @@ func (m *Manager) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, s)
 	})
+	mux.HandleFunc("POST "+APIVersion+"/presence", func(w http.ResponseWriter, r *http.Request) {
+		if req, ok := decodePresence(w, r); ok {
+			m.presenceStream(w, r, req)
+		}
+	})
+	mux.HandleFunc("POST "+APIVersion+"/presence/leave", func(w http.ResponseWriter, r *http.Request) {
+		if req, ok := decodePresence(w, r); ok {
+			m.PresenceLeave(req)
+			writeJSON(w, http.StatusOK, struct{}{})
+		}
+	})
 	mux.Handle("GET /metrics", m.metricsHandler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, &APIError{Code: CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such endpoint (see docs/protocol.md, Runtime channel)"})
@@ -154,6 +165,19 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
+// decodePresence decodes and checks a presence request, answering a bad one.
+func decodePresence(w http.ResponseWriter, r *http.Request) (PresenceRequest, bool) {
+	var req PresenceRequest
+	if !decode(w, r, &req) {
+		return req, false
+	}
+	if aerr := checkPresence(req); aerr != nil {
+		writeErr(w, aerr)
+		return req, false
+	}
+	return req, true
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -173,6 +197,8 @@ func HTTPStatus(code string) int {
 		return http.StatusUnprocessableEntity
 	case CodeNotFound:
 		return http.StatusNotFound
+	case CodeRankGone:
+		return http.StatusGone
 	}
 	return http.StatusBadGateway
 }

@@ -35,6 +35,9 @@ type Config struct {
 	// BarrierTimeout bounds how long the first rank waits for the others
 	// (default 2m: ranks of a job may start seconds apart).
 	BarrierTimeout time.Duration
+	// PresenceGrace is how long a rank's closed presence stream may take
+	// to come back before the rank is gone (default 1s; presence.go).
+	PresenceGrace time.Duration
 	// DefaultTimeoutMS is the contributor inactivity bound of operations
 	// that do not ask for one (default 5000).
 	DefaultTimeoutMS uint32
@@ -186,6 +189,10 @@ type Manager struct {
 	groupGen  map[opIDKey]groupInfo
 	capsCache map[string]capsEntry
 	closed    bool
+	done      chan struct{} // closed by StopStreams: ends presence streams
+	stopOnce  sync.Once
+	// presence is what the AM knows of each rank's process (presence.go).
+	presence  map[presKey]*presence
 	settingUp int // invocations inside runInvocation (for the active operations gauge)
 
 	metrics *amMetrics
@@ -213,7 +220,7 @@ func New(cfg Config) (*Manager, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"RTO", cfg.RTO}, {"CtlTimeout", cfg.CtlTimeout}, {"BarrierTimeout", cfg.BarrierTimeout}, {"CapsTTL", cfg.CapsTTL},
+	}{{"RTO", cfg.RTO}, {"CtlTimeout", cfg.CtlTimeout}, {"BarrierTimeout", cfg.BarrierTimeout}, {"PresenceGrace", cfg.PresenceGrace}, {"CapsTTL", cfg.CapsTTL},
 		{"Watchdog", cfg.Watchdog}, {"PrepareTTL", cfg.PrepareTTL}, {"PersistentRefresh", cfg.PersistentRefresh}} {
 		if d.v < 0 {
 			return nil, fmt.Errorf("am: Config.%s %v is negative: use a positive duration, or 0 for the default", d.name, d.v)
@@ -233,6 +240,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.BarrierTimeout == 0 {
 		cfg.BarrierTimeout = 2 * time.Minute
 	}
+	if cfg.PresenceGrace == 0 {
+		cfg.PresenceGrace = time.Second
+	}
 	if cfg.DefaultTimeoutMS == 0 {
 		cfg.DefaultTimeoutMS = 5000
 	}
@@ -244,7 +254,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, logf: cfg.Logf,
 		genBase: uint32(time.Now().Unix()),
-		invs:    map[invKey]*invocation{}, prep: map[invKey]*prepared{}, ops: map[string]*operation{}, byID: map[genKey]*operation{}, nextOpID: map[opIDKey]uint16{},
+		invs:    map[invKey]*invocation{}, presence: map[presKey]*presence{}, done: make(chan struct{}), prep: map[invKey]*prepared{}, ops: map[string]*operation{}, byID: map[genKey]*operation{}, nextOpID: map[opIDKey]uint16{},
 		lastGen: map[genKey]uint32{}, foreign: map[genKey]time.Time{}, groupGen: map[opIDKey]groupInfo{}, capsCache: map[string]capsEntry{}}
 	m.metrics = newAMMetrics(m)
 	m.amHost, m.amIface = locateIface(cfg.Topology, cfg.Conn.MAC())
@@ -258,6 +268,7 @@ func New(cfg Config) (*Manager, error) {
 // Close stops the Manager and closes its Conn. Installed operations are left
 // to their nodes' timeouts.
 func (m *Manager) Close() error {
+	m.StopStreams()
 	m.mu.Lock()
 	m.closed = true
 	prep := m.prep
@@ -512,8 +523,13 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	if start {
 		inv.started = true
 	}
+	// A rank this invocation waits for may be gone already (presence.go).
+	gone := !start && isNew && m.goneMissing(inv)
 	inv.waiting[r.Rank]++
 	m.mu.Unlock()
+	if gone {
+		m.closeFailed([]*invocation{inv})
+	}
 	if start {
 		inv.timer.Stop()
 		go m.runInvocation(inv)
@@ -1269,6 +1285,9 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	if why != "" {
 		diag = why + "; " + diag
 	}
+	m.mu.Lock()
+	diag += m.goneNote(op.id.Job, op.id.Group, op.size) // a rank whose process is gone (presence.go)
+	m.mu.Unlock()
 	incomplete := m.abortAll(op)
 	e := &APIError{Code: CodeOperationFailed, Message: fmt.Sprintf("operation %s failed: %s", op.id.Key(), diag), Rank: culprit, Node: origin}
 	if len(incomplete) > 0 {

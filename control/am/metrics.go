@@ -41,6 +41,7 @@ type amMetrics struct {
 	reg *prometheus.Registry
 
 	begun, granted, completed, barrierTimeouts prometheus.Counter
+	ranksGone                                  prometheus.Counter
 	failed, rollbacks, prepared, setupRetries  *prometheus.CounterVec
 	ctlTxns, ctlRetrans, ctlTimeouts           *prometheus.CounterVec
 	ctlSendErrors                              *prometheus.CounterVec
@@ -60,6 +61,7 @@ func newAMMetrics(m *Manager) *amMetrics {
 		granted:         counter("operations_granted_total", "Operations set up on every node and granted to every rank."),
 		completed:       counter("operations_completed_total", "Granted operations that every node completed and that the AM released, or persistent ones every rank freed (ABORTed)."),
 		barrierTimeouts: counter("barrier_timeouts_total", "Invocations abandoned because not every rank arrived within the barrier timeout."),
+		ranksGone:       counter("ranks_gone_total", "Ranks whose presence stream closed and did not come back within the grace (their process exited or crashed, or their host went down)."),
 		failed: vec("operations_failed_total", "Operations that failed, by reason: the setup error code every rank received "+
 			"(bad_request, topology, unsupported, setup_failed, rollback_incomplete), or after the grant rank_failed, watchdog, not_complete or keepalive.", "reason"),
 		rollbacks: vec("rollbacks_total", "ABORT rounds over every node of an operation, by result: complete (every node acknowledged) or incomplete.", "result"),
@@ -94,7 +96,7 @@ func newAMMetrics(m *Manager) *amMetrics {
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "active_operations",
 		Help: "Operations being set up or running: begun and not yet released or failed."}, func() float64 { return float64(m.activeOps()) })
-	x.reg.MustRegister(x.begun, x.granted, x.completed, x.barrierTimeouts, x.failed, x.rollbacks, x.prepared, x.setupRetries,
+	x.reg.MustRegister(x.begun, x.granted, x.completed, x.barrierTimeouts, x.ranksGone, x.failed, x.rollbacks, x.prepared, x.setupRetries,
 		x.ctlTxns, x.ctlRetrans, x.ctlTimeouts, x.ctlSendErrors, active,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x

@@ -1,0 +1,83 @@
+// This file owns the rank's presence (docs/protocol.md 9.9): while the Comm
+// lives it holds one streaming request open to the AM, so that when this
+// process dies (killed, crashed, its host gone) the AM fails the other
+// ranks' next call within about a second, naming this rank, instead of
+// letting them wait the whole barrier timeout for a call it will never
+// make. Close says goodbye (POST /v1/presence/leave) first, so that the
+// others learn that this rank left on purpose.
+
+package host
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prismd/prismd/control/am"
+)
+
+// Presence reconnection backoff (variables for tests): the first retry
+// comes well within the AM's grace (1 s), so a transient error does not
+// make the rank count as gone.
+var (
+	presenceRetry    = 100 * time.Millisecond
+	presenceRetryMax = time.Second
+	presenceLeave    = time.Second // how long Close waits for the AM to take its goodbye
+)
+
+func (c *Comm) presenceReq() am.PresenceRequest {
+	return am.PresenceRequest{Job: c.cfg.Job, Group: c.cfg.Group, Rank: c.cfg.Rank, Size: c.cfg.Size, Node: c.cfg.Node, Session: c.session}
+}
+
+// startPresence starts the presence goroutine; stopPresence (Close) ends it.
+func (c *Comm) startPresence() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.presenceStop = cancel
+	c.presenceDone = make(chan struct{})
+	go c.presence(ctx)
+}
+
+// presence keeps the stream open until ctx ends, reconnecting after a
+// failure; an AM that keeps no presence is not asked again.
+func (c *Comm) presence(ctx context.Context) {
+	defer close(c.presenceDone)
+	req := c.presenceReq()
+	backoff := presenceRetry
+	for {
+		start := time.Now()
+		err := c.client.Presence(ctx, req, func() { c.presenceUp.Store(true) })
+		c.presenceUp.Store(false)
+		if ctx.Err() != nil || errors.Is(err, am.ErrNoPresence) {
+			return
+		}
+		var ae *am.APIError
+		if errors.As(err, &ae) {
+			return // refused (Config.Validate lets no such request through)
+		}
+		if time.Since(start) > 5*presenceRetryMax {
+			backoff = presenceRetry // it was up a while: a new failure
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, presenceRetryMax)
+	}
+}
+
+// stopPresence says goodbye to the AM (bounded by presenceLeave; not
+// when the stream is down: an AM that cannot be reached would only delay
+// Close) and ends the stream.
+func (c *Comm) stopPresence() {
+	if c.presenceStop == nil {
+		return
+	}
+	if c.presenceUp.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), presenceLeave)
+		_ = c.client.PresenceLeave(ctx, c.presenceReq())
+		cancel()
+	}
+	c.presenceStop()
+	<-c.presenceDone
+}
