@@ -152,6 +152,7 @@ func up(t *testing.T, topo, amHost string, cfg am.Config) *env {
 	go lsrv.Serve(ln)
 	e.lurl = "http://" + addr
 	t.Cleanup(func() {
+		m.StopStreams() // httptest's Close waits for open requests
 		lsrv.Close()
 		srv.Close()
 		m.Close()

@@ -11,9 +11,11 @@ import (
 )
 
 var (
-	// ErrType: a buffer is not one of the supported slice types, send
-	// and recv differ, or they overlap without being the same slice.
-	ErrType = errors.New("host: unsupported buffer")
+	// ErrType: an argument the call cannot take, refused on this rank
+	// before any request: a buffer is not one of the supported slice
+	// types, send and recv differ, or they overlap without being the same
+	// slice; a root out of range; Options.Timeout out of range.
+	ErrType = errors.New("host: invalid argument")
 	// ErrTimeout: a peer (the leaf switch) stayed silent past the
 	// operation's timeout.
 	ErrTimeout = errors.New("host: timeout")

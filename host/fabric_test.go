@@ -276,6 +276,7 @@ func (f *memFabric) startAM(amHost string) string {
 	}
 	srv := httptest.NewServer(m.Handler())
 	f.t.Cleanup(func() {
+		m.StopStreams() // httptest's Close waits for open requests
 		srv.Close()
 		m.Close()
 	})

@@ -255,7 +255,7 @@ func (c *Comm) loopGone(op *opRun) opResult {
 func (c *Comm) checkBuffers(coll string, send, recv any, root int, o *Options) (sv, rv elems, err error) {
 	if o != nil {
 		if err = CheckTimeout("Options.Timeout", o.Timeout); err != nil {
-			return sv, rv, err
+			return sv, rv, fmt.Errorf("%w: %w", ErrType, err)
 		}
 	}
 	if sv, err = view(send); err != nil {
@@ -291,7 +291,7 @@ func (c *Comm) checkBuffers(coll string, send, recv any, root int, o *Options) (
 			ErrType, addr(sv.bytes), addr(sv.bytes)+uintptr(len(sv.bytes)), addr(rv.bytes), addr(rv.bytes)+uintptr(len(rv.bytes)))
 	}
 	if coll == "reduce" && (root < 0 || root >= c.cfg.Size) {
-		return sv, rv, fmt.Errorf("root %d is outside 0..%d", root, c.cfg.Size-1)
+		return sv, rv, fmt.Errorf("%w: root %d is outside 0..%d", ErrType, root, c.cfg.Size-1)
 	}
 	// The options as the AM will read them (Acc, Partial, MTU,
 	// KulischWidth...): a typo failed only at the AM, after every rank

@@ -41,7 +41,9 @@ func countingAM(t *testing.T, target string) (string, *atomic.Int64) {
 	rp.ErrorLog = log.New(io.Discard, "", 0) // a rank's cancelled begin is expected here
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.Add(1)
+		if !strings.HasPrefix(r.URL.Path, am.APIVersion+"/presence") {
+			n.Add(1) // a Comm's presence stream opens when it likes: not a call's request
+		}
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
@@ -200,6 +202,9 @@ func TestRefusedCallKeepsSequence(t *testing.T) {
 	}
 	if err := sp.comms[0].AllReduce(context.Background(), []float32{1, 2}, []float32{0}, nil); !errors.Is(err, ErrType) {
 		t.Fatalf("short recv: %v, want ErrType", err)
+	}
+	if err := sp.comms[0].Reduce(context.Background(), []float32{1, 2}, []float32{0, 0}, 2, nil); !errors.Is(err, ErrType) || !strings.Contains(err.Error(), "root 2 is outside 0..1") {
+		t.Fatalf("root 2 of 2 ranks: %v, want ErrType naming the root", err)
 	}
 	// Options the AM would refuse fail here, before any request: a typo
 	// failed only at the AM, after every rank arrived.

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +44,10 @@ func TestTimeoutOutOfRange(t *testing.T) {
 	var mu sync.Mutex
 	var asked []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/presence") {
+			http.NotFound(w, r) // no presence kept: the Comm stops asking
+			return
+		}
 		if r.Method == http.MethodGet && r.URL.Path == "/v1/ops" {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write([]byte("{}"))
@@ -72,8 +77,8 @@ func TestTimeoutOutOfRange(t *testing.T) {
 		// Twice: a shape's second call would run persistent.
 		for i := 0; i < 2; i++ {
 			err := c.AllReduce(ctx, []float32{1}, []float32{0}, o)
-			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "use 1ms..10m (0 = the AM's default") {
-				t.Errorf("Timeout %v: %v, want it to say %q and the range", d, err, want)
+			if !errors.Is(err, ErrType) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "use 1ms..10m (0 = the AM's default") {
+				t.Errorf("Timeout %v: %v, want ErrType saying %q and the range", d, err, want)
 			}
 		}
 		if _, err := c.AllReduceInit([]float32{1}, []float32{0}, o); err == nil || !strings.Contains(err.Error(), want) {

@@ -98,7 +98,7 @@ func demoStartRanks(d *demo) error {
 	}
 	c.m = m
 	srv := httptest.NewServer(m.Handler())
-	d.cleanups = append(d.cleanups, func() { srv.Close(); m.Close() })
+	d.cleanups = append(d.cleanups, func() { m.StopStreams(); srv.Close(); m.Close() })
 	fmt.Fprintf(d.out, "   AM: CONTROL from %s:eth0 (%s), runtime channel %s\n", c.amHost, conn.MAC(), srv.URL)
 
 	c.comms = make([]*host.Comm, len(hosts))
