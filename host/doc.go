@@ -71,7 +71,8 @@
 //     AM's barrier timeout (2 minutes): each Comm holds a presence stream
 //     open to the AM while it lives (docs/protocol.md 9.9), and when it
 //     closes and does not come back within a second, the calls that wait
-//     for that rank fail with ErrRankGone ("rank 3 (h4) is gone: ...").
+//     for that rank fail with ErrRankGone ("rank 3 (h4) is gone: ..."),
+//     as does a running operation whose leaf still waits for its data.
 //     Close says goodbye first, so the others' waiting calls fail at once,
 //     told that the rank closed its communicator.
 //

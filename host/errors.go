@@ -60,7 +60,9 @@ var (
 	// ErrRankGone: a rank this call waits for is gone: its process's
 	// presence stream to the AM closed and did not come back (it was
 	// killed or crashed, or its host went down), or it closed its
-	// communicator. The message names the rank and its node.
+	// communicator. The message names the rank and its node. (A rank
+	// whose own stream was lost while it lived is told that it was
+	// declared gone itself.)
 	ErrRankGone = errors.New("host: another rank is gone")
 )
 

@@ -11,6 +11,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prismd/prismd/control/am"
@@ -47,12 +48,18 @@ func (c *Comm) presence(ctx context.Context) {
 		start := time.Now()
 		err := c.client.Presence(ctx, req, func() { c.presenceUp.Store(true) })
 		c.presenceUp.Store(false)
-		if ctx.Err() != nil || errors.Is(err, am.ErrNoPresence) {
+		if ctx.Err() != nil {
 			return
 		}
 		var ae *am.APIError
-		if errors.As(err, &ae) {
-			return // refused (Config.Validate lets no such request through)
+		if errors.Is(err, am.ErrNoPresence) || errors.As(err, &ae) {
+			// Said once: the job runs, but a rank that dies between
+			// calls holds the others for the AM's barrier timeout.
+			if n := c.cfg.Notify; n != nil {
+				go n(fmt.Sprintf("host: rank %d: the AM keeps no presence for this communicator (%v): a rank that dies between calls "+
+					"is noticed only at the AM's barrier timeout", c.cfg.Rank, err))
+			}
+			return
 		}
 		if time.Since(start) > 5*presenceRetryMax {
 			backoff = presenceRetry // it was up a while: a new failure

@@ -250,8 +250,8 @@ func (c *Client) OpsLive(ctx context.Context) (*OpList, error) {
 	return &l, nil
 }
 
-// ErrNoPresence is returned by Presence when the coordinator does not keep
-// rank presence (an older AM, or not an AM): the caller stops asking.
+// ErrNoPresence is returned by Presence when the coordinator answers 404
+// to it (an AM without presence, or not an AM): the caller stops asking.
 var ErrNoPresence = errors.New("the coordinator does not keep rank presence (POST " + APIVersion + "/presence)")
 
 // presenceSilence is how long Presence waits for the AM's next beat
@@ -294,10 +294,15 @@ func (c *Client) Presence(ctx context.Context, r PresenceRequest, opened func())
 	if resp.Header.Get(PresenceHeader) != "1" {
 		var eb errorBody
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		if resp.StatusCode == http.StatusBadRequest && json.Unmarshal(b, &eb) == nil && eb.Error != nil {
+		switch {
+		case resp.StatusCode == http.StatusBadRequest && json.Unmarshal(b, &eb) == nil && eb.Error != nil:
 			return eb.Error
+		case resp.StatusCode == http.StatusNotFound:
+			return ErrNoPresence
 		}
-		return ErrNoPresence
+		// A proxy or load balancer in front of a restarting AM (503), or
+		// anything else that may pass: asked again later.
+		return fmt.Errorf("%w at %s: presence: HTTP %d without the %s header", ErrUnreachable, c.URL, resp.StatusCode, PresenceHeader)
 	}
 	if opened != nil {
 		opened()

@@ -135,13 +135,20 @@ func decodeBytes(w http.ResponseWriter, body []byte, v any) bool {
 var beginRequired = []string{"job", "rank", "size", "collective", "input_format", "acc_policy", "vector_len", "node"}
 
 func requireFields(body []byte, req BeginRequest) *APIError {
-	var present map[string]json.RawMessage
-	if err := json.Unmarshal(body, &present); err != nil {
-		return badReq("request body: %v", err)
-	}
 	need := beginRequired
 	if req.Collective == "reduce" {
 		need = append(need[:len(need):len(need)], "root_rank")
+	}
+	return missingFields(body, need, "9.1")
+}
+
+// missingFields refuses a body that lacks a field of need (section names
+// the protocol section that requires them). Unmarshalled whole, the body
+// must also be one JSON value: nothing may follow it.
+func missingFields(body []byte, need []string, section string) *APIError {
+	var present map[string]json.RawMessage
+	if err := json.Unmarshal(body, &present); err != nil {
+		return badReq("request body: %v", err)
 	}
 	var missing []string
 	for _, f := range need {
@@ -150,7 +157,7 @@ func requireFields(body []byte, req BeginRequest) *APIError {
 		}
 	}
 	if len(missing) > 0 {
-		return badReq("missing required field(s) %s (protocol section 9.1)", strings.Join(missing, ", "))
+		return badReq("missing required field(s) %s (protocol section %s)", strings.Join(missing, ", "), section)
 	}
 	return nil
 }
@@ -165,10 +172,17 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// decodePresence decodes and checks a presence request, answering a bad one.
+// decodePresence reads, decodes and checks a presence request (the
+// whole body, at most 1 MiB: the server notices a client that went away
+// only once the body was read to its end), answering a bad one.
 func decodePresence(w http.ResponseWriter, r *http.Request) (PresenceRequest, bool) {
 	var req PresenceRequest
-	if !decode(w, r, &req) {
+	body, ok := readBody(w, r)
+	if !ok || !decodeBytes(w, body, &req) {
+		return req, false
+	}
+	if aerr := missingFields(body, presenceRequired, "9.9"); aerr != nil {
+		writeErr(w, aerr)
 		return req, false
 	}
 	if aerr := checkPresence(req); aerr != nil {

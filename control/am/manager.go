@@ -191,8 +191,8 @@ type Manager struct {
 	closed    bool
 	done      chan struct{} // closed by StopStreams: ends presence streams
 	stopOnce  sync.Once
-	// presence is what the AM knows of each rank's process (presence.go).
-	presence  map[presKey]*presence
+	// pres is what the AM knows of each rank's process (presence.go).
+	pres      presenceState
 	settingUp int // invocations inside runInvocation (for the active operations gauge)
 
 	metrics *amMetrics
@@ -254,7 +254,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, logf: cfg.Logf,
 		genBase: uint32(time.Now().Unix()),
-		invs:    map[invKey]*invocation{}, presence: map[presKey]*presence{}, done: make(chan struct{}), prep: map[invKey]*prepared{}, ops: map[string]*operation{}, byID: map[genKey]*operation{}, nextOpID: map[opIDKey]uint16{},
+		invs:    map[invKey]*invocation{}, pres: newPresenceState(), done: make(chan struct{}), prep: map[invKey]*prepared{}, ops: map[string]*operation{}, byID: map[genKey]*operation{}, nextOpID: map[opIDKey]uint16{},
 		lastGen: map[genKey]uint32{}, foreign: map[genKey]time.Time{}, groupGen: map[opIDKey]groupInfo{}, capsCache: map[string]capsEntry{}}
 	m.metrics = newAMMetrics(m)
 	m.amHost, m.amIface = locateIface(cfg.Topology, cfg.Conn.MAC())
@@ -522,6 +522,7 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	start := isNew && len(inv.arrived) == p.Size && inv.err == nil && inv.grants == nil
 	if start {
 		inv.started = true
+		m.joinRun(inv) // its processes are one run of the job (presence.go)
 	}
 	// A rank this invocation waits for may be gone already (presence.go).
 	gone := !start && isNew && m.goneMissing(inv)
@@ -544,7 +545,7 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		return nil, ctx.Err()
 	}
 	if inv.err != nil {
-		return nil, inv.err
+		return nil, selfGone(inv, r)
 	}
 	g := inv.grants[r.Rank]
 	return &g, nil
@@ -1285,8 +1286,12 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	if why != "" {
 		diag = why + "; " + diag
 	}
+	skip := -1
+	if reason == CodeRankGone && blame != nil {
+		skip = *blame // why already says it is gone
+	}
 	m.mu.Lock()
-	diag += m.goneNote(op.id.Job, op.id.Group, op.size) // a rank whose process is gone (presence.go)
+	diag += m.goneNote(op, skip) // a rank whose process lost its connection (presence.go)
 	m.mu.Unlock()
 	incomplete := m.abortAll(op)
 	e := &APIError{Code: CodeOperationFailed, Message: fmt.Sprintf("operation %s failed: %s", op.id.Key(), diag), Rank: culprit, Node: origin}

@@ -41,7 +41,7 @@ type amMetrics struct {
 	reg *prometheus.Registry
 
 	begun, granted, completed, barrierTimeouts prometheus.Counter
-	ranksGone                                  prometheus.Counter
+	ranksGone                                  *prometheus.CounterVec
 	failed, rollbacks, prepared, setupRetries  *prometheus.CounterVec
 	ctlTxns, ctlRetrans, ctlTimeouts           *prometheus.CounterVec
 	ctlSendErrors                              *prometheus.CounterVec
@@ -61,7 +61,8 @@ func newAMMetrics(m *Manager) *amMetrics {
 		granted:         counter("operations_granted_total", "Operations set up on every node and granted to every rank."),
 		completed:       counter("operations_completed_total", "Granted operations that every node completed and that the AM released, or persistent ones every rank freed (ABORTed)."),
 		barrierTimeouts: counter("barrier_timeouts_total", "Invocations abandoned because not every rank arrived within the barrier timeout."),
-		ranksGone:       counter("ranks_gone_total", "Ranks whose presence stream closed and did not come back within the grace (their process exited or crashed, or their host went down)."),
+		ranksGone: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prismd_am_ranks_gone_total",
+			Help: "Rank processes whose presence stream closed and did not come back within the grace, or that closed their communicator, by effect: waited_for (an invocation gathering its ranks, or a running operation, had it as a rank) or none."}, []string{"effect"}),
 		failed: vec("operations_failed_total", "Operations that failed, by reason: the setup error code every rank received "+
 			"(bad_request, topology, unsupported, setup_failed, rollback_incomplete), or after the grant rank_failed, watchdog, not_complete or keepalive.", "reason"),
 		rollbacks: vec("rollbacks_total", "ABORT rounds over every node of an operation, by result: complete (every node acknowledged) or incomplete.", "result"),

@@ -3,19 +3,25 @@
 // learns within about a second that a rank's process is gone (killed,
 // crashed, its host down) instead of letting the other ranks wait the
 // whole barrier timeout (2 minutes by default) at the next call it will
-// never make. A rank that is gone fails every invocation of its job
-// whose barrier still waits for it, with an error naming it; once a
-// granted operation it took part in fails, the diagnosis says so too.
+// never make, or an operation's timeout for its contribution.
+//
+// A process is known by its session. Processes are grouped into runs of
+// their job: every invocation that starts (all its ranks arrived) joins
+// the sessions of its ranks into one run. A gone process only fails what
+// waits for it in its own run: a process left over from an earlier run
+// of the job (still closing, or killed late) never fails a new run, and
+// a new process of the same rank (a restarted rank) does not hide the
+// old one's death from the old one's peers.
 
 package am
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +40,9 @@ type PresenceRequest struct {
 	Session uint64 `json:"session"`
 }
 
+// presenceRequired are the fields a presence request must carry.
+var presenceRequired = []string{"job", "rank", "size", "node", "session"}
+
 // checkPresence refuses a presence request that names no process or no
 // rank of a communicator.
 func checkPresence(r PresenceRequest) *APIError {
@@ -44,13 +53,15 @@ func checkPresence(r PresenceRequest) *APIError {
 		return badReq("rank %d is outside 0..%d (size %d)", r.Rank, r.Size-1, r.Size)
 	case r.Session == 0:
 		return badReq("session 0: name the process with a random, non-zero session")
+	case r.Node == "":
+		return badReq("node \"\": name the rank's host, as in its begin requests")
 	}
 	return nil
 }
 
 // PresenceHeader is set (to "1") on the answer of POST /v1/presence: a
 // client that does not see it talks to something else than an AM that
-// keeps presence and stops asking.
+// keeps presence.
 const PresenceHeader = "Prism-Presence"
 
 // Presence timing (variables for tests).
@@ -64,57 +75,135 @@ var (
 	// connection: a peer that acknowledges nothing the AM wrote for this
 	// long (its host is down or cut off) is gone.
 	presenceUserTimeout = 5 * time.Second
-	// presenceKeep is how long the record of a rank that left is kept.
+	// presenceKeep is how long the record of a gone process is kept.
 	presenceKeep = 10 * time.Minute
 )
 
+// presKey names one process of one rank of one communicator.
 type presKey struct {
-	job   uint64
-	group uint16
-	rank  int
+	job     uint64
+	group   uint16
+	rank    int
+	session uint64
 }
 
-// presence is what the AM knows of one rank of one communicator: the
-// newest process (session) that registered for it.
+// grpKey names a communicator.
+type grpKey struct {
+	job   uint64
+	group uint16
+}
+
+// presence is what the AM knows of one process.
 type presence struct {
-	session uint64
 	node    string
-	since   time.Time // first stream of this session
-	streams int       // open streams of this session
+	since   time.Time // its first stream
+	streams int       // streams open now
 	// leftAt is when the last stream closed (zero while one is open);
 	// gone is set once the grace passed without a new stream, or at once
-	// when the rank said it leaves (clean).
+	// when the process said it leaves (clean).
 	leftAt time.Time
 	gone   bool
 	clean  bool
-	timer  *time.Timer // the grace; then the record's expiry
+	timer  *time.Timer // the grace; once gone, the record's expiry
 }
 
-// goneMessage says why rank k, whose record is p, cannot come: in the
-// words a waiting rank gets. The grace (Config.PresenceGrace) is how long
-// a stream that closed may take to come back (the same session) before
-// its rank counts as gone: a client that reconnects after a transient
-// error is not a dead rank.
-func (m *Manager) goneMessage(k presKey, p *presence) string {
-	at := p.leftAt.Format("15:04:05.000")
-	if p.clean {
-		return fmt.Sprintf("rank %d (%s) closed its communicator at %s: every rank must make the same collective calls in the same order", k.rank, p.node, at)
+// presenceState is the AM's presence bookkeeping, under Manager.mu.
+type presenceState struct {
+	procs map[presKey]*presence
+	// gone indexes the gone processes by communicator, so that an
+	// arrival checks only those (most communicators have none).
+	gone map[grpKey]map[presKey]*presence
+	// run maps a session to its run (a session of the run); members
+	// lists a run's sessions. Only sessions with a presence record are
+	// kept, and they leave with it.
+	run     map[uint64]uint64
+	members map[uint64][]uint64
+}
+
+func newPresenceState() presenceState {
+	return presenceState{procs: map[presKey]*presence{}, gone: map[grpKey]map[presKey]*presence{},
+		run: map[uint64]uint64{}, members: map[uint64][]uint64{}}
+}
+
+// sameRun reports whether sessions a and b were ranks of one started
+// invocation, directly or through others.
+func (ps *presenceState) sameRun(a, b uint64) bool {
+	ra, ok := ps.run[a]
+	rb, ok2 := ps.run[b]
+	return ok && ok2 && ra == rb
+}
+
+// known reports whether process k holds presence.
+func (ps *presenceState) known(k presKey) bool { return ps.procs[k] != nil }
+
+// joinRun (under m.mu) joins the sessions of inv's ranks, every one that
+// holds presence, into one run.
+func (m *Manager) joinRun(inv *invocation) {
+	ps := &m.pres
+	var root uint64
+	for r, a := range inv.arrived {
+		if a.Session == 0 || !ps.known(presKey{inv.key.job, inv.key.group, r, a.Session}) {
+			continue
+		}
+		if _, ok := ps.run[a.Session]; !ok {
+			ps.run[a.Session] = a.Session
+			ps.members[a.Session] = []uint64{a.Session}
+		}
+		x := ps.run[a.Session]
+		if root == 0 {
+			root = x
+			continue
+		}
+		if x == root {
+			continue
+		}
+		// Merge the smaller run into the larger.
+		if len(ps.members[x]) > len(ps.members[root]) {
+			root, x = x, root
+		}
+		for _, s := range ps.members[x] {
+			ps.run[s] = root
+		}
+		ps.members[root] = append(ps.members[root], ps.members[x]...)
+		delete(ps.members, x)
 	}
-	return fmt.Sprintf("rank %d (%s) is gone: its process's connection to the AM closed at %s and did not come back within %v "+
-		"(the process exited or crashed, or its host or network went down)", k.rank, p.node, at, m.cfg.PresenceGrace)
 }
 
-// presenceStream serves POST /v1/presence: it registers the rank, then
-// holds the answer open, writing a newline every PresenceBeat, until the
-// client goes away or the AM closes.
+// leaveRun (under m.mu) forgets session s's run membership.
+func (ps *presenceState) leaveRun(s uint64) {
+	root, ok := ps.run[s]
+	if !ok {
+		return
+	}
+	delete(ps.run, s)
+	ms := ps.members[root]
+	for i, x := range ms {
+		if x == s {
+			ms = append(ms[:i], ms[i+1:]...)
+			break
+		}
+	}
+	delete(ps.members, root)
+	if len(ms) == 0 {
+		return
+	}
+	if root == s { // the run is named by a session that left: rename it
+		root = ms[0]
+		for _, x := range ms {
+			ps.run[x] = root
+		}
+	}
+	ps.members[root] = ms
+}
+
+// presenceStream serves POST /v1/presence: it registers the process,
+// then holds the answer open, writing a newline every PresenceBeat, until
+// the client goes away or the AM closes.
 func (m *Manager) presenceStream(w http.ResponseWriter, r *http.Request, req PresenceRequest) {
-	// The server notices a client that went away (its context ends) only
-	// once the request body was read to its end.
-	_, _ = io.Copy(io.Discard, r.Body)
 	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
 		setUserTimeout(c, presenceUserTimeout)
 	}
-	k := presKey{req.Job, req.Group, req.Rank}
+	k := presKey{req.Job, req.Group, req.Rank, req.Session}
 	p := m.presenceOpen(k, req)
 	defer m.presenceClose(k, p)
 	w.Header().Set(PresenceHeader, "1")
@@ -140,23 +229,22 @@ func (m *Manager) presenceStream(w http.ResponseWriter, r *http.Request, req Pre
 	}
 }
 
-// presenceOpen records an open stream of k's process req.Session.
+// presenceOpen records an open stream of process k.
 func (m *Manager) presenceOpen(k presKey, req PresenceRequest) *presence {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p := m.presence[k]
-	if p == nil || p.session != req.Session {
-		// A new process for the rank: a new run of the job (or the
-		// first): what an earlier process did no longer counts.
-		if p != nil && p.timer != nil {
-			p.timer.Stop()
-		}
-		p = &presence{session: req.Session, node: req.Node, since: time.Now()}
-		m.presence[k] = p
+	p := m.pres.procs[k]
+	if p == nil {
+		p = &presence{node: req.Node, since: time.Now()}
+		m.pres.procs[k] = p
 	}
 	if p.timer != nil {
-		p.timer.Stop() // back within the grace
+		p.timer.Stop() // back within the grace, or after it was given up
 		p.timer = nil
+	}
+	if p.gone {
+		// Given up (its connection was lost) but alive: it counts again.
+		delete(m.pres.gone[grpKey{k.job, k.group}], k)
 	}
 	p.streams++
 	p.leftAt, p.gone, p.clean = time.Time{}, false, false
@@ -164,11 +252,11 @@ func (m *Manager) presenceOpen(k presKey, req PresenceRequest) *presence {
 }
 
 // presenceClose notes that one of p's streams ended: with none left, the
-// rank is gone unless it comes back within the grace.
+// process is gone unless it comes back within the grace.
 func (m *Manager) presenceClose(k presKey, p *presence) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.presence[k] != p {
+	if m.pres.procs[k] != p {
 		return
 	}
 	if p.streams--; p.streams > 0 || p.gone {
@@ -181,60 +269,137 @@ func (m *Manager) presenceClose(k presKey, p *presence) {
 // presenceExpired ends p's grace: it is gone.
 func (m *Manager) presenceExpired(k presKey, p *presence) {
 	m.mu.Lock()
-	if m.presence[k] != p || p.streams > 0 || p.gone {
+	if m.pres.procs[k] != p || p.streams > 0 || p.gone {
 		m.mu.Unlock()
 		return
 	}
-	p.gone = true
-	msg := m.goneMessage(k, p)
-	m.goneLocked(k, p)
-	m.metrics.ranksGone.Inc()
-	m.logf("am: WARN rank_gone: job %d group %d: %s", k.job, k.group, msg)
+	m.markGone(k, p)
 }
 
 // PresenceLeave is POST /v1/presence/leave: the rank's communicator
-// closes (Comm.Close). It fails at once what waits for the rank, as a
-// gone rank does, without the grace.
+// closes (Comm.Close). It fails at once what waits for the process, as a
+// gone one does, without the grace.
 func (m *Manager) PresenceLeave(req PresenceRequest) {
-	k := presKey{req.Job, req.Group, req.Rank}
+	k := presKey{req.Job, req.Group, req.Rank, req.Session}
 	m.mu.Lock()
-	p := m.presence[k]
-	if p == nil || p.session != req.Session || p.gone {
+	p := m.pres.procs[k]
+	if p == nil || p.gone {
 		m.mu.Unlock()
 		return
 	}
 	if p.timer != nil {
 		p.timer.Stop()
-		p.timer = nil
 	}
-	p.leftAt, p.gone, p.clean = time.Now(), true, true
-	m.goneLocked(k, p)
-	m.logf("am: job %d group %d: rank %d (%s) closed its communicator", k.job, k.group, k.rank, p.node)
+	p.leftAt, p.clean = time.Now(), true
+	m.markGone(k, p)
 }
 
-// goneLocked (called under m.mu, which it releases) fails every
-// invocation of k's communicator whose barrier waits for k.rank and
-// whose arrived ranks were present together with p (they belong to the
-// run p belonged to), and arms the record's expiry.
-func (m *Manager) goneLocked(k presKey, p *presence) {
+// markGone (called under m.mu, which it releases) records p as gone,
+// fails every invocation of its run that waits for it and every
+// operation of its run it is a rank of, and arms the record's expiry.
+func (m *Manager) markGone(k presKey, p *presence) {
+	ps := &m.pres
+	p.gone = true
+	g := grpKey{k.job, k.group}
+	if ps.gone[g] == nil {
+		ps.gone[g] = map[presKey]*presence{}
+	}
+	ps.gone[g][k] = p
 	p.timer = time.AfterFunc(presenceKeep, func() {
 		m.mu.Lock()
-		if m.presence[k] == p && p.gone {
-			delete(m.presence, k)
+		defer m.mu.Unlock()
+		if ps.procs[k] == p && p.gone {
+			delete(ps.procs, k)
+			delete(ps.gone[g], k)
+			if len(ps.gone[g]) == 0 {
+				delete(ps.gone, g)
+			}
+			ps.leaveRun(k.session)
 		}
-		m.mu.Unlock()
 	})
 	var failed []*invocation
 	for key, inv := range m.invs {
-		if key.job != k.job || key.group != k.group {
-			continue
-		}
-		if e := m.goneFrom(inv, k, p); e != nil {
+		if key.job == k.job && key.group == k.group && m.goneFrom(inv, k, p) != nil {
 			failed = append(failed, inv)
 		}
 	}
+	// A running operation that still waits for this process's
+	// contribution cannot complete: it fails now instead of at its
+	// contributors' timeout (failIfWaiting). A process that left on
+	// purpose freed its operations first.
+	var ops []*operation
+	if !p.clean {
+		for _, op := range m.ops {
+			if op.id.Job != k.job || op.id.Group != k.group || op.inv == nil {
+				continue
+			}
+			if a, ok := op.inv.arrived[k.rank]; ok && a.Session == k.session {
+				ops = append(ops, op)
+			}
+		}
+	}
+	msg := m.goneMessage(k, p)
 	m.mu.Unlock()
 	m.closeFailed(failed)
+	for _, op := range ops {
+		go m.failIfWaiting(op, k.rank, msg)
+	}
+	effect := "none"
+	if len(failed)+len(ops) > 0 {
+		effect = "waited_for"
+	}
+	m.metrics.ranksGone.WithLabelValues(effect).Inc()
+	switch {
+	case p.clean:
+		m.logf("am: job %d group %d: %s", k.job, k.group, msg)
+	case effect == "none":
+		// A process that exits without closing its communicator, waited
+		// for by nobody: the usual end of a job, not an alarm.
+		m.logf("am: job %d group %d: %s; no call waited for it", k.job, k.group, msg)
+	default:
+		m.logf("am: WARN rank_gone: job %d group %d: %s", k.job, k.group, msg)
+	}
+}
+
+// failIfWaiting fails op, still active, if a node says it waits for
+// rank's contribution. A rank that died after its part was in (a REDUCE
+// rank whose data was delivered, a rank that had its whole RESULT) is
+// waited for by nobody, and its operation may still complete for the
+// others: failing it would abort their results in flight. A rank whose
+// stream is not the one furthest behind at its leaf is left to the
+// operation's timeout.
+func (m *Manager) failIfWaiting(op *operation, rank int, msg string) {
+	op.mu.Lock()
+	active := op.state == "active"
+	op.mu.Unlock()
+	if !active {
+		return
+	}
+	m.askAll(op)
+	who := fmt.Sprintf("rank %d (", rank)
+	waits := false
+	op.mu.Lock()
+	for _, n := range op.nodes {
+		waits = waits || n.State == "ACTIVE" && strings.HasPrefix(n.MissingFromWhom, who)
+	}
+	op.mu.Unlock()
+	if waits {
+		m.failOpBlaming(op, CodeRankGone, msg, &rank)
+	}
+}
+
+// goneMessage says why process k, record p, cannot come: in the words a
+// waiting rank gets. The grace (Config.PresenceGrace) is how long a
+// stream that closed may take to come back before its process counts as
+// gone: a client that reconnects after a transient error is not a dead
+// rank.
+func (m *Manager) goneMessage(k presKey, p *presence) string {
+	at := p.leftAt.Format("15:04:05.000")
+	if p.clean {
+		return fmt.Sprintf("rank %d (%s) closed its communicator at %s: every rank must make the same collective calls in the same order", k.rank, p.node, at)
+	}
+	return fmt.Sprintf("rank %d (%s) is gone: its process's connection to the AM closed at %s and did not come back within %v "+
+		"(the process exited or crashed, or its host or network went down)", k.rank, p.node, at, m.cfg.PresenceGrace)
 }
 
 // closeFailed wakes the ranks of invocations goneFrom failed.
@@ -248,11 +413,9 @@ func (m *Manager) closeFailed(failed []*invocation) {
 	}
 }
 
-// goneFrom (under m.mu) fails inv, if it still gathers its ranks, k.rank
-// has not arrived and is gone (record p), and a rank that did arrive was
-// present while p's process was: a process that left before the waiting
-// ones started belongs to an earlier run of the job and says nothing
-// about this one. It returns the error it set, or nil.
+// goneFrom (under m.mu) fails inv, if it still gathers its ranks, k's
+// rank has not arrived, and a rank that did arrive is of k's run. It
+// returns the error it set, or nil.
 func (m *Manager) goneFrom(inv *invocation, k presKey, p *presence) *APIError {
 	if inv.started || inv.err != nil || inv.grants != nil || !p.gone || k.rank >= inv.p.Size {
 		return nil
@@ -262,10 +425,19 @@ func (m *Manager) goneFrom(inv *invocation, k presKey, p *presence) *APIError {
 	}
 	together := false
 	var arrived []int
+	_, goneRun := m.pres.run[k.session]
 	for r, a := range inv.arrived {
 		arrived = append(arrived, r)
-		if q := m.presence[presKey{k.job, k.group, r}]; q != nil && q.session == a.Session && a.Session != 0 && q.since.Before(p.leftAt) {
-			together = true
+		together = together || m.pres.sameRun(a.Session, k.session)
+		if q := m.pres.procs[presKey{k.job, k.group, r, a.Session}]; inv.key.seq == 0 && !goneRun && q != nil && q.since.Before(p.leftAt) {
+			// The first call: no invocation started yet, so no run is
+			// known. A process that was present with the waiting ones
+			// and never took part in a run is of theirs; one of an
+			// earlier run took part in it (or never reached its first
+			// call, and is not told apart: a job run again at once).
+			if _, ok := m.pres.run[a.Session]; !ok {
+				together = true
+			}
 		}
 	}
 	if !together {
@@ -274,34 +446,59 @@ func (m *Manager) goneFrom(inv *invocation, k presKey, p *presence) *APIError {
 	sort.Ints(arrived)
 	rank := k.rank
 	inv.err = &APIError{Code: CodeRankGone, Rank: &rank,
-		Message: fmt.Sprintf("job %d group %d seq %d: %s; ranks %v wait for it at this call", k.job, k.group, inv.key.seq, m.goneMessage(k, p), arrived)}
-	by := BeginRequest{Job: k.job, Group: k.group, Seq: inv.key.seq, Rank: k.rank, Node: p.node, Session: p.session}
+		Message: fmt.Sprintf("job %d group %d seq %d: %s; ranks %v had arrived at this call", k.job, k.group, inv.key.seq, m.goneMessage(k, p), arrived)}
+	by := BeginRequest{Job: k.job, Group: k.group, Seq: inv.key.seq, Rank: k.rank, Node: p.node, Session: k.session}
 	inv.failedBy = &by // a new process of the rank is a new run, not a repeat
 	return inv.err
 }
 
-// goneMissing (under m.mu) fails inv, still gathering, if a rank it
-// waits for is already gone; see goneFrom.
+// goneMissing (under m.mu) fails inv, still gathering, if a process of
+// its run that it waits for is already gone; see goneFrom.
 func (m *Manager) goneMissing(inv *invocation) bool {
-	for r := 0; r < inv.p.Size; r++ {
-		if p := m.presence[presKey{inv.key.job, inv.key.group, r}]; p != nil && p.gone {
-			if m.goneFrom(inv, presKey{inv.key.job, inv.key.group, r}, p) != nil {
-				return true
-			}
+	for k, p := range m.pres.gone[grpKey{inv.key.job, inv.key.group}] {
+		if m.goneFrom(inv, k, p) != nil {
+			return true
 		}
 	}
 	return false
 }
 
-// goneNote (under m.mu) says, for a failure's diagnosis, which of the
-// operation's ranks are gone ("" if none).
-func (m *Manager) goneNote(job uint64, group uint16, size int) string {
+// selfGone is the error for rank r arriving at inv, failed because r's
+// own process was declared gone (its connection to the AM was lost, but
+// it lives): said as such, not as another rank's death.
+func selfGone(inv *invocation, r BeginRequest) *APIError {
+	e := inv.err
+	by := inv.failedBy
+	if e == nil || e.Code != CodeRankGone || by == nil || by.Rank != r.Rank || by.Session != r.Session || r.Session == 0 {
+		return e
+	}
+	x := *e
+	x.Message = fmt.Sprintf("job %d group %d seq %d: this rank (%d, %s) was declared gone: its presence connection to the AM closed "+
+		"and did not come back in time (its host or network, or the AM, lost the connection), so the ranks waiting for it failed this call; "+
+		"what they were told: %s", r.Job, r.Group, r.Seq, r.Rank, r.Node, e.Message)
+	return &x
+}
+
+// goneNote (under m.mu) says, for the failure of op, which of its ranks'
+// processes have lost their stream ("" if none), but rank skip (the
+// rank a rank_gone failure already names; -1 for none).
+func (m *Manager) goneNote(op *operation, skip int) string {
+	if op.inv == nil {
+		return ""
+	}
+	var ranks []int
+	for r := range op.inv.arrived {
+		ranks = append(ranks, r)
+	}
+	sort.Ints(ranks)
 	var s string
-	for r := 0; r < size; r++ {
-		if p := m.presence[presKey{job, group, r}]; p != nil && p.streams == 0 && !p.leftAt.IsZero() && !p.clean {
-			s += fmt.Sprintf("; rank %d (%s): its process's connection to the AM closed at %s (the process exited or crashed, or its host went down)",
-				r, p.node, p.leftAt.Format("15:04:05.000"))
+	for _, r := range ranks {
+		p := m.pres.procs[presKey{op.id.Job, op.id.Group, r, op.inv.arrived[r].Session}]
+		if r == skip || p == nil || p.streams > 0 || p.leftAt.IsZero() || p.clean {
+			continue
 		}
+		s += fmt.Sprintf("; rank %d (%s): its process's connection to the AM closed at %s (the process exited or crashed, or its host went down)",
+			r, p.node, p.leftAt.Format("15:04:05.000"))
 	}
 	return s
 }

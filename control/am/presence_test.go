@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prismd/prismd/parser"
 )
 
 // presenceGrace is the rigs' Config.PresenceGrace.
@@ -30,7 +32,10 @@ func newPresenceRig(t *testing.T, topo string, cfg Config) *presenceRig {
 	srv.Config.ConnContext = ConnContext
 	srv.Config.RegisterOnShutdown(r.m.StopStreams)
 	srv.Start()
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		r.m.StopStreams() // httptest's Close waits for open requests
+		srv.Close()
+	})
 	return &presenceRig{rig: r, srv: srv, cl: NewClient(srv.URL)}
 }
 
@@ -55,15 +60,42 @@ func (p *presenceRig) present(t *testing.T, q BeginRequest) (cancel func()) {
 	return func() { stop(); <-ended }
 }
 
-// waitGone waits until the AM holds k's rank for gone.
-func (p *presenceRig) waitGone(t *testing.T, k presKey) {
+// presentAll opens the presence of every process of q, the others' until
+// the test ends; it returns the last one's kill.
+func (p *presenceRig) presentAll(t *testing.T, q []BeginRequest) (kill func()) {
+	t.Helper()
+	for _, x := range q[:len(q)-1] {
+		t.Cleanup(p.present(t, x))
+	}
+	return p.present(t, q[len(q)-1])
+}
+
+// waitGone waits until the AM holds q's process for gone.
+func (p *presenceRig) waitGone(t *testing.T, q BeginRequest) {
 	t.Helper()
 	waitFor(t, func() bool {
 		p.m.mu.Lock()
 		defer p.m.mu.Unlock()
-		x := p.m.presence[k]
+		x := p.m.pres.procs[presKey{q.Job, q.Group, q.Rank, q.Session}]
 		return x != nil && x.gone
 	})
+}
+
+// leave sends q's process's goodbye (POST /v1/presence/leave).
+func (p *presenceRig) leave(t *testing.T, q BeginRequest) {
+	t.Helper()
+	if err := p.cl.PresenceLeave(context.Background(), PresenceRequest{Job: q.Job, Group: q.Group, Rank: q.Rank, Size: q.Size, Node: q.Node, Session: q.Session}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// atSeq is q at seq.
+func atSeq(q []BeginRequest, seq uint64) []BeginRequest {
+	out := append([]BeginRequest(nil), q...)
+	for i := range out {
+		out[i].Seq = seq
+	}
+	return out
 }
 
 // goneErr checks that err is rank_gone naming rank and every fragment.
@@ -89,10 +121,9 @@ func goneErr(t *testing.T, who string, err error, rank int, frags ...string) {
 func TestRankGoneFailsBarrier(t *testing.T) {
 	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
 	q := withSessions(reqsFor(21, 0, "allreduce", "h1", "h2", "h3"), 1)
-	for _, x := range q[:2] {
-		defer p.present(t, x)()
-	}
-	kill := p.present(t, q[2])
+	kill := p.presentAll(t, q)
+	p.grantAll(t, q) // seq 0 together: one run
+	q = atSeq(q, 1)
 	got0, got1 := p.beginAsync(q[0]), p.beginAsync(q[1])
 	waitFor(t, func() bool { return p.waiting(q[0]) == 1 && p.waiting(q[1]) == 1 })
 	start := time.Now()
@@ -101,7 +132,7 @@ func TestRankGoneFailsBarrier(t *testing.T) {
 		select {
 		case x := <-ch:
 			goneErr(t, []string{"rank 0", "rank 1"}[i], x.err, 2,
-				"job 21 group 1 seq 0: rank 2 (h3) is gone: its process's connection to the AM closed at", "ranks [0 1] wait for it")
+				"job 21 group 1 seq 1: rank 2 (h3) is gone: its process's connection to the AM closed at", "ranks [0 1] had arrived at this call")
 		case <-time.After(5 * time.Second):
 			t.Fatalf("rank %d still waits 5 s after rank 2's process died", i)
 		}
@@ -109,8 +140,8 @@ func TestRankGoneFailsBarrier(t *testing.T) {
 	if el := time.Since(start); el < presenceGrace || el > presenceGrace+time.Second {
 		t.Errorf("the barrier failed %v after rank 2's connection closed, want after the grace (%v) and within a second of it", el, presenceGrace)
 	}
-	if v := scrape(t, p.m)["prismd_am_ranks_gone_total"]; v != 1 {
-		t.Errorf("prismd_am_ranks_gone_total = %v, want 1", v)
+	if v := scrape(t, p.m)[`prismd_am_ranks_gone_total{effect="waited_for"}`]; v != 1 {
+		t.Errorf(`prismd_am_ranks_gone_total{effect="waited_for"} = %v, want 1`, v)
 	}
 	// The job run again: rank 2's new process starts seq 0 afresh.
 	again := q[2]
@@ -123,21 +154,39 @@ func TestRankGoneFailsBarrier(t *testing.T) {
 }
 
 // TestRankGoneBeforeCall: rank 2's process is gone before the others make
-// their call: the first of them fails at arrival.
+// their next call: the first of them fails at arrival.
 func TestRankGoneBeforeCall(t *testing.T) {
 	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
 	q := withSessions(reqsFor(22, 4, "reduce", "h1", "h2", "h3"), 1)
-	for _, x := range q[:2] {
-		defer p.present(t, x)()
-	}
-	p.present(t, q[2])()
-	p.waitGone(t, presKey{22, 1, 2})
+	kill := p.presentAll(t, q)
+	p.grantAll(t, q)
+	kill()
+	p.waitGone(t, q[2])
+	q = atSeq(q, 5)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := p.m.Begin(ctx, q[1])
-	goneErr(t, "rank 1", err, 2, "rank 2 (h3) is gone", "ranks [1] wait for it")
+	goneErr(t, "rank 1", err, 2, "rank 2 (h3) is gone", "ranks [1] had arrived at this call")
 	_, err = p.m.Begin(ctx, q[0])
 	goneErr(t, "rank 0, arriving later", err, 2, "rank 2 (h3) is gone")
+}
+
+// TestRankGoneAtFirstCall: before any invocation of the job started (no
+// run is known yet), a process that dies while the others wait at their
+// first call (seq 0), having been present together with them, fails it.
+func TestRankGoneAtFirstCall(t *testing.T) {
+	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
+	q := withSessions(reqsFor(27, 0, "allreduce", "h1", "h2", "h3"), 1)
+	kill := p.presentAll(t, q)
+	got0 := p.beginAsync(q[0])
+	waitFor(t, func() bool { return p.waiting(q[0]) == 1 })
+	kill()
+	select {
+	case x := <-got0:
+		goneErr(t, "rank 0", x.err, 2, "seq 0: rank 2 (h3) is gone")
+	case <-time.After(5 * time.Second):
+		t.Fatal("rank 0 still waits 5 s after rank 2's process died")
+	}
 }
 
 // TestPresenceBackWithinGrace: a stream that breaks and is opened again
@@ -146,47 +195,89 @@ func TestRankGoneBeforeCall(t *testing.T) {
 func TestPresenceBackWithinGrace(t *testing.T) {
 	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
 	q := withSessions(reqsFor(23, 0, "allreduce", "h1", "h2", "h3"), 1)
-	for _, x := range q[:2] {
-		defer p.present(t, x)()
-	}
-	p.present(t, q[2])()
+	kill := p.presentAll(t, q)
+	p.grantAll(t, q)
+	kill()
 	defer p.present(t, q[2])()
 	time.Sleep(2 * presenceGrace)
-	for i, x := range p.beginAll(q) {
+	for i, x := range p.beginAll(atSeq(q, 1)) {
 		if x.err != nil {
 			t.Fatalf("rank %d: %v", i, x.err)
 		}
 	}
 }
 
-// TestPresenceEarlierRunIgnored: rank 2 of a first run of the job died;
-// the job is run again (new processes, new sessions) and its ranks 0 and
-// 1 arrive before the new rank 2 opened its stream: the old process's
-// death says nothing about the new run, which waits for its rank 2.
+// TestPresenceEarlierRunIgnored: processes of an earlier run of the job
+// that die or close while a new run waits do not fail it. Run A's rank 1
+// closes late and its rank 2 is killed while run B (new processes, new
+// sessions) waits at its seq 0 and, after a call together, at seq 1.
 func TestPresenceEarlierRunIgnored(t *testing.T) {
 	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
-	old := withSessions(reqsFor(24, 0, "allreduce", "h1", "h2", "h3"), 1)
-	p.present(t, old[2])()
-	p.waitGone(t, presKey{24, 1, 2})
-	q := withSessions(reqsFor(24, 0, "allreduce", "h1", "h2", "h3"), 100)
-	for _, x := range q[:2] {
+	a := withSessions(reqsFor(24, 0, "allreduce", "h1", "h2", "h3"), 1)
+	var killA []func()
+	for _, x := range a {
+		killA = append(killA, p.present(t, x))
+	}
+	p.grantAll(t, a) // run A
+	b := withSessions(reqsFor(24, 0, "allreduce", "h1", "h2", "h3"), 100)
+	for _, x := range b {
 		defer p.present(t, x)()
 	}
-	got0 := p.beginAsync(q[0])
-	select {
-	case x := <-got0:
-		t.Fatalf("rank 0 of the new run: %v, %v; want it to wait for the new rank 2", x.g, x.err)
-	case <-time.After(3 * presenceGrace):
+	waitNot := func(what string, got <-chan result) {
+		t.Helper()
+		select {
+		case x := <-got:
+			t.Fatalf("%s: %v, %v; want it to wait for run B's own ranks", what, x.g, x.err)
+		case <-time.After(3 * presenceGrace):
+		}
 	}
-	defer p.present(t, q[2])()
-	res := p.beginAll(q[1:])
-	for i, x := range res {
+	got0 := p.beginAsync(b[0])
+	p.leave(t, a[1])
+	killA[1]() // a closed communicator ends its stream after the goodbye
+	killA[2]()
+	waitNot("run B's rank 0 at seq 0", got0)
+	for i, x := range p.beginAll(b[1:]) {
 		if x.err != nil {
-			t.Fatalf("rank %d: %v", i+1, x.err)
+			t.Fatalf("run B's rank %d: %v", i+1, x.err)
 		}
 	}
 	if x := <-got0; x.err != nil {
-		t.Fatalf("rank 0: %v", x.err)
+		t.Fatalf("run B's rank 0: %v", x.err)
+	}
+	b = atSeq(b, 1)
+	got0 = p.beginAsync(b[0])
+	killA[0]()
+	waitNot("run B's rank 0 at seq 1", got0)
+	for i, x := range p.beginAll(b[1:]) {
+		if x.err != nil {
+			t.Fatalf("run B's rank %d at seq 1: %v", i+1, x.err)
+		}
+	}
+	if x := <-got0; x.err != nil {
+		t.Fatalf("run B's rank 0 at seq 1: %v", x.err)
+	}
+}
+
+// TestRestartedRankDoesNotHideDeath: rank 2 is killed while the others
+// wait at seq 1, and a new process of rank 2 (a restarted pod) opens its
+// stream within the grace: the old process is still gone for its run.
+func TestRestartedRankDoesNotHideDeath(t *testing.T) {
+	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
+	q := withSessions(reqsFor(28, 0, "allreduce", "h1", "h2", "h3"), 1)
+	kill := p.presentAll(t, q)
+	p.grantAll(t, q)
+	q = atSeq(q, 1)
+	got0 := p.beginAsync(q[0])
+	waitFor(t, func() bool { return p.waiting(q[0]) == 1 })
+	kill()
+	fresh := q[2]
+	fresh.Session, fresh.Seq = 77, 0
+	defer p.present(t, fresh)()
+	select {
+	case x := <-got0:
+		goneErr(t, "rank 0", x.err, 2, "rank 2 (h3) is gone")
+	case <-time.After(5 * time.Second):
+		t.Fatal("rank 0 still waits 5 s after rank 2's old process died")
 	}
 }
 
@@ -199,16 +290,15 @@ func TestPresenceLeave(t *testing.T) {
 	for _, x := range q {
 		defer p.present(t, x)()
 	}
+	p.grantAll(t, q)
+	q = atSeq(q, 4)
 	got0 := p.beginAsync(q[0])
 	waitFor(t, func() bool { return p.waiting(q[0]) == 1 })
 	start := time.Now()
-	x := q[2]
-	if err := p.cl.PresenceLeave(context.Background(), PresenceRequest{Job: x.Job, Group: x.Group, Rank: x.Rank, Size: x.Size, Node: x.Node, Session: x.Session}); err != nil {
-		t.Fatal(err)
-	}
+	p.leave(t, q[2])
 	select {
 	case r := <-got0:
-		goneErr(t, "rank 0", r.err, 2, "rank 2 (h3) closed its communicator at", "every rank must make the same collective calls in the same order", "ranks [0] wait for it")
+		goneErr(t, "rank 0", r.err, 2, "rank 2 (h3) closed its communicator at", "every rank must make the same collective calls in the same order", "ranks [0] had arrived at this call")
 	case <-time.After(5 * time.Second):
 		t.Fatal("rank 0 still waits 5 s after rank 2 closed its communicator")
 	}
@@ -217,18 +307,34 @@ func TestPresenceLeave(t *testing.T) {
 	}
 }
 
+// TestSelfDeclaredGone: rank 2's stream is lost while it lives (its
+// connection dropped) and the others' call fails; when rank 2 then makes
+// that call it is told that it was itself declared gone, not that some
+// rank 2 died.
+func TestSelfDeclaredGone(t *testing.T) {
+	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
+	q := withSessions(reqsFor(29, 0, "allreduce", "h1", "h2", "h3"), 1)
+	lost := p.presentAll(t, q)
+	p.grantAll(t, q)
+	q = atSeq(q, 1)
+	got0 := p.beginAsync(q[0])
+	waitFor(t, func() bool { return p.waiting(q[0]) == 1 })
+	lost()
+	goneErr(t, "rank 0", (<-got0).err, 2, "rank 2 (h3) is gone")
+	_, err := p.m.Begin(context.Background(), q[2])
+	goneErr(t, "rank 2 itself", err, 2, "this rank (2, h3) was declared gone")
+}
+
 // TestGoneRankInDiagnosis: a granted operation fails after one of its
-// ranks' process died: the AM's diagnosis says that process is gone.
+// ranks' process died, no node waiting for it: the AM's diagnosis says
+// that process is gone.
 func TestGoneRankInDiagnosis(t *testing.T) {
 	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
 	q := withSessions(reqsFor(26, 0, "allreduce", "h1", "h2", "h3"), 1)
-	for _, x := range q[:2] {
-		defer p.present(t, x)()
-	}
-	kill := p.present(t, q[2])
+	kill := p.presentAll(t, q)
 	grants := p.grantAll(t, q)
 	kill()
-	time.Sleep(presenceGrace + 100*time.Millisecond)
+	p.waitGone(t, q[2])
 	p.m.mu.Lock()
 	op := p.m.ops[grants[0].ID]
 	p.m.mu.Unlock()
@@ -240,8 +346,59 @@ func TestGoneRankInDiagnosis(t *testing.T) {
 	if !strings.Contains(st.Error.Message, "rank 2 (h3): its process's connection to the AM closed at") {
 		t.Fatalf("diagnosis %q does not say rank 2's process is gone", st.Error.Message)
 	}
-	if strings.Contains(st.Error.Message, "rank 0 (") || strings.Contains(st.Error.Message, "rank 1 (h2): its process") {
+	if strings.Contains(st.Error.Message, "rank 0 (h1): its process") || strings.Contains(st.Error.Message, "rank 1 (h2): its process") {
 		t.Fatalf("diagnosis %q names a live rank's process", st.Error.Message)
+	}
+}
+
+// TestGoneRankFailsWaitingOperation: rank 2's process dies while its
+// leaf waits for its contribution: the operation fails within the grace,
+// blaming rank 2, not at the contributors' timeout. An operation whose
+// nodes wait for nobody (rank 2's part was in) is left to complete.
+func TestGoneRankFailsWaitingOperation(t *testing.T) {
+	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
+	q := withSessions(reqsFor(30, 0, "allreduce", "h1", "h2", "h3"), 1)
+	kill := p.presentAll(t, q)
+	grants := p.grantAll(t, q)
+	p.m.mu.Lock()
+	op := p.m.ops[grants[0].ID]
+	p.m.mu.Unlock()
+	l2 := p.nodes["l2"]
+	l2.mu.Lock()
+	l2.final, l2.missing, l2.missFrom = parser.StateActive, streamWhere(t, "l2", op.plan.nodes["l2"].owner, "rank 2 (h3)"), 0
+	l2.mu.Unlock()
+	start := time.Now()
+	kill()
+	waitFor(t, func() bool {
+		st, _ := p.m.Op(grants[0].ID)
+		return st.State == "failed"
+	})
+	if el := time.Since(start); el > presenceGrace+2*time.Second {
+		t.Errorf("the operation failed %v after rank 2's process died, want within the grace and a second", el)
+	}
+	st, _ := p.m.Op(grants[0].ID)
+	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 2 || !strings.Contains(st.Error.Message, "rank 2 (h3) is gone") {
+		t.Fatalf("error %+v, want one blaming rank 2 (h3), gone", st.Error)
+	}
+	if strings.Count(st.Error.Message, "rank 2 (h3): its process's connection") != 0 {
+		t.Errorf("the diagnosis says rank 2's process is gone twice: %q", st.Error.Message)
+	}
+	if v := scrape(t, p.m)[`prismd_am_operations_failed_total{reason="rank_gone"}`]; v != 1 {
+		t.Errorf(`prismd_am_operations_failed_total{reason="rank_gone"} = %v, want 1`, v)
+	}
+
+	// Nobody waits for rank 2 in the next one: it is not failed.
+	q2 := withSessions(reqsFor(31, 0, "allreduce", "h1", "h2", "h3"), 11)
+	kill2 := p.presentAll(t, q2)
+	g2 := p.grantAll(t, q2)
+	l2.mu.Lock()
+	l2.final = parser.StateComplete // rank 2's part is in
+	l2.mu.Unlock()
+	kill2()
+	p.waitGone(t, q2[2])
+	time.Sleep(500 * time.Millisecond)
+	if st, _ := p.m.Op(g2[0].ID); st.State != "active" {
+		t.Fatalf("an operation nobody waits in for rank 2: state %s (%+v), want active", st.State, st.Error)
 	}
 }
 
@@ -250,6 +407,17 @@ func TestGoneRankInDiagnosis(t *testing.T) {
 // header) gives ErrNoPresence, so the library stops asking.
 func TestPresenceRefusals(t *testing.T) {
 	p := newPresenceRig(t, "single", Config{})
+	for _, body := range []string{`{"job":1,"rank":0,"size":2,"session":5}`, `{"rank":0,"size":2,"node":"h1","session":5}`,
+		`{"job":1,"rank":0,"size":2,"node":"h1","session":5} trailing`} {
+		resp, err := http.Post(p.srv.URL+"/v1/presence", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: HTTP %d, want 400 (node and job are required; one JSON value only)", body, resp.StatusCode)
+		}
+	}
 	err := p.cl.Presence(context.Background(), PresenceRequest{Job: 1, Rank: 0, Size: 2, Node: "h1"}, nil)
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "session 0") {
@@ -258,6 +426,13 @@ func TestPresenceRefusals(t *testing.T) {
 	err = p.cl.Presence(context.Background(), PresenceRequest{Job: 1, Rank: 2, Size: 2, Node: "h1", Session: 5}, nil)
 	if !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "rank 2 is outside 0..1") {
 		t.Fatalf("rank 2 of 2: %v, want bad_request naming the rank", err)
+	}
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "restarting", http.StatusServiceUnavailable)
+	}))
+	defer busy.Close()
+	if err := NewClient(busy.URL).Presence(context.Background(), PresenceRequest{Job: 1, Size: 1, Node: "h1", Session: 5}, nil); errors.Is(err, ErrNoPresence) || !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a 503 in front of a restarting AM: %v, want ErrUnreachable (asked again), not ErrNoPresence", err)
 	}
 	other := httptest.NewServer(http.NotFoundHandler())
 	defer other.Close()
