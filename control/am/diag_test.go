@@ -188,7 +188,8 @@ func TestBarrierFailuresLogged(t *testing.T) {
 			t.Fatalf("rank %d: %v, want barrier_timeout", i, x.err)
 		}
 	}
-	want := "am: WARN barrier_timeout: job 16 group 1 seq 0: ranks [3] did not arrive within 300ms"
+	want := "am: WARN barrier_timeout: job 16 group 1 seq 0: ranks [3] did not arrive within 300ms; rank 3: no process of it ever connected to this AM " +
+		"(not started, started with another --job, --group or --coordinator, or a library without presence)"
 	if got := logs.with("barrier_timeout"); len(got) != 1 || got[0] != want {
 		t.Errorf("log lines about the barrier timeout: %q, want exactly %q", got, want)
 	}

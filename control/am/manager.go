@@ -728,7 +728,8 @@ func (m *Manager) barrierTimeout(inv *invocation) {
 		}
 	}
 	inv.err = &APIError{Code: CodeBarrierTimeout,
-		Message: fmt.Sprintf("job %d group %d seq %d: ranks %v did not arrive within %v", inv.key.job, inv.key.group, inv.key.seq, missing, m.cfg.BarrierTimeout)}
+		Message: fmt.Sprintf("job %d group %d seq %d: ranks %v did not arrive within %v%s", inv.key.job, inv.key.group, inv.key.seq, missing, m.cfg.BarrierTimeout,
+			m.presenceHints(inv.key.job, inv.key.group, missing))}
 	e := inv.err
 	m.mu.Unlock()
 	m.metrics.barrierTimeouts.Inc()

@@ -503,6 +503,39 @@ func (m *Manager) goneNote(op *operation, skip int) string {
 	return s
 }
 
+// presenceHints (under m.mu) says, for a barrier timeout, what the AM
+// knows of each missing rank's processes: whether one is connected (alive,
+// but it did not make this call), one is gone, or none ever connected to
+// this AM (it never started, or it runs a library without presence).
+func (m *Manager) presenceHints(job uint64, group uint16, missing []int) string {
+	var s string
+	for _, r := range missing {
+		var live, gone *presence
+		for k, p := range m.pres.procs {
+			if k.job != job || k.group != group || k.rank != r {
+				continue
+			}
+			if p.gone {
+				if gone == nil || p.leftAt.After(gone.leftAt) {
+					gone = p
+				}
+			} else if live == nil || p.since.After(live.since) {
+				live = p
+			}
+		}
+		switch {
+		case live != nil:
+			s += fmt.Sprintf("; rank %d: a process on %s is connected to the AM (since %s) but did not make this call (blocked elsewhere, or its calls are out of step with the others')",
+				r, live.node, live.since.Format("15:04:05"))
+		case gone != nil:
+			s += fmt.Sprintf("; rank %d: its last process, on %s, went at %s", r, gone.node, gone.leftAt.Format("15:04:05.000"))
+		default:
+			s += fmt.Sprintf("; rank %d: no process of it ever connected to this AM (not started, started with another --job, --group or --coordinator, or a library without presence)", r)
+		}
+	}
+	return s
+}
+
 // StopStreams ends every presence stream (Close does too): for
 // http.Server.RegisterOnShutdown, since Shutdown waits for open requests
 // and a presence stream never ends on its own.

@@ -402,6 +402,26 @@ func TestGoneRankFailsWaitingOperation(t *testing.T) {
 	}
 }
 
+// TestBarrierTimeoutSaysPresence: a barrier timeout says, per missing
+// rank, whether a process of it is connected (alive, not calling) or
+// none ever connected.
+func TestBarrierTimeoutSaysPresence(t *testing.T) {
+	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 300 * time.Millisecond})
+	q := withSessions(reqsFor(32, 0, "allreduce", "h1", "h2", "h3", "h4"), 1)
+	defer p.presentAll(t, q[:3])()
+	_, err := p.m.Begin(context.Background(), q[0])
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Code != CodeBarrierTimeout {
+		t.Fatalf("rank 0: %v, want barrier_timeout", err)
+	}
+	for _, want := range []string{"ranks [1 2 3] did not arrive", "; rank 1: a process on h2 is connected to the AM (since ",
+		"; rank 2: a process on h3 is connected", "; rank 3: no process of it ever connected to this AM"} {
+		if !strings.Contains(ae.Message, want) {
+			t.Errorf("%q does not say %q", ae.Message, want)
+		}
+	}
+}
+
 // TestPresenceRefusals: a presence request that names no process is
 // refused with the AM's error; something that is not an AM (no presence
 // header) gives ErrNoPresence, so the library stops asking.
