@@ -158,6 +158,10 @@ type Comm struct {
 	presenceStop context.CancelFunc
 	presenceDone chan struct{}
 	presenceUp   atomic.Bool // the AM holds the stream now
+	// presenceFirst is closed when the first stream opened or failed
+	// (presenceOnce): NewComm waits for it.
+	presenceFirst chan struct{}
+	presenceOnce  sync.Once
 
 	// slabs holds the DATA replay buffers of finished collectives for the
 	// next ones (takeSlab), under slabMu.

@@ -30,12 +30,24 @@ func (c *Comm) presenceReq() am.PresenceRequest {
 	return am.PresenceRequest{Job: c.cfg.Job, Group: c.cfg.Group, Rank: c.cfg.Rank, Size: c.cfg.Size, Node: c.cfg.Node, Session: c.session}
 }
 
-// startPresence starts the presence goroutine; stopPresence (Close) ends it.
+// presenceWait bounds how long NewComm waits for the AM to take the
+// stream before it returns.
+var presenceWait = 2 * time.Second
+
+// startPresence starts the presence goroutine and waits (presenceWait at
+// most) until the AM took the stream or it failed once: a rank whose
+// stream opened only after its first calls ran was not known to the AM
+// as part of their run. stopPresence (Close) ends it.
 func (c *Comm) startPresence() {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.presenceStop = cancel
 	c.presenceDone = make(chan struct{})
+	c.presenceFirst = make(chan struct{})
 	go c.presence(ctx)
+	select {
+	case <-c.presenceFirst:
+	case <-time.After(presenceWait):
+	}
 }
 
 // presence keeps the stream open until ctx ends, reconnecting after a
@@ -46,8 +58,9 @@ func (c *Comm) presence(ctx context.Context) {
 	backoff := presenceRetry
 	for {
 		start := time.Now()
-		err := c.client.Presence(ctx, req, func() { c.presenceUp.Store(true) })
+		err := c.client.Presence(ctx, req, func() { c.presenceUp.Store(true); c.firstDone() })
 		c.presenceUp.Store(false)
+		c.firstDone()
 		if ctx.Err() != nil {
 			return
 		}
@@ -72,6 +85,9 @@ func (c *Comm) presence(ctx context.Context) {
 		backoff = min(2*backoff, presenceRetryMax)
 	}
 }
+
+// firstDone ends startPresence's wait (once).
+func (c *Comm) firstDone() { c.presenceOnce.Do(func() { close(c.presenceFirst) }) }
 
 // stopPresence says goodbye to the AM (bounded by presenceLeave; not
 // when the stream is down: an AM that cannot be reached would only delay

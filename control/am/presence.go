@@ -237,6 +237,16 @@ func (m *Manager) presenceOpen(k presKey, req PresenceRequest) *presence {
 	if p == nil {
 		p = &presence{node: req.Node, since: time.Now()}
 		m.pres.procs[k] = p
+		// Its stream may open after its first calls started (the
+		// library opens it in the background): the invocations it
+		// took part in, still kept, join it to their run now.
+		for key, inv := range m.invs {
+			if key.job == k.job && key.group == k.group && inv.started {
+				if a, ok := inv.arrived[k.rank]; ok && a.Session == k.session {
+					m.joinRun(inv)
+				}
+			}
+		}
 	}
 	if p.timer != nil {
 		p.timer.Stop() // back within the grace, or after it was given up

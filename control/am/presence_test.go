@@ -171,6 +171,29 @@ func TestRankGoneBeforeCall(t *testing.T) {
 	goneErr(t, "rank 0, arriving later", err, 2, "rank 2 (h3) is gone")
 }
 
+// TestPresenceAfterFirstCall: rank 2's stream opens only after its first
+// call started (a library opens it in the background): the AM still
+// counts it in that call's run, and its death fails the next call.
+func TestPresenceAfterFirstCall(t *testing.T) {
+	p := newPresenceRig(t, "spine-leaf", Config{BarrierTimeout: 30 * time.Second})
+	q := withSessions(reqsFor(33, 0, "allreduce", "h1", "h2", "h3"), 1)
+	for _, x := range q[:2] {
+		t.Cleanup(p.present(t, x))
+	}
+	p.grantAll(t, q)
+	kill := p.present(t, q[2])
+	q = atSeq(q, 1)
+	got0 := p.beginAsync(q[0])
+	waitFor(t, func() bool { return p.waiting(q[0]) == 1 })
+	kill()
+	select {
+	case x := <-got0:
+		goneErr(t, "rank 0", x.err, 2, "seq 1: rank 2 (h3) is gone")
+	case <-time.After(5 * time.Second):
+		t.Fatal("rank 0 still waits 5 s after rank 2's process died")
+	}
+}
+
 // TestRankGoneAtFirstCall: before any invocation of the job started (no
 // run is known yet), a process that dies while the others wait at their
 // first call (seq 0), having been present together with them, fails it.
