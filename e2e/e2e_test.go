@@ -817,6 +817,26 @@ func TestKilledRank(t *testing.T) {
 	}
 }
 
+// startVictim starts rank 3 of 4 of job as a 'prismctl allreduce' process
+// on h4 with the extra flags; it is killed at the test's end if still
+// running. Its output is in the buffer.
+func startVictim(t *testing.T, e *env, bin string, job uint64, flags ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	args := append([]string{bin, "allreduce", "--coordinator", e.lurl, "--rank", "3", "--size", "4",
+		"--iface", "eth0", "--node", "h4", "--job", fmt.Sprint(job)}, flags...)
+	victim := e.lab.Exec("h4", args...)
+	vout := &bytes.Buffer{}
+	victim.Stdout, victim.Stderr = vout, vout
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		victim.Process.Kill() // the PID this test started
+		victim.Wait()
+	})
+	return victim, vout
+}
+
 // TestKilledRankPersistent: the process of one rank of a persistent
 // collective is killed between invocations (it rests at its PUSH boundary,
 // which no timeout covers by itself); the others' next invocation goes past
@@ -838,18 +858,7 @@ func TestKilledRankPersistent(t *testing.T) {
 		}
 		ps[i] = p
 	}
-	victim := e.lab.Exec("h4", bin, "allreduce", "--coordinator", e.lurl, "--rank", "3", "--size", "4",
-		"--iface", "eth0", "--node", "h4", "--job", fmt.Sprint(job), "--count", "300", "--timeout", timeout.String(),
-		"--persistent", "--iters", "1000000000")
-	var vout bytes.Buffer
-	victim.Stdout, victim.Stderr = &vout, &vout
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		victim.Process.Kill() // the PID this test started
-		victim.Wait()
-	}()
+	victim, vout := startVictim(t, e, bin, job, "--count", "300", "--timeout", timeout.String(), "--persistent", "--iters", "1000000000")
 	// Run invocations together until the victim dies: the survivors wait in
 	// each invocation for it, so it dies having sent its part of the 20th
 	// (0-based; that one completes) or not: the next one then goes past its
@@ -1203,17 +1212,7 @@ func TestKilledRankBetweenCalls(t *testing.T) {
 		cs[i] = e.comm(h, i, 4, job)
 	}
 	const iters = 4
-	victim := e.lab.Exec("h4", bin, "allreduce", "--coordinator", e.lurl, "--rank", "3", "--size", "4", "--root", "0",
-		"--iface", "eth0", "--node", "h4", "--job", fmt.Sprint(job), "--count", "300", "--iters", fmt.Sprint(iters+1))
-	var vout bytes.Buffer
-	victim.Stdout, victim.Stderr = &vout, &vout
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		victim.Process.Kill() // the PID this test started
-		victim.Wait()
-	}()
+	victim, vout := startVictim(t, e, bin, job, "--root", "0", "--count", "300", "--iters", fmt.Sprint(iters+1))
 	for i := 0; i < iters; i++ {
 		if r := collective(cs, "reduce", 0, 300, uint64(i), nil); errors.Join(r.errs...) != nil {
 			t.Fatalf("call %d: %v\nvictim: %s", i, errors.Join(r.errs...), vout.String())

@@ -98,6 +98,18 @@ func atSeq(q []BeginRequest, seq uint64) []BeginRequest {
 	return out
 }
 
+// waitGoneErr waits (5 s at most) for a Begin's result on got and checks
+// it with goneErr.
+func waitGoneErr(t *testing.T, who string, got <-chan result, rank int, frags ...string) {
+	t.Helper()
+	select {
+	case x := <-got:
+		goneErr(t, who, x.err, rank, frags...)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s still waits 5 s after rank %d's process went", who, rank)
+	}
+}
+
 // goneErr checks that err is rank_gone naming rank and every fragment.
 func goneErr(t *testing.T, who string, err error, rank int, frags ...string) {
 	t.Helper()
@@ -129,13 +141,7 @@ func TestRankGoneFailsBarrier(t *testing.T) {
 	start := time.Now()
 	kill()
 	for i, ch := range []<-chan result{got0, got1} {
-		select {
-		case x := <-ch:
-			goneErr(t, []string{"rank 0", "rank 1"}[i], x.err, 2,
-				"job 21 group 1 seq 1: rank 2 (h3) is gone: its process's connection to the AM closed at", "ranks [0 1] had arrived at this call")
-		case <-time.After(5 * time.Second):
-			t.Fatalf("rank %d still waits 5 s after rank 2's process died", i)
-		}
+		waitGoneErr(t, []string{"rank 0", "rank 1"}[i], ch, 2, "job 21 group 1 seq 1: rank 2 (h3) is gone: its process's connection to the AM closed at", "ranks [0 1] had arrived at this call")
 	}
 	if el := time.Since(start); el < presenceGrace || el > presenceGrace+time.Second {
 		t.Errorf("the barrier failed %v after rank 2's connection closed, want after the grace (%v) and within a second of it", el, presenceGrace)
@@ -186,12 +192,7 @@ func TestPresenceAfterFirstCall(t *testing.T) {
 	got0 := p.beginAsync(q[0])
 	waitFor(t, func() bool { return p.waiting(q[0]) == 1 })
 	kill()
-	select {
-	case x := <-got0:
-		goneErr(t, "rank 0", x.err, 2, "seq 1: rank 2 (h3) is gone")
-	case <-time.After(5 * time.Second):
-		t.Fatal("rank 0 still waits 5 s after rank 2's process died")
-	}
+	waitGoneErr(t, "rank 0", got0, 2, "seq 1: rank 2 (h3) is gone")
 }
 
 // TestRankGoneAtFirstCall: before any invocation of the job started (no
@@ -204,12 +205,7 @@ func TestRankGoneAtFirstCall(t *testing.T) {
 	got0 := p.beginAsync(q[0])
 	waitFor(t, func() bool { return p.waiting(q[0]) == 1 })
 	kill()
-	select {
-	case x := <-got0:
-		goneErr(t, "rank 0", x.err, 2, "seq 0: rank 2 (h3) is gone")
-	case <-time.After(5 * time.Second):
-		t.Fatal("rank 0 still waits 5 s after rank 2's process died")
-	}
+	waitGoneErr(t, "rank 0", got0, 2, "seq 0: rank 2 (h3) is gone")
 }
 
 // TestPresenceBackWithinGrace: a stream that breaks and is opened again
@@ -296,12 +292,7 @@ func TestRestartedRankDoesNotHideDeath(t *testing.T) {
 	fresh := q[2]
 	fresh.Session, fresh.Seq = 77, 0
 	defer p.present(t, fresh)()
-	select {
-	case x := <-got0:
-		goneErr(t, "rank 0", x.err, 2, "rank 2 (h3) is gone")
-	case <-time.After(5 * time.Second):
-		t.Fatal("rank 0 still waits 5 s after rank 2's old process died")
-	}
+	waitGoneErr(t, "rank 0", got0, 2, "rank 2 (h3) is gone")
 }
 
 // TestPresenceLeave: rank 2 closes its communicator (POST
@@ -319,12 +310,7 @@ func TestPresenceLeave(t *testing.T) {
 	waitFor(t, func() bool { return p.waiting(q[0]) == 1 })
 	start := time.Now()
 	p.leave(t, q[2])
-	select {
-	case r := <-got0:
-		goneErr(t, "rank 0", r.err, 2, "rank 2 (h3) closed its communicator at", "every rank must make the same collective calls in the same order", "ranks [0] had arrived at this call")
-	case <-time.After(5 * time.Second):
-		t.Fatal("rank 0 still waits 5 s after rank 2 closed its communicator")
-	}
+	waitGoneErr(t, "rank 0", got0, 2, "rank 2 (h3) closed its communicator at", "every rank must make the same collective calls in the same order", "ranks [0] had arrived at this call")
 	if el := time.Since(start); el > presenceGrace {
 		t.Errorf("the barrier failed %v after the goodbye, want at once", el)
 	}
