@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/internal/netnstest"
 )
 
@@ -453,7 +454,7 @@ func TestAFPacketPortZeroAllocs(t *testing.T) {
 				}
 			}
 			step()
-			if a := testing.AllocsPerRun(50, step); a != 0 && !raceEnabled {
+			if a := alloctest.PerRun(50, step); a != 0 && !raceEnabled {
 				t.Errorf("%.1f allocations per write+read of %d frames, want 0", a, k)
 			}
 		})

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/internal/netnstest"
 )
 
@@ -492,7 +493,7 @@ func TestAFXDPZeroAllocs(t *testing.T) {
 		read(p.x)
 	}
 	step()
-	if a := testing.AllocsPerRun(50, step); a != 0 {
+	if a := alloctest.PerRun(50, step); a != 0 {
 		t.Errorf("%.1f allocations per %d frames each way, want 0", a, k)
 	}
 }

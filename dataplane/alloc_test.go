@@ -5,6 +5,7 @@ import (
 
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/dataplane/porttest"
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // forwardFixture: port 0 replays a batch of unicast frames to hostB, which is
@@ -45,7 +46,7 @@ func TestForwardZeroAllocs(t *testing.T) {
 		if got := p1.Written() - before; got != dataplane.DefaultBatch {
 			t.Fatalf("flood=%v: port 1 got %d frames per batch, want %d", flood, got, dataplane.DefaultBatch)
 		}
-		if a := testing.AllocsPerRun(100, step); a != 0 {
+		if a := alloctest.PerRun(100, step); a != 0 {
 			t.Errorf("flood=%v: %.1f allocations per batch of %d frames, want 0", flood, a, dataplane.DefaultBatch)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/internal/netnstest"
 )
 
@@ -281,7 +282,7 @@ func TestPartialChecksumZeroAllocs(t *testing.T) {
 			step()
 			check = false
 			before := p.Stats().Checksum.Completed
-			if a := testing.AllocsPerRun(50, step); a != 0 && !raceEnabled {
+			if a := alloctest.PerRun(50, step); a != 0 && !raceEnabled {
 				t.Errorf("%.1f allocations per %d marked frames sent and read, want 0", a, k)
 			}
 			if got := p.Stats().Checksum.Completed - before; got < 50*k {

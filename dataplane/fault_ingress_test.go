@@ -13,6 +13,7 @@ import (
 
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/dataplane/porttest"
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // ingressModel is the naive reading of IngressFault's documentation: three
@@ -299,7 +300,7 @@ func TestIngressFaultZeroAllocs(t *testing.T) {
 				step()
 			}
 			before := p1.Written()
-			if a := testing.AllocsPerRun(200, step); a != 0 {
+			if a := alloctest.PerRun(200, step); a != 0 {
 				t.Errorf("%.2f allocations per RX batch with an ingress fault, want 0", a)
 			}
 			if p1.Written() == before {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prismd/prismd/control/am"
 	"github.com/prismd/prismd/host/internal/rawio"
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/internal/netnstest"
 )
 
@@ -78,7 +79,7 @@ func TestLoopAllocsAFPacket(t *testing.T) {
 		}
 	}
 	in0 := dataIn.Load()
-	a := testing.AllocsPerRun(200, func() {
+	a := alloctest.PerRun(200, func() {
 		if err := l.iterate(); err != nil {
 			t.Fatal(err)
 		}

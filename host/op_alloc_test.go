@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/parser"
 	"github.com/prismd/prismd/stream"
 )
@@ -43,9 +44,10 @@ func TestHandleAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// RESULT frames, one per run, in order.
+	// RESULT frames, one per run, in order: enough for every measurement
+	// PerRun may make (each is 100 runs and a warm-up call).
 	var b parser.DataBuilder
-	frames := make([][]byte, 200)
+	frames := make([][]byte, 101*alloctest.Attempts)
 	for i := range frames {
 		buf := make([]byte, 1514)
 		h := parser.DataFields{Eth: parser.Eth{Dst: [6]byte{2, 0, 0, 0, 0, 1}, Src: [6]byte{2, 0, 0, 0, 0, 2}}, Class: parser.ClassResult,
@@ -59,7 +61,7 @@ func TestHandleAllocs(t *testing.T) {
 		frames[i] = b.Finish()
 	}
 	k := 0
-	a := testing.AllocsPerRun(100, func() {
+	a := alloctest.PerRun(100, func() {
 		if err := op.handle(mono(), pf[:pn], &tx); err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +263,7 @@ func TestLoopAllocs(t *testing.T) {
 		}
 	}
 	in0 := fl.dataIn
-	a := testing.AllocsPerRun(300, func() {
+	a := alloctest.PerRun(300, func() {
 		if err := l.iterate(); err != nil {
 			t.Fatal(err)
 		}
