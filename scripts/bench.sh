@@ -47,6 +47,9 @@
 #   BENCH_AGG_COUNT=16777216  FP32 elements per rank and operation in part 3
 #                       (default 4194304 with BENCH_AGG_SOURCE=ranks; QUICK: /4)
 #   BENCH_AGG_WINDOW=1024  frames in flight per stream in part 3 (AM --window)
+#   BENCH_AGG_RUNS="fp32:allreduce fp32:reduce kulisch:allreduce kulisch:reduce"
+#                       part 3's aggregation runs (accumulator:collective), e.g.
+#                       one of them alone while profiling it
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
 #   BENCH_GEN_PROCS=1   GOMAXPROCS of part 3's prismd-blast processes (the forwarding
@@ -84,6 +87,12 @@ PARTS=${BENCH_PARTS:-"1 2 3 4 5"}
 P5_RUNS="fp32 fp32-ordinary fp32-persistent kulisch kulisch-ordinary kulisch-persistent kulisch-gradient"
 AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
 AGG_WINDOW=${BENCH_AGG_WINDOW:-1024}
+AGG_RUNS=${BENCH_AGG_RUNS:-"fp32:allreduce fp32:reduce kulisch:allreduce kulisch:reduce"}
+for x in $AGG_RUNS; do
+  case $x in fp32:allreduce|fp32:reduce|kulisch:allreduce|kulisch:reduce) ;;
+  *) echo "bench: BENCH_AGG_RUNS: unknown run '$x' (use accumulator:collective, accumulator fp32 or kulisch, collective allreduce or reduce)"; exit 2 ;;
+  esac
+done
 # Part 3's traffic generators, senders and receivers of both sides, run on
 # one P each: three busy processes (the switch and two peers) share the 2
 # cores here, and a peer on two Ps woke its other thread for every hand-off
@@ -326,7 +335,7 @@ part3() {
   }
   # Interleave so drift hits both sides alike: fwd, every aggregation, then every aggregation in reverse, fwd.
   local runs=() order=() rows=() r i x a c fw res n t cpu fps
-  for a in fp32 kulisch; do for c in allreduce reduce; do runs+=("$a:$c"); done; done
+  read -r -a runs <<<"$AGG_RUNS"
   for r in 1 2; do
     if (( r == 1 )); then order=(fwd "${runs[@]}")
     else order=(); for ((i = ${#runs[@]} - 1; i >= 0; i--)); do order+=("${runs[$i]}"); done; order+=(fwd); fi

@@ -39,6 +39,21 @@ type pipeConn struct {
 	// with a full queue does: that many times, or for ever if negative.
 	refuse    atomic.Int32
 	refuseErr error
+	// parked models PacketConn: while it is set and no Expect is pending,
+	// frames to this conn are lost, as the kernel does not hand them to a
+	// parked socket. An AM that listened too late or stopped too early
+	// loses its replies and its tests fail.
+	parked    bool
+	expecting atomic.Int32
+	expects   atomic.Int64 // Expect calls, for tests
+}
+
+// Expect implements Expecter.
+func (p *pipeConn) Expect() (func(), error) {
+	p.expecting.Add(1)
+	p.expects.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { p.expecting.Add(-1) }) }, nil
 }
 
 func (h *hub) attach(mac net.HardwareAddr) *pipeConn {
@@ -72,6 +87,9 @@ func (p *pipeConn) WriteFrame(b []byte) error {
 		copies = 2
 	}
 	h.mu.Unlock()
+	if dst != nil && dst.parked && dst.expecting.Load() == 0 {
+		copies = 0
+	}
 	for i := 0; dst != nil && i < copies; i++ {
 		select {
 		case dst.in <- append([]byte(nil), b...):

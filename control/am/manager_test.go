@@ -29,6 +29,7 @@ type rig struct {
 	hub   *hub
 	m     *Manager
 	nodes map[string]*fakeNode
+	conn  *pipeConn // the AM's
 }
 
 func newRig(t *testing.T, topoName string, cfg Config) *rig {
@@ -47,7 +48,10 @@ func newRigAt(t *testing.T, topoName string, cfg Config, amMAC net.HardwareAddr)
 		m := topo.MAC(n, deploy.NodeMACIface)
 		r.nodes[n] = newFakeNode(t, h, n, net.HardwareAddr(m[:]))
 	}
-	cfg.Topology, cfg.Conn = topo, h.attach(amMAC)
+	amConn := h.attach(amMAC)
+	amConn.parked = true // as PacketConn: replies reach the AM only while it expects them
+	r.conn = amConn
+	cfg.Topology, cfg.Conn = topo, amConn
 	if cfg.RTO == 0 {
 		cfg.RTO = 5 * time.Millisecond
 	}
@@ -239,6 +243,11 @@ func TestSetupSpineLeafAllReduce(t *testing.T) {
 		t.Errorf("s1 role %v", c.rec.Role)
 	}
 	r.checkPlan(op, hosts, grants, parser.CollAllReduce, 0)
+	// The data phase: no transaction waits, so the AM's socket is parked
+	// (PacketConn), and the setup's replies all arrived while it was not.
+	if n, e := r.conn.expecting.Load(), r.conn.expects.Load(); n != 0 || e == 0 {
+		t.Errorf("at grant time the AM expects %d replies after %d Expect calls, want 0 after some", n, e)
+	}
 
 	for i := range grants {
 		st, err := r.m.Done(context.Background(), grants[i].ID, DoneRequest{Rank: i, OK: true, Wait: i == len(grants)-1})

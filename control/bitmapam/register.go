@@ -138,6 +138,11 @@ func (r *Registrar) command(ctx context.Context, node string, dst net.HardwareAd
 		return parser.Ack{}, &am.NodeError{Node: node, Cmd: cmd, Err: err}
 	}
 	frame = frame[:n]
+	done, err := am.Expect(r.conn)
+	if err != nil {
+		return parser.Ack{}, &am.NodeError{Node: node, Cmd: cmd, Err: fmt.Errorf("listen for the reply: %w", err)}
+	}
+	defer done()
 	deadline := time.Now().Add(r.cfg.Timeout)
 	rto := r.cfg.RTO
 	for attempt := 1; ; attempt++ {
