@@ -50,6 +50,10 @@
 #   BENCH_AGG_RUNS="fp32:allreduce fp32:reduce kulisch:allreduce kulisch:reduce"
 #                       part 3's aggregation runs (accumulator:collective), e.g.
 #                       one of them alone while profiling it
+#   BENCH_AGG_ROUNDS=2  part 3's rounds: each runs forwarding and every aggregation
+#                       run once (odd rounds forwarding first, even rounds last); on a
+#                       noisy machine more rounds give a steadier mean (each round's
+#                       ratio is printed, so the spread shows)
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
 #   BENCH_GEN_PROCS=1   GOMAXPROCS of part 3's prismd-blast processes (the forwarding
@@ -88,6 +92,8 @@ P5_RUNS="fp32 fp32-ordinary fp32-persistent kulisch kulisch-ordinary kulisch-per
 AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
 AGG_WINDOW=${BENCH_AGG_WINDOW:-1024}
 AGG_RUNS=${BENCH_AGG_RUNS:-"fp32:allreduce fp32:reduce kulisch:allreduce kulisch:reduce"}
+AGG_ROUNDS=${BENCH_AGG_ROUNDS:-2}
+[[ $AGG_ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_AGG_ROUNDS=$AGG_ROUNDS: give a whole number of rounds, 1 or more"; exit 2; }
 for x in $AGG_RUNS; do
   case $x in fp32:allreduce|fp32:reduce|kulisch:allreduce|kulisch:reduce) ;;
   *) echo "bench: BENCH_AGG_RUNS: unknown run '$x' (use accumulator:collective, accumulator fp32 or kulisch, collective allreduce or reduce)"; exit 2 ;;
@@ -333,11 +339,12 @@ part3() {
       { tot += sec($1) } END { printf "%.6f\n", tot / 2 }')
     echo "$((d1 - d0)) $t $(cpu_ns "$j0" "$j1" $((d1 - d0)))"
   }
-  # Interleave so drift hits both sides alike: fwd, every aggregation, then every aggregation in reverse, fwd.
+  # Interleave so drift hits both sides alike: odd rounds fwd then every aggregation, even rounds the
+  # aggregations in reverse then fwd.
   local runs=() order=() rows=() r i x a c fw res n t cpu fps
   read -r -a runs <<<"$AGG_RUNS"
-  for r in 1 2; do
-    if (( r == 1 )); then order=(fwd "${runs[@]}")
+  for ((r = 1; r <= AGG_ROUNDS; r++)); do
+    if (( r % 2 == 1 )); then order=(fwd "${runs[@]}")
     else order=(); for ((i = ${#runs[@]} - 1; i >= 0; i--)); do order+=("${runs[$i]}"); done; order+=(fwd); fi
     for x in "${order[@]}"; do
       if [[ $x == fwd ]]; then
@@ -374,8 +381,8 @@ part3() {
     fi
     q=$(ratio "$v" "$fmed")
     local spread
-    spread=$(awk -v a="$a" -v c="$c" '$1=="fwd"{f[$NF]=$3} $1==a && $2==c{d[$NF]=$3}
-      END{s=""; for (r = 1; r <= 2; r++) if ((r in f) && (r in d) && f[r] > 0) s = s (s == "" ? "" : "/") sprintf("%.3f", d[r]/f[r]); print (s == "" ? "-" : s)}' "$TMP/p3.rows")
+    spread=$(awk -v a="$a" -v c="$c" -v rounds="$AGG_ROUNDS" '$1=="fwd"{f[$NF]=$3} $1==a && $2==c{d[$NF]=$3}
+      END{s=""; for (r = 1; r <= rounds; r++) if ((r in f) && (r in d) && f[r] > 0) s = s (s == "" ? "" : "/") sprintf("%.3f", d[r]/f[r]); print (s == "" ? "-" : s)}' "$TMP/p3.rows")
     printf '%-14s %-10s %12s %12s %8s %13s %6s %s\n' $name "$c" "$v" "$fmed" "$q" "$spread" "$bar" \
       "$(awk -v q="$q" -v b=$bar 'BEGIN{print (q >= b ? "PASS" : "BELOW BAR")}')"
     MEASURED=1
@@ -400,11 +407,11 @@ part3() {
   echo " peers on the same cores: the rate ratio a CPU-bound machine would show)"
   if [[ $AGG_SOURCE == blast ]]; then
     echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean data-phase time of the 2 'prismd-blast contribute' ranks," \
-      "operations of $AGG_COUNT FP32 back to back for ${BLAST_SECS}s; REDUCE to rank 0; fwd_fps = mean of 2 blast runs received in h2;" \
+      "operations of $AGG_COUNT FP32 back to back for ${BLAST_SECS}s; REDUCE to rank 0; fwd_fps = mean of $AGG_ROUNDS blast runs received in h2;" \
       "every prismd-blast at GOMAXPROCS=${GEN_PROCS:-default})"
   else
     echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean transfer time of the 2 'prismctl allreduce' ranks" \
-      "summed over $AGG_ITERS iterations of $AGG_COUNT FP32: bounded by the host library's send rate; fwd_fps = mean of 2 blast runs received in h2)"
+      "summed over $AGG_ITERS iterations of $AGG_COUNT FP32: bounded by the host library's send rate; fwd_fps = mean of $AGG_ROUNDS blast runs received in h2)"
   fi
 }
 
