@@ -2,13 +2,11 @@ package am
 
 import (
 	"bufio"
+	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/prismd/prismd/internal/netnstest"
 	"github.com/prismd/prismd/parser"
@@ -100,50 +98,52 @@ func TestConnReadsOnlyControl(t *testing.T) {
 	}
 }
 
-// hookProto returns the protocol the kernel's receive hook of p's socket is
-// bound to, read from the
-// namespace's /proc/net/packet (run it in p's namespace).
-func hookProto(t *testing.T, p *PacketConn) uint64 {
+// prismHooks counts the packet sockets of this thread's namespace whose
+// receive hook is on the PRISM EtherType, from /proc/net/packet (run it in
+// the namespace).
+func prismHooks(t *testing.T) int {
 	t.Helper()
-	rc, err := p.c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st unix.Stat_t
-	if err := rc.Control(func(fd uintptr) { err = unix.Fstat(int(fd), &st) }); err != nil {
-		t.Fatal(err)
-	}
 	// thread-self: the namespace of this (locked) thread, not the process's.
 	f, err := os.Open("/proc/thread-self/net/packet")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	n := 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() { // sk RefCnt Type Proto Iface R Rmem User Inode
-		fs := strings.Fields(sc.Text())
-		if len(fs) >= 9 && fs[8] == strconv.FormatUint(st.Ino, 10) {
-			proto, err := strconv.ParseUint(fs[3], 16, 16)
-			if err != nil {
-				t.Fatalf("/proc/net/packet: %q: %v", sc.Text(), err)
-			}
-			return proto
+		if fs := strings.Fields(sc.Text()); len(fs) >= 9 && strings.EqualFold(fs[3], "88b5") {
+			n++
 		}
 	}
-	t.Fatalf("socket inode %d not in /proc/net/packet", st.Ino)
-	return 0
+	return n
 }
 
-// TestConnHookOnlyWhileExpecting: the AM's socket's receive hook in the
-// kernel is parked on a protocol no frame carries while no transaction waits
-// for a reply (so the kernel never calls it for a rank's traffic on the AM's
-// interface), is on the PRISM EtherType from Expect until the last nested
-// done, and the socket reads CONTROL frames only then.
+// TestConnHookOnlyWhileExpecting: the AM's sockets give the kernel no
+// receive hook on the PRISM EtherType while no transaction waits for a
+// reply (so the kernel never calls one for a rank's traffic on the AM's
+// interface); from Expect until shortly after the last nested done they
+// have one, and CONTROL frames are read only then, by the same ReadFrame
+// loop however often the receive socket comes and goes.
 func TestConnHookOnlyWhileExpecting(t *testing.T) {
 	env, ns, a, b := connPair(t, "amx")
-	var protos []uint64
-	proto := func() { env.Do(ns, func() { protos = append(protos, hookProto(t, a)) }) }
-
+	hooks := func() (n int) {
+		env.Do(ns, func() { n = prismHooks(t) })
+		return n
+	}
+	// parked waits for both conns' receive sockets to close.
+	parked := func(when string) {
+		t.Helper()
+		for end := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			n := hooks()
+			if n == 0 {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%s: %d PRISM receive hooks 2 s after the last done, want 0", when, n)
+			}
+		}
+	}
 	frames := readAll(a)
 	send := func(tag byte) {
 		if err := b.WriteFrame(testFrame(a, b, parser.ClassControl, tag)); err != nil {
@@ -152,51 +152,53 @@ func TestConnHookOnlyWhileExpecting(t *testing.T) {
 	}
 	read := func() (byte, bool) {
 		select {
-		case f := <-frames:
+		case f, ok := <-frames:
+			if !ok {
+				t.Fatal("ReadFrame failed: the reader stopped")
+			}
 			return f[len(f)-1], true
 		case <-time.After(300 * time.Millisecond):
 			return 0, false
 		}
 	}
 
-	proto() // opened: nothing expected
+	parked("opened")
 	send(1)
 	if tag, ok := read(); ok {
 		t.Fatalf("frame %d read while no reply was expected", tag)
 	}
-	done1, err := a.Expect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done2, err := a.Expect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	proto() // two expected
-	send(2)
-	if tag, ok := read(); !ok || tag != 2 {
-		t.Fatalf("while expecting: read %d (%v), want frame 2", tag, ok)
-	}
-	done1()
-	done1() // a second call does not count
-	proto() // one still expected
-	send(3)
-	if tag, ok := read(); !ok || tag != 3 {
-		t.Fatalf("with one Expect left: read %d (%v), want frame 3", tag, ok)
-	}
-	done2()
-	proto() // none
-	send(4)
-	if tag, ok := read(); ok {
-		t.Fatalf("frame %d read after the last done", tag)
-	}
-	want := []uint64{parkProto, 0x88B5, 0x88B5, parkProto}
-	if len(protos) != len(want) {
-		t.Fatalf("hook protocols %x, want %x", protos, want)
-	}
-	for i := range want {
-		if protos[i] != want[i] {
-			t.Fatalf("hook protocols %x, want %x (parked while nothing is expected)", protos, want)
+	for round := byte(0); round < 3; round++ {
+		done1, err := a.Expect()
+		if err != nil {
+			t.Fatal(err)
 		}
+		done2, err := a.Expect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := hooks(); n != 1 {
+			t.Fatalf("round %d: %d PRISM receive hooks while the AM expects replies, want 1", round, n)
+		}
+		send(10*round + 2)
+		if tag, ok := read(); !ok || tag != 10*round+2 {
+			t.Fatalf("round %d, while expecting: read %d (%v), want frame %d", round, tag, ok, 10*round+2)
+		}
+		done1()
+		done1() // a second call does not count
+		time.Sleep(3 * rxLinger)
+		send(10*round + 3)
+		if tag, ok := read(); !ok || tag != 10*round+3 {
+			t.Fatalf("round %d, with one Expect left: read %d (%v), want frame %d", round, tag, ok, 10*round+3)
+		}
+		done2()
+		parked(fmt.Sprintf("round %d", round))
+		send(10*round + 4)
+		if tag, ok := read(); ok {
+			t.Fatalf("round %d: frame %d read after the last done", round, tag)
+		}
+	}
+	a.Close()
+	if _, ok := <-frames; ok {
+		t.Fatal("a frame read after Close")
 	}
 }

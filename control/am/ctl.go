@@ -12,12 +12,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netns"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
@@ -340,32 +342,47 @@ func Expect(c Conn) (done func(), err error) {
 	return func() {}, nil
 }
 
-// PacketConn is the production Conn: an AF_PACKET socket on one interface,
-// receiving only EtherType 0x88B5 CONTROL frames, and only while a
-// transaction waits for its reply (Expect).
+// PacketConn is the production Conn: AF_PACKET sockets on one interface
+// that send CONTROL frames and receive EtherType 0x88B5 CONTROL frames only,
+// and only while a transaction waits for its reply (Expect).
 //
 // The AM usually shares its host and interface with a rank, and every frame
 // of that rank's collectives (DATA, RESULT, PROGRESS) arrives on the same
 // interface. A packet socket bound to the PRISM EtherType makes the kernel
 // call its receive hook for each of them, run the filter and drop the frame:
-// in a SINGLE lab with the AM on rank 0's host, 4% of the switch's CPU
-// during an ALLREDUCE (the hook runs in the context that transmits the
-// RESULT frame: the switch's sendmmsg on a veth, the host's softirq on a
-// NIC). A socket bound to another protocol is never called, and an AM is idle
-// for the whole data phase of every operation, so PacketConn binds to the
-// EtherType only while a reply is expected, and to parkProto otherwise.
-// Rebinding costs a few microseconds; frames already queued stay readable.
+// in a SINGLE lab with the AM on rank 0's host that was 4% of the switch's
+// CPU during an ALLREDUCE (on a veth the hook runs in the context that
+// transmits the RESULT frame, the switch's sendmmsg; on a NIC, the host's
+// softirq). An AM is idle for the whole data phase of every operation.
+//
+// So PacketConn sends on a socket of protocol 0, which the kernel never
+// hands a frame, and receives on a second socket that exists only while a
+// reply is expected and for rxLinger after. Opening that socket is cheap
+// (created with protocol 0, filtered, then bound: no hook until the bind);
+// taking a hook away is not: rebinding or closing waits for an RCU grace
+// period, 8 ms measured here. Rebinding one socket on every transaction
+// made an ordinary 2-value collective 20 ms slower; closing a parked socket
+// in the background costs no one a wait.
 type PacketConn struct {
-	c      *packet.Conn
+	tx     *packet.Conn // protocol 0: sends only
 	ifi    *net.Interface
+	ns     netns.NsHandle // tx's network namespace: receive sockets open there
 	closed atomic.Bool
 
 	mu        sync.Mutex
-	expecting int  // Expect calls not done
-	bound     bool // the socket is bound to the PRISM EtherType
+	rx        *packet.Conn  // bound to the PRISM EtherType; nil while parked
+	rxSet     chan struct{} // closed and replaced whenever rx changes, and at Close
+	expecting int           // Expect calls not done
+	linger    *time.Timer   // parks rx rxLinger after the last done
+	parking   sync.WaitGroup
 }
 
-// OpenConn opens the AM's CONTROL socket on interface name.
+// rxLinger is how long the receive socket outlives the last transaction:
+// a setup's transactions follow each other within round trips, so one
+// socket serves them all, and the data phase after it runs without one.
+const rxLinger = 20 * time.Millisecond
+
+// OpenConn opens the AM's CONTROL sockets on interface name.
 func OpenConn(name string) (*PacketConn, error) {
 	// The ranks' check (netif.Ethernet): the names this namespace has when
 	// the one given is not among them, and the loopback refused (CONTROL
@@ -377,39 +394,95 @@ func OpenConn(name string) (*PacketConn, error) {
 	if ifi.Flags&net.FlagUp == 0 {
 		return nil, fmt.Errorf("am: interface %q is down; bring it up with 'ip link set %s up'", name, name)
 	}
-	c, err := packet.Listen(ifi, packet.Raw, parser.EtherType, &packet.Config{Filter: controlOnly})
+	tx, err := packet.Listen(ifi, packet.Raw, 0, nil)
 	if err != nil {
 		return nil, fmt.Errorf("am: open AF_PACKET socket on %q (needs CAP_NET_RAW): %w", name, err)
 	}
-	p := &PacketConn{c: c, ifi: ifi, bound: true}
-	if err := p.bind(parkProto); err != nil { // nothing is expected yet
-		_ = c.Close()
-		return nil, fmt.Errorf("am: AF_PACKET socket on %q: %w", name, err)
+	p := &PacketConn{tx: tx, ifi: ifi, rxSet: make(chan struct{})}
+	if p.ns, err = socketNS(tx); err != nil {
+		_ = tx.Close()
+		return nil, fmt.Errorf("am: AF_PACKET socket on %q: its network namespace: %w", name, err)
 	}
-	p.bound = false
+	// Open the receive socket once now, so that a missing privilege or a
+	// filter the kernel refuses shows here and not at the first setup.
+	if p.rx, err = p.listen(); err != nil {
+		_ = tx.Close()
+		_ = p.ns.Close()
+		return nil, fmt.Errorf("am: open AF_PACKET socket on %q (needs CAP_NET_RAW): %w", name, err)
+	}
+	p.linger = time.AfterFunc(rxLinger, p.park) // nothing is expected yet
 	return p, nil
 }
 
-// parkProto is the protocol PacketConn binds to while it expects nothing.
-// Binding to protocol 0 would keep the current one (packet_bind reads 0 as
-// "unchanged"), so the socket parks on a value that no Ethernet frame
-// carries: eth_type_trans gives every received frame its EtherType (0x0600
-// and up), ETH_P_802_3 (1) or ETH_P_802_2 (4), so 0x0500 never matches.
-// The kernel then passes over the socket's hook with one comparison
-// instead of calling it for each PRISM frame.
-const parkProto = 0x0500
+// socketNS returns a handle of c's network namespace (SIOCGSKNS).
+func socketNS(c *packet.Conn) (netns.NsHandle, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return netns.None(), err
+	}
+	fd, ierr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, ierr = unix.IoctlRetInt(int(s), unix.SIOCGSKNS) }); err != nil {
+		return netns.None(), err
+	}
+	if ierr != nil {
+		return netns.None(), os.NewSyscallError("ioctl SIOCGSKNS", ierr)
+	}
+	return netns.NsHandle(fd), nil
+}
 
-// Expect implements Expecter: the socket is bound to the PRISM EtherType
-// while an Expect is not done, and parked (parkProto) after the last one is.
+// listen opens a receive socket for CONTROL frames in p's namespace. The
+// caller's thread may be elsewhere: a program that opened the conn on a
+// thread locked into a namespace (as the tests do) uses it from any
+// goroutine, and an AF_PACKET socket belongs to the namespace of the thread
+// that creates it.
+func (p *PacketConn) listen() (*packet.Conn, error) {
+	type result struct {
+		c   *packet.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		cur, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: err}
+			return
+		}
+		same := cur.Equal(p.ns)
+		_ = cur.Close()
+		if !same {
+			if err := netns.Set(p.ns); err != nil {
+				ch <- result{err: fmt.Errorf("enter the namespace of interface %s: %w", p.ifi.Name, err)}
+				return // the thread stays locked, and the runtime ends it
+			}
+		}
+		c, err := packet.Listen(p.ifi, packet.Raw, parser.EtherType, &packet.Config{Filter: controlOnly})
+		ch <- result{c, err}
+		if same {
+			runtime.UnlockOSThread()
+		} // else: this thread is in p's namespace now; exiting locked ends it
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+// Expect implements Expecter: a receive socket exists from Expect until
+// rxLinger after the last done.
 func (p *PacketConn) Expect() (done func(), err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.bound {
-		if err := p.bind(parser.EtherType); err != nil {
+	if p.closed.Load() {
+		return func() {}, net.ErrClosed
+	}
+	if p.rx == nil {
+		rx, err := p.listen()
+		if err != nil {
 			return func() {}, err
 		}
-		p.bound = true
+		p.setRx(rx)
 	}
+	p.linger.Stop()
 	p.expecting++
 	var once sync.Once
 	return func() { once.Do(p.unexpect) }, nil
@@ -418,31 +491,32 @@ func (p *PacketConn) Expect() (done func(), err error) {
 func (p *PacketConn) unexpect() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.expecting--; p.expecting == 0 && p.bound && !p.closed.Load() {
-		// A failed unbind leaves the socket receiving (and filtering) as
-		// it did before Expect existed: nothing is lost but CPU.
-		if p.bind(parkProto) == nil {
-			p.bound = false
-		}
+	if p.expecting--; p.expecting == 0 && p.rx != nil && !p.closed.Load() {
+		p.linger.Reset(rxLinger)
 	}
 }
 
-// bind binds the socket to proto on its interface.
-func (p *PacketConn) bind(proto uint16) error {
-	rc, err := p.c.SyscallConn()
-	if err != nil {
-		return err
+// park closes the receive socket if nothing is expected (the linger
+// timer's function).
+func (p *PacketConn) park() {
+	p.mu.Lock()
+	rx := p.rx
+	if p.expecting > 0 || rx == nil || p.closed.Load() {
+		p.mu.Unlock()
+		return
 	}
-	var berr error
-	if err := rc.Control(func(fd uintptr) {
-		berr = unix.Bind(int(fd), &unix.SockaddrLinklayer{Protocol: proto<<8 | proto>>8, Ifindex: p.ifi.Index})
-	}); err != nil {
-		return err
-	}
-	if berr != nil {
-		return os.NewSyscallError("bind", berr)
-	}
-	return nil
+	p.setRx(nil)
+	p.parking.Add(1)
+	p.mu.Unlock()
+	defer p.parking.Done()
+	_ = rx.Close() // waits for the grace period; a ReadFrame on rx moves on
+}
+
+// setRx (under mu) makes rx the receive socket and wakes ReadFrame.
+func (p *PacketConn) setRx(rx *packet.Conn) {
+	p.rx = rx
+	close(p.rxSet)
+	p.rxSet = make(chan struct{})
 }
 
 // controlOnly is the AM socket's BPF filter: CONTROL frames only. The AM
@@ -464,20 +538,42 @@ var controlOnly = func() []bpf.RawInstruction {
 	return prog
 }()
 
-// ReadFrame implements Conn. After Close it returns net.ErrClosed (the
+// ReadFrame implements Conn: it reads the receive socket of the moment,
+// waiting while there is none. After Close it returns net.ErrClosed (the
 // socket package reports os.ErrClosed; Conn promises the net one).
 func (p *PacketConn) ReadFrame(b []byte) (int, error) {
-	n, _, err := p.c.ReadFrom(b)
-	// A read racing Close can also see EBADF.
-	if err != nil && (p.closed.Load() || errors.Is(err, os.ErrClosed) || errors.Is(err, syscall.EBADF)) {
-		err = fmt.Errorf("%w: %v", net.ErrClosed, err)
+	for {
+		p.mu.Lock()
+		rx, set := p.rx, p.rxSet
+		p.mu.Unlock()
+		if p.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		if rx == nil {
+			<-set
+			continue
+		}
+		n, _, err := rx.ReadFrom(b)
+		if err == nil {
+			return n, nil
+		}
+		p.mu.Lock()
+		parked := p.rx != rx
+		p.mu.Unlock()
+		if parked && !p.closed.Load() {
+			continue // rx was parked under the read: read the next one
+		}
+		// A read racing Close can also see EBADF.
+		if p.closed.Load() || errors.Is(err, os.ErrClosed) || errors.Is(err, syscall.EBADF) {
+			return n, fmt.Errorf("%w: %v", net.ErrClosed, err)
+		}
+		return n, err
 	}
-	return n, err
 }
 
 // WriteFrame implements Conn.
 func (p *PacketConn) WriteFrame(b []byte) error {
-	_, err := p.c.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(b[0:6])})
+	_, err := p.tx.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(b[0:6])})
 	return err
 }
 
@@ -487,5 +583,18 @@ func (p *PacketConn) MAC() net.HardwareAddr { return p.ifi.HardwareAddr }
 // Close implements Conn.
 func (p *PacketConn) Close() error {
 	p.closed.Store(true)
-	return p.c.Close()
+	p.mu.Lock()
+	p.linger.Stop()
+	rx := p.rx
+	p.setRx(nil) // wakes a ReadFrame waiting for a socket
+	p.mu.Unlock()
+	err := p.tx.Close()
+	if rx != nil {
+		if e := rx.Close(); err == nil {
+			err = e
+		}
+	}
+	p.parking.Wait()
+	_ = p.ns.Close()
+	return err
 }
