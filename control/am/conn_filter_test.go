@@ -2,7 +2,9 @@ package am
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -197,8 +199,16 @@ func TestConnHookOnlyWhileExpecting(t *testing.T) {
 			t.Fatalf("round %d: frame %d read after the last done", round, tag)
 		}
 	}
-	a.Close()
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
 	if _, ok := <-frames; ok {
 		t.Fatal("a frame read after Close")
+	}
+	if err := a.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("second Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := a.Expect(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Expect after Close: %v, want net.ErrClosed", err)
 	}
 }

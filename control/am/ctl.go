@@ -580,9 +580,13 @@ func (p *PacketConn) WriteFrame(b []byte) error {
 // MAC implements Conn.
 func (p *PacketConn) MAC() net.HardwareAddr { return p.ifi.HardwareAddr }
 
-// Close implements Conn.
+// Close implements Conn. Closing twice returns an error wrapping
+// net.ErrClosed and closes nothing (the namespace handle is a file
+// descriptor whose number may be reused by then).
 func (p *PacketConn) Close() error {
-	p.closed.Store(true)
+	if !p.closed.CompareAndSwap(false, true) {
+		return fmt.Errorf("am: CONTROL sockets on %s: %w", p.ifi.Name, net.ErrClosed)
+	}
 	p.mu.Lock()
 	p.linger.Stop()
 	rx := p.rx

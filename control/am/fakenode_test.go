@@ -40,9 +40,10 @@ type pipeConn struct {
 	refuse    atomic.Int32
 	refuseErr error
 	// parked models PacketConn: while it is set and no Expect is pending,
-	// frames to this conn are lost, as the kernel does not hand them to a
-	// parked socket. An AM that listened too late or stopped too early
-	// loses its replies and its tests fail.
+	// frames to this conn are lost, as PacketConn then has no receive
+	// socket (it keeps one 20 ms longer; this model is stricter). An AM
+	// that listened too late or stopped too early loses its replies and
+	// its tests fail.
 	parked    bool
 	expecting atomic.Int32
 	expects   atomic.Int64 // Expect calls, for tests

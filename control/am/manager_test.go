@@ -243,8 +243,8 @@ func TestSetupSpineLeafAllReduce(t *testing.T) {
 		t.Errorf("s1 role %v", c.rec.Role)
 	}
 	r.checkPlan(op, hosts, grants, parser.CollAllReduce, 0)
-	// The data phase: no transaction waits, so the AM's socket is parked
-	// (PacketConn), and the setup's replies all arrived while it was not.
+	// The data phase: no transaction waits, so a PacketConn would have no
+	// receive socket, and the setup's replies all arrived while one was.
 	if n, e := r.conn.expecting.Load(), r.conn.expects.Load(); n != 0 || e == 0 {
 		t.Errorf("at grant time the AM expects %d replies after %d Expect calls, want 0 after some", n, e)
 	}
