@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +211,67 @@ func TestConnHookOnlyWhileExpecting(t *testing.T) {
 	}
 	if _, err := a.Expect(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Expect after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestConnNeedsOnlyNetRaw: the AM's sockets open, take a receive socket
+// and close as an unprivileged user holding CAP_NET_RAW alone (the
+// namespace handle PacketConn keeps must not need CAP_NET_ADMIN, as
+// SIOCGSKNS does), and without it OpenConn names the capability. The test
+// binary runs itself under setpriv in a namespace with a veth.
+func TestConnNeedsOnlyNetRaw(t *testing.T) {
+	if iface := os.Getenv("PRISMD_AM_CAPCHECK"); iface != "" {
+		c, err := OpenConn(iface)
+		if err != nil {
+			fmt.Println("capcheck:", err)
+			os.Exit(3)
+		}
+		done, err := c.Expect()
+		if err != nil {
+			fmt.Println("capcheck: Expect:", err)
+			os.Exit(3)
+		}
+		done()
+		if err := c.Close(); err != nil {
+			fmt.Println("capcheck: Close:", err)
+			os.Exit(3)
+		}
+		fmt.Println("capcheck: ok")
+		os.Exit(0)
+	}
+	env := netnstest.New(t, "amc")
+	ns := env.Namespace("x")
+	ifa, _ := env.Veth(ns, ns)
+	// A copy of the test binary that user 65534 may run (go test's build
+	// directory is root's alone).
+	dir, err := os.MkdirTemp("", "prismd-capcheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := dir + "/am.test"
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(caps string) (string, error) {
+		cmd := exec.Command("ip", "netns", "exec", ns, "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+			"--inh-caps=-all"+caps, "--ambient-caps=-all"+caps, "--bounding-set=-all"+caps,
+			bin, "-test.run=^TestConnNeedsOnlyNetRaw$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "PRISMD_AM_CAPCHECK="+ifa)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run(",+net_raw"); err != nil || !strings.Contains(out, "capcheck: ok") {
+		t.Fatalf("with CAP_NET_RAW alone: %v: %s", err, out)
+	}
+	if out, err := run(""); err == nil || !strings.Contains(out, "needs CAP_NET_RAW") {
+		t.Fatalf("with no capability: %v: %s, want an error naming CAP_NET_RAW", err, out)
 	}
 }

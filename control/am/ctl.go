@@ -21,7 +21,6 @@ import (
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/bpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/prismd/prismd/internal/netif"
 	"github.com/prismd/prismd/parser"
@@ -362,7 +361,8 @@ func Expect(c Conn) (done func(), err error) {
 // taking a hook away is not: rebinding or closing waits for an RCU grace
 // period, 8 ms measured here. Rebinding one socket on every transaction
 // made an ordinary 2-value collective 20 ms slower; closing a parked socket
-// in the background costs no one a wait.
+// in the background costs no one a wait. None of this needs more than
+// CAP_NET_RAW, as before.
 type PacketConn struct {
 	tx     *packet.Conn // protocol 0: sends only
 	ifi    *net.Interface
@@ -394,15 +394,24 @@ func OpenConn(name string) (*PacketConn, error) {
 	if ifi.Flags&net.FlagUp == 0 {
 		return nil, fmt.Errorf("am: interface %q is down; bring it up with 'ip link set %s up'", name, name)
 	}
-	tx, err := packet.Listen(ifi, packet.Raw, 0, nil)
+	// The namespace and the first socket are taken on one thread: the
+	// caller's, if it is locked into a namespace (and then the socket is
+	// there), or any of the process's otherwise (all of them are in its
+	// namespace). SIOCGSKNS would ask the socket itself, but it needs
+	// CAP_NET_ADMIN, and an AM needs no more than CAP_NET_RAW.
+	runtime.LockOSThread()
+	ns, err := netns.Get()
+	var tx *packet.Conn
+	if err == nil {
+		if tx, err = packet.Listen(ifi, packet.Raw, 0, nil); err != nil {
+			_ = ns.Close()
+		}
+	}
+	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, fmt.Errorf("am: open AF_PACKET socket on %q (needs CAP_NET_RAW): %w", name, err)
 	}
-	p := &PacketConn{tx: tx, ifi: ifi, rxSet: make(chan struct{})}
-	if p.ns, err = socketNS(tx); err != nil {
-		_ = tx.Close()
-		return nil, fmt.Errorf("am: AF_PACKET socket on %q: its network namespace: %w", name, err)
-	}
+	p := &PacketConn{tx: tx, ifi: ifi, ns: ns, rxSet: make(chan struct{})}
 	// Open the receive socket once now, so that a missing privilege or a
 	// filter the kernel refuses shows here and not at the first setup.
 	if p.rx, err = p.listen(); err != nil {
@@ -412,22 +421,6 @@ func OpenConn(name string) (*PacketConn, error) {
 	}
 	p.linger = time.AfterFunc(rxLinger, p.park) // nothing is expected yet
 	return p, nil
-}
-
-// socketNS returns a handle of c's network namespace (SIOCGSKNS).
-func socketNS(c *packet.Conn) (netns.NsHandle, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return netns.None(), err
-	}
-	fd, ierr := -1, error(nil)
-	if err := rc.Control(func(s uintptr) { fd, ierr = unix.IoctlRetInt(int(s), unix.SIOCGSKNS) }); err != nil {
-		return netns.None(), err
-	}
-	if ierr != nil {
-		return netns.None(), os.NewSyscallError("ioctl SIOCGSKNS", ierr)
-	}
-	return netns.NsHandle(fd), nil
 }
 
 // listen opens a receive socket for CONTROL frames in p's namespace. The
