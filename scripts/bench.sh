@@ -91,13 +91,12 @@ PARTS=${BENCH_PARTS:-"1 2 3 4 5"}
 P5_RUNS="fp32 fp32-ordinary fp32-persistent kulisch kulisch-ordinary kulisch-persistent kulisch-gradient"
 AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
 AGG_WINDOW=${BENCH_AGG_WINDOW:-1024}
-AGG_RUNS=${BENCH_AGG_RUNS:-"fp32:allreduce fp32:reduce kulisch:allreduce kulisch:reduce"}
+AGG_ALL="fp32:allreduce fp32:reduce kulisch:allreduce kulisch:reduce" # every part 3 aggregation run
+AGG_RUNS=${BENCH_AGG_RUNS:-$AGG_ALL}
 AGG_ROUNDS=${BENCH_AGG_ROUNDS:-2}
 [[ $AGG_ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_AGG_ROUNDS=$AGG_ROUNDS: give a whole number of rounds, 1 or more"; exit 2; }
 for x in $AGG_RUNS; do
-  case $x in fp32:allreduce|fp32:reduce|kulisch:allreduce|kulisch:reduce) ;;
-  *) echo "bench: BENCH_AGG_RUNS: unknown run '$x' (use accumulator:collective, accumulator fp32 or kulisch, collective allreduce or reduce)"; exit 2 ;;
-  esac
+  [[ " $AGG_ALL " == *" $x "* ]] || { echo "bench: BENCH_AGG_RUNS: unknown run '$x' (use some of: $AGG_ALL)"; exit 2; }
 done
 # Part 3's traffic generators, senders and receivers of both sides, run on
 # one P each: three busy processes (the switch and two peers) share the 2
