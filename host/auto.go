@@ -256,8 +256,9 @@ func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, 
 		<-prev
 		// The earlier calls are done: the operation rests. It is freed
 		// here, reported as this rank's own failure (retireCancelled):
-		// the AM ABORTs it and the other ranks' invocation fails at once,
-		// naming this rank's cancellation.
+		// the AM ABORTs it once the other ranks finished the invocations
+		// before this one, and their copy of this one fails, naming this
+		// rank's cancellation.
 		// The calls queued behind this one fail from here on, and not
 		// before, and the shape's next call sets up anew only from here:
 		// at once, the error failed an earlier call that had not started

@@ -119,7 +119,20 @@ type memFabric struct {
 	ctlLoss float64
 	stop    chan struct{}
 	window  am.Window // AM window wish (zero: the AM's defaults)
-	wg      sync.WaitGroup
+	// resultDelay holds each RESULT frame to a host this long before it
+	// arrives (a slow path to one rank); other frames are not held.
+	resultDelay map[string]time.Duration
+	wg          sync.WaitGroup
+}
+
+// delayResults holds RESULT frames to host by d from now on (0: no more).
+func (f *memFabric) delayResults(host string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.resultDelay == nil {
+		f.resultDelay = map[string]time.Duration{}
+	}
+	f.resultDelay[host] = d
 }
 
 func newMemFabric(t testing.TB, topoName string) *memFabric {
@@ -245,7 +258,22 @@ func (f *memFabric) route(from string, frame []byte) {
 		copies = 2
 	}
 	conns := f.conns[to]
+	hold := time.Duration(0)
+	if parser.Class(frame[parser.CWOff+1]) == parser.ClassResult {
+		hold = f.resultDelay[to]
+	}
 	f.mu.Unlock()
+	if hold > 0 && len(conns) > 0 {
+		time.AfterFunc(hold, func() {
+			for _, c := range conns {
+				select {
+				case c.in <- frame:
+				default:
+				}
+			}
+		})
+		return
+	}
 	for i := 0; i < copies; i++ {
 		if s, ok := f.sws[to]; ok {
 			p := f.ingress(from, to)

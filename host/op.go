@@ -56,6 +56,16 @@ type opRun struct {
 	// startReq is set (to the invocation's index + 1) by the goroutine
 	// of Persistent.Start and taken by the loop, which then runs it.
 	startReq atomic.Uint32
+	// completed is how many invocations of a persistent operation ended
+	// exact on this rank: what its keepalives and its done report tell
+	// the AM (am.AliveRequest.Invocations), so that another rank's local
+	// failure does not ABORT an invocation this rank is still in.
+	completed atomic.Uint32
+	// draining: the AM's last answer to a keepalive said the operation
+	// drains (another rank failed locally), so each completed invocation
+	// is reported at once (aliveNow) instead of at the next keepalive.
+	draining atomic.Bool
+	aliveNow chan struct{}
 	// bufs, stored before startReq, are that invocation's buffers: the
 	// loop rebinds send and recv when it starts it (automatic persistence
 	// runs each call of a shape over that call's buffers).
@@ -390,7 +400,7 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, sv, rv elems, r
 		return st, nil
 	}
 	e := c.opError(coll, g, runErr)
-	c.diagnose(g, e)
+	c.diagnose(g, e, 0)
 	return st, e
 }
 
@@ -410,13 +420,15 @@ func (c *Comm) opError(coll string, g *am.Grant, runErr error) *OpError {
 }
 
 // diagnose tells the AM that the operation failed here and waits for its
-// diagnosis (which node, which rank), adding it to e.
-func (c *Comm) diagnose(g *am.Grant, e *OpError) {
+// diagnosis (which node, which rank), adding it to e. completed is how
+// many invocations of a persistent operation completed here before it
+// failed (am.DoneRequest.Invocations).
+func (c *Comm) diagnose(g *am.Grant, e *OpError, completed uint32) {
 	// A cancelled context is this rank's own doing (Ctrl-C, the caller's
 	// deadline): said so, the AM names this rank rather than whichever
 	// healthy stream the waiting switches were least advanced on.
 	local := errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded)
-	report := am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: e.Err.Error(), Local: local, TimedOut: errors.Is(e.Err, ErrTimeout)}
+	report := am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: e.Err.Error(), Local: local, TimedOut: errors.Is(e.Err, ErrTimeout), Invocations: completed}
 	// Report first without waiting, on a short deadline: a rank whose
 	// runtime channel crosses the switch that failed (a dead leaf) cannot
 	// reach the AM at all, and waited out the whole diagnosis bound below

@@ -317,7 +317,8 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 		p.mu.Lock()
 		p.op, p.last = op, opResult{}
 		p.stopKA, p.kaDone = make(chan struct{}), make(chan struct{})
-		go p.keepalive(g, p.stopKA, p.kaDone)
+		op.aliveNow = make(chan struct{}, 1)
+		go p.keepalive(op, p.stopKA, p.kaDone)
 		p.mu.Unlock()
 		c.mu.Lock()
 		if c.persistents == nil {
@@ -346,6 +347,13 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 	p.mu.Unlock()
 	st.KernelDrops = c.kernelDrops() - drops0
 	if res.err == nil {
+		op.completed.Store(uint32(inv + 1))
+		if op.draining.Load() {
+			select {
+			case op.aliveNow <- struct{}{}:
+			default:
+			}
+		}
 		return st, nil
 	}
 	e := c.opError(p.coll, op.g, res.err)
@@ -361,7 +369,7 @@ func (p *Persistent) retire(op *opRun, failed *OpError) {
 	c := p.unregister()
 	if failed != nil {
 		// The loop already dropped a failed operation.
-		c.diagnose(op.g, failed)
+		c.diagnose(op.g, failed, op.completed.Load())
 		return
 	}
 	p.letGo(op, am.DoneRequest{Rank: c.cfg.Rank, OK: true})
@@ -369,13 +377,16 @@ func (p *Persistent) retire(op *opRun, failed *OpError) {
 
 // retireCancelled frees a resting operation whose invocation nth this rank
 // cancelled before it ran (skipInvocation). The other ranks run that
-// invocation without this one, so it reports a local failure: the AM
-// ABORTs the operation and the switches' announcement fails the others at
-// once. Reported done ok, it left them to their switches' timeout, and the
-// AM then named this rank as one that stopped contributing.
+// invocation without this one, so it reports a local failure, with the
+// invocations it completed: once the other ranks report as many (they
+// may still be receiving the last one's RESULT), or a bound passes, the
+// AM ABORTs the operation and the switches' announcement fails the
+// others' invocation. Reported done ok, it left them to their switches'
+// timeout, and the AM then named this rank as one that stopped
+// contributing.
 func (p *Persistent) retireCancelled(op *opRun, nth int, cause error) {
 	c := p.unregister()
-	p.letGo(op, am.DoneRequest{Rank: c.cfg.Rank, OK: false, Local: true,
+	p.letGo(op, am.DoneRequest{Rank: c.cfg.Rank, OK: false, Local: true, Invocations: op.completed.Load(),
 		Error: fmt.Sprintf("invocation %d was cancelled before it ran on this rank: %v", nth, cause)})
 }
 
@@ -408,11 +419,16 @@ func (p *Persistent) letGo(op *opRun, report am.DoneRequest) {
 }
 
 // keepalive tells the AM every g.KeepaliveMS that this rank still runs the
-// operation, until stop closes. A keepalive the AM refuses is not fatal
-// here: if the AM gave up on the operation, the switches were ABORTed and
-// the next invocation fails with the AM's diagnosis.
-func (p *Persistent) keepalive(g *am.Grant, stop, done chan struct{}) {
+// operation, and how many of its invocations completed here, until stop
+// closes. While the AM says the operation drains (another rank failed
+// locally and the AM waits for this one to finish the invocations that
+// rank completed), a completed invocation is reported at once. A
+// keepalive the AM refuses is not fatal here: if the AM gave up on the
+// operation, the switches were ABORTed and the next invocation fails with
+// the AM's diagnosis.
+func (p *Persistent) keepalive(op *opRun, stop, done chan struct{}) {
 	defer close(done)
+	g := op.g
 	every := time.Duration(g.KeepaliveMS) * time.Millisecond
 	if every <= 0 {
 		every = time.Second
@@ -424,9 +440,21 @@ func (p *Persistent) keepalive(g *am.Grant, stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), every)
-			_, _ = p.c.client.Alive(ctx, g.ID, p.c.cfg.Rank)
-			cancel()
+		case <-op.aliveNow:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		n := op.completed.Load()
+		st, err := p.c.client.Alive(ctx, g.ID, am.AliveRequest{Rank: p.c.cfg.Rank, Invocations: n})
+		cancel()
+		if err == nil {
+			op.draining.Store(st.State == "draining")
+			if st.State == "draining" && op.completed.Load() > n {
+				// One completed while the AM answered: say so now.
+				select {
+				case op.aliveNow <- struct{}{}:
+				default:
+				}
+			}
 		}
 	}
 }

@@ -58,7 +58,7 @@ func (c *Comm) presence(ctx context.Context) {
 	backoff := presenceRetry
 	for {
 		start := time.Now()
-		err := c.client.Presence(ctx, req, func() { c.presenceUp.Store(true); c.firstDone() })
+		err := c.client.Presence(ctx, req, func() { c.presenceUp.Store(true); c.firstDone() }, c.aliveNow)
 		c.presenceUp.Store(false)
 		c.firstDone()
 		if ctx.Err() != nil {
@@ -103,4 +103,29 @@ func (c *Comm) stopPresence() {
 	}
 	c.presenceStop()
 	<-c.presenceDone
+}
+
+// aliveNow sends the keepalive of persistent operation id at once, as the
+// AM asked on the presence stream: it waits for this rank's count of
+// completed invocations (a draining operation, protocol 9.7).
+func (c *Comm) aliveNow(id string) {
+	c.mu.Lock()
+	ps := make([]*Persistent, 0, len(c.persistents))
+	for p := range c.persistents {
+		ps = append(ps, p)
+	}
+	c.mu.Unlock()
+	for _, p := range ps {
+		p.mu.Lock()
+		op := p.op
+		p.mu.Unlock()
+		if op == nil || op.g.ID != id {
+			continue
+		}
+		op.draining.Store(true) // report each completion from now on too
+		select {
+		case op.aliveNow <- struct{}{}:
+		default:
+		}
+	}
 }

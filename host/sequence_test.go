@@ -53,6 +53,7 @@ func countingAM(t *testing.T, target string) (string, *atomic.Int64) {
 // seqPair is two ranks of job on the single fabric, their runtime channel
 // counted.
 type seqPair struct {
+	f     *memFabric
 	comms []*Comm
 	conns []*memConn
 	url   string // the AM itself
@@ -62,7 +63,7 @@ type seqPair struct {
 func newSeqPair(t *testing.T, job uint64) *seqPair {
 	t.Helper()
 	f := newMemFabric(t, "single")
-	sp := &seqPair{url: f.startAM("h1")}
+	sp := &seqPair{f: f, url: f.startAM("h1")}
 	var proxy string
 	proxy, sp.reqs = countingAM(t, sp.url)
 	for r, h := range []string{"h1", "h2"} {
@@ -75,6 +76,35 @@ func newSeqPair(t *testing.T, job uint64) *seqPair {
 		sp.comms, sp.conns = append(sp.comms, c), append(sp.conns, conn)
 	}
 	return sp
+}
+
+// queue queues calls AllReduce calls of n elements on rank 0, then on
+// rank 1 (call k's inputs from seed+k), each with a live context but rank
+// 0's second, which is cancelled before it is made. It returns the
+// requests by rank and call, and the calls' buffers by call and rank.
+func (sp *seqPair) queue(t *testing.T, calls int, seed uint64, n int, o *Options) (qs [2][]*Request, sends, recvs [][][]float32) {
+	live, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(stop)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	sends, recvs = make([][][]float32, calls), make([][][]float32, calls)
+	for k := range calls {
+		sends[k], recvs[k] = make([][]float32, 2), make([][]float32, 2)
+		for r := range sp.comms {
+			sends[k][r], recvs[k][r] = vecFor(seed+uint64(k), r, n), make([]float32, n)
+		}
+	}
+	for r, c := range sp.comms {
+		qs[r] = make([]*Request, calls)
+		for k := range calls {
+			ctx := live
+			if r == 0 && k == 1 {
+				ctx = cancelled
+			}
+			qs[r][k] = c.AllReduceAsync(ctx, sends[k][r], recvs[k][r], o)
+		}
+	}
+	return qs, sends, recvs
 }
 
 // both runs one AllReduce of n elements on both ranks (inputs from seed)
@@ -276,31 +306,11 @@ func TestCancelledQueuedCallFailsLaterOnesDistinctly(t *testing.T) {
 	const n = 3000
 	sp.both(t, "first call", 51, n, o)
 	sp.both(t, "second call (persistent set up)", 52, n, o)
-	live, stop := context.WithTimeout(context.Background(), 30*time.Second)
-	defer stop()
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
-	var qs [2][3]*Request
-	sends, recvs := [3][][]float32{}, [3][][]float32{}
-	for k := range 3 {
-		sends[k], recvs[k] = make([][]float32, 2), make([][]float32, 2)
-		for r := range sp.comms {
-			sends[k][r], recvs[k][r] = vecFor(uint64(60+k), r, n), make([]float32, n)
-		}
-	}
 	// Rank 0 queues its three calls before rank 1 makes any, so its first
 	// cannot finish (it needs rank 1's) before its third is queued: on a
 	// loaded machine it did, the cancelled call's skip dropped the slot,
 	// and the third call set up a new collective instead of queueing.
-	for r, c := range sp.comms {
-		for k := range 3 {
-			ctx := live
-			if r == 0 && k == 1 {
-				ctx = cancelled
-			}
-			qs[r][k] = c.AllReduceAsync(ctx, sends[k][r], recvs[k][r], o)
-		}
-	}
+	qs, sends, recvs := sp.queue(t, 3, 60, n, o)
 	for r := range 2 {
 		if err := qs[r][0].Wait(); err != nil {
 			t.Fatalf("rank %d first queued call: %v", r, err)
@@ -323,6 +333,38 @@ func TestCancelledQueuedCallFailsLaterOnesDistinctly(t *testing.T) {
 	}
 	sp.both(t, "next call after the cancellation", 70, n, o)
 	sp.both(t, "and the one after", 71, n, o)
+}
+
+// Item: rank 0 cancels a queued call of a kept shape after its earlier
+// call completed; rank 1's copy of that earlier call is still receiving
+// its RESULT (held 300 ms on the way to rank 1). The cancellation fails
+// the cancelled invocation and the ones after it on both ranks, but not
+// the earlier one on rank 1: the AM waits for rank 1 to finish it before
+// it ABORTs the collective (protocol 9.7, draining). Before, the AM
+// ABORTed at once and rank 1's earlier call failed with the cancellation
+// of a call it had nothing to do with.
+func TestCancelDoesNotCutAnotherRanksEarlierCall(t *testing.T) {
+	sp := newSeqPair(t, 208)
+	o := &Options{Timeout: 2 * time.Second}
+	const n = 3000
+	sp.both(t, "first call", 91, n, o)
+	sp.both(t, "second call (persistent set up)", 92, n, o)
+	sp.f.delayResults("h2", 300*time.Millisecond)
+	qs, sends, recvs := sp.queue(t, 2, 93, n, o)
+	for r := range 2 {
+		if err := qs[r][0].Wait(); err != nil {
+			t.Fatalf("rank %d's call before the cancelled one: %v", r, err)
+		}
+	}
+	checkSums(t, "the call before the cancelled one", sends[0], recvs[0])
+	if err := qs[0][1].Wait(); !errors.Is(err, context.Canceled) {
+		t.Errorf("rank 0's cancelled call: %v, want context.Canceled", err)
+	}
+	if err := qs[1][1].Wait(); err == nil || !strings.Contains(err.Error(), "cancel") {
+		t.Errorf("rank 1's copy of the cancelled call: %v, want a failure naming rank 0's cancellation", err)
+	}
+	sp.f.delayResults("h2", 0)
+	sp.both(t, "next call after the cancellation", 95, n, o)
 }
 
 // Item: send and recv overlapping without being the same slice are

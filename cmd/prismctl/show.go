@@ -238,18 +238,15 @@ func printAMOps(w io.Writer, l *am.OpList) {
 			kind = "persistent " + kind
 		}
 		fmt.Fprintf(w, "op %s  seq %d  %s of %d ranks  %s  tree %s, root %s\n", o.ID, o.Seq, kind, o.Size, o.State, o.Tree, o.Root)
-		done := make([]string, len(o.RanksDone))
-		for k, r := range o.RanksDone {
-			done[k] = fmt.Sprint(r)
-		}
-		if len(done) == 0 {
-			done = []string{"none"}
-		}
-		fmt.Fprintf(w, "  ranks that reported (done or failed): %s", strings.Join(done, " "))
+		fmt.Fprintf(w, "  ranks that reported (done or failed): %s", joinInts(o.RanksDone))
 		if len(o.Forwarders) > 0 {
 			fmt.Fprintf(w, "  forwarders: %s", strings.Join(o.Forwarders, " "))
 		}
 		fmt.Fprintln(w)
+		if d := o.Draining; d != nil {
+			fmt.Fprintf(w, "  draining: rank %d failed locally after %d invocations; the ABORT waits for ranks %s to report as many (at most %v more)\n",
+				d.Rank, d.Invocations, joinInts(d.Waiting), time.Duration(d.LeftMS)*time.Millisecond)
+		}
 		if o.Error != nil {
 			fmt.Fprintf(w, "  error (%s): %s\n", o.Error.Code, o.Error.Message)
 		}
@@ -662,4 +659,16 @@ func printMACs(w io.Writer, body []byte) error {
 	}
 	fmt.Fprintf(w, "%d learned, %d local MAC table entries (aging %ds)\n", m.Learned, m.Local, m.AgingSeconds)
 	return nil
+}
+
+// joinInts lists rank numbers separated by spaces, "none" for none.
+func joinInts(xs []int) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	s := make([]string, len(xs))
+	for k, x := range xs {
+		s[k] = fmt.Sprint(x)
+	}
+	return strings.Join(s, " ")
 }

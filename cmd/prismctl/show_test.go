@@ -138,6 +138,8 @@ func TestShowAM(t *testing.T) {
 			Error: &am.APIError{Code: am.CodeOperationFailed, Message: "rank 1 (h2) sent no keepalive for 7.5s"}},
 		{ID: "7-0-1-5-100", Seq: 6, Collective: "allreduce", Size: 2, Persistent: true, State: "released", Tree: "SINGLE", Root: "sw9",
 			RanksDone: []int{0, 1}, Nodes: []am.NodeStatus{{Name: "sw9", Role: "SINGLE", State: "ABORTED"}}},
+		{ID: "7-0-1-6-100", Seq: 7, Collective: "allreduce", Size: 3, Persistent: true, State: "draining", Tree: "SINGLE", Root: "sw9",
+			RanksDone: []int{0}, Draining: &am.Draining{Rank: 0, Invocations: 12, Waiting: []int{1, 2}, LeftMS: 1250}},
 	}, Barriers: []am.Barrier{{Job: 9, Group: 1, Seq: 2, Collective: "allreduce", Size: 4, Arrived: []int{0, 2}, Missing: []int{1, 3}, WaitingMS: 3140}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/ops" {
@@ -165,6 +167,8 @@ func TestShowAM(t *testing.T) {
 		"error (operation_failed): rank 1 (h2) sent no keepalive for 7.5s",
 		"barrier job 9 group 1 seq 2  allreduce of 4 ranks  waiting 3.1s for ranks 1 3 (arrived: 0 2)",
 		"sw9   SINGLE  -       ABORTED (its end)  -", // a persistent operation's end looked like a failure
+		"op 7-0-1-6-100  seq 7  persistent allreduce of 3 ranks  draining",
+		"draining: rank 0 failed locally after 12 invocations; the ABORT waits for ranks 1 2 to report as many (at most 1.25s more)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show am output lacks %q:\n%s", want, out)

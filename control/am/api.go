@@ -192,6 +192,13 @@ type DoneRequest struct {
 	// Wait asks the AM to answer only once the operation is final (released,
 	// failed or aborted), so a failing rank receives the AM's diagnosis.
 	Wait bool `json:"wait,omitempty"`
+	// Invocations, for a persistent operation, is how many of its
+	// invocations this rank completed. A local failure that names them
+	// (the rank's next call was cancelled before it ran) lets the other
+	// ranks finish those invocations before the AM ABORTs the operation
+	// (protocol 9.7, draining): an invocation this rank completed may
+	// still be delivering its RESULT to another rank.
+	Invocations uint32 `json:"invocations,omitempty"`
 }
 
 // AliveRequest is POST /v1/ops/{id}/alive: a rank of a persistent
@@ -199,6 +206,10 @@ type DoneRequest struct {
 // operation), however long the operation has been idle on the switches.
 type AliveRequest struct {
 	Rank int `json:"rank"`
+	// Invocations is how many invocations of the operation the rank has
+	// completed (DoneRequest.Invocations): what a draining operation
+	// waits for.
+	Invocations uint32 `json:"invocations,omitempty"`
 }
 
 // AbandonRequest is POST /v1/abandon (9.8): a rank gives up invocation
@@ -308,6 +319,20 @@ type OpStatus struct {
 	// milliseconds), absent before: the order in which operations ended,
 	// which seq (restarting at 0 with every run of a job) does not give.
 	EndedUnixMs int64 `json:"ended_unix_ms,omitempty"`
+	// Draining, while State is "draining", says what the AM waits for
+	// before it ABORTs a persistent operation a rank failed locally
+	// (protocol 9.7).
+	Draining *Draining `json:"draining,omitempty"`
+}
+
+// Draining is a persistent operation's wait between a rank's local failure
+// and the ABORT: the ranks in Waiting have not yet reported Invocations
+// completed invocations, the ones the failing rank took part in.
+type Draining struct {
+	Rank        int    `json:"rank"`        // the rank that failed locally
+	Invocations uint32 `json:"invocations"` // invocations it completed
+	Waiting     []int  `json:"waiting"`     // ranks that have not reported as many, ascending
+	LeftMS      int64  `json:"left_ms"`     // at most this long more before the ABORT
 }
 
 // OpList is GET /v1/ops.

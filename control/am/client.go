@@ -5,6 +5,7 @@
 package am
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -214,9 +215,9 @@ func (c *Client) Done(ctx context.Context, id string, d DoneRequest) (*OpStatus,
 
 // Alive is POST /v1/ops/{id}/alive: the keepalive a rank of a persistent
 // operation sends every Grant.KeepaliveMS until it reports done.
-func (c *Client) Alive(ctx context.Context, id string, rank int) (*OpStatus, error) {
+func (c *Client) Alive(ctx context.Context, id string, r AliveRequest) (*OpStatus, error) {
 	var s OpStatus
-	if err := c.do(ctx, http.MethodPost, APIVersion+"/ops/"+id+"/alive", AliveRequest{Rank: rank}, &s); err != nil {
+	if err := c.do(ctx, http.MethodPost, APIVersion+"/ops/"+id+"/alive", r, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -263,8 +264,9 @@ var presenceSilence = 5 * time.Second
 // (nil), the AM ends it (nil), or it fails (an error; ErrNoPresence if
 // the coordinator keeps none). The caller asks again while its
 // communicator lives. opened, if not nil, is called once the AM took the
-// stream.
-func (c *Client) Presence(ctx context.Context, r PresenceRequest, opened func()) error {
+// stream; alive, if not nil, with the Operation ID of each "alive" line
+// (the AM asks for that persistent operation's keepalive now).
+func (c *Client) Presence(ctx context.Context, r PresenceRequest, opened func(), alive func(id string)) error {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -307,15 +309,25 @@ func (c *Client) Presence(ctx context.Context, r PresenceRequest, opened func())
 	if opened != nil {
 		opened()
 	}
-	var buf [64]byte
+	br := bufio.NewReaderSize(resp.Body, 255) // protocol 9.9: a line is at most 255 bytes
+	long := false // inside a line longer than the buffer: not a request
 	for {
 		watch.Reset(presenceSilence)
-		if _, err := resp.Body.Read(buf[:]); err != nil {
+		line, err := br.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			long = true
+			continue
+		case err != nil:
 			if ctx.Err() != nil || errors.Is(err, io.EOF) {
 				return nil
 			}
 			return fmt.Errorf("%w at %s: presence stream: %v", ErrUnreachable, c.URL, causeOr(sctx, err))
 		}
+		if id, ok := bytes.CutPrefix(line[:len(line)-1], []byte(PresenceAlive)); ok && !long && alive != nil && len(id) > 0 {
+			alive(string(id))
+		}
+		long = false
 	}
 }
 

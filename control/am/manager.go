@@ -153,6 +153,12 @@ type operation struct {
 	granted   time.Time
 	refreshed time.Time         // a persistent operation's last COMPLETE to its nodes (refreshNodes)
 	alive     map[int]time.Time // a persistent operation's last keepalive, by rank
+	// aliveInv is the invocations each rank's last keepalive reported
+	// completed (AliveRequest.Invocations).
+	aliveInv map[int]uint32
+	// drain is set while a persistent operation drains (persistent.go):
+	// a rank failed locally after drain.after invocations.
+	drain *drain
 }
 
 // Manager is the Aggregation Manager and Host Coordinator.
@@ -977,7 +983,7 @@ func (m *Manager) window(p params) Window {
 func newOperation(id OpIdentity, inv *invocation, tree *Tree, pl *plan) *operation {
 	op := &operation{id: id, inv: inv, tree: tree, plan: pl, size: inv.p.Size, persistent: inv.p.Persistent,
 		final: make(chan struct{}), state: "setup", nodes: map[string]*NodeStatus{}, done: map[int]DoneRequest{},
-		alive: map[int]time.Time{}}
+		alive: map[int]time.Time{}, aliveInv: map[int]uint32{}}
 	for _, n := range tree.Nodes {
 		ns := &NodeStatus{Name: n.Name, Role: n.Role.String(), MAC: n.MAC.String(), State: "NONE"}
 		if n.Parent != nil {
@@ -1207,11 +1213,28 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 		anyFail = anyFail || !x.OK
 	}
 	start := !op.finishing && op.state == "active" && (all || anyFail)
+	drainNow := false
+	var nudge []int
 	if start {
 		op.finishing = true
 		op.state = "completing"
+		if anyFail && !all && op.persistent && d.Local && !d.OK && d.Invocations > 0 {
+			// Before the ABORT, the others finish what this rank took
+			// part in (persistent.go).
+			if m.startDrain(op, d) {
+				start, nudge = false, op.drainWaiting()
+			}
+		}
+	} else if op.drain != nil {
+		drainNow = op.drained(!d.OK)
 	}
 	op.mu.Unlock()
+	if nudge != nil {
+		m.nudgeAlive(op, nudge)
+	}
+	if drainNow {
+		go m.failOp(op, reasonRankFailed, "")
+	}
 	if start {
 		switch {
 		case anyFail:
@@ -1280,6 +1303,12 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	op.state = "failing"
 	if op.watchdog != nil {
 		op.watchdog.Stop()
+	}
+	if op.drain != nil {
+		// Something else failed the operation while it drained: the
+		// drain's own end must not fail it again.
+		op.drain.timer.Stop()
+		op.drain = nil
 	}
 	op.mu.Unlock()
 	m.metrics.failed.WithLabelValues(reason).Inc()
@@ -1410,7 +1439,7 @@ func (op *operation) status() OpStatus {
 	defer op.mu.Unlock()
 	s := OpStatus{ID: op.id.Key(), Op: op.id, Seq: op.inv.key.seq, Collective: op.inv.first.Collective,
 		Size: op.size, Persistent: op.persistent, State: op.state, Tree: op.tree.Kind(), Root: op.tree.Root,
-		Forwarders: op.tree.Forwarders, RanksDone: []int{}, Error: op.err}
+		Forwarders: op.tree.Forwarders, RanksDone: []int{}, Error: op.err, Draining: op.drainStatus()}
 	if (op.state == "released" || op.state == "failed") && !op.ended.IsZero() {
 		s.EndedUnixMs = op.ended.UnixMilli()
 	}

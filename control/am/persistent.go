@@ -103,10 +103,16 @@ func (m *Manager) Alive(_ context.Context, id string, r AliveRequest) (OpStatus,
 		return OpStatus{}, badReq("rank %d is outside 0..%d", r.Rank, op.size-1)
 	}
 	op.mu.Lock()
+	drained := false
 	if _, done := op.done[r.Rank]; !done && op.ended.IsZero() {
 		op.alive[r.Rank] = time.Now()
+		op.aliveInv[r.Rank] = max(op.aliveInv[r.Rank], r.Invocations)
+		drained = op.drain != nil && op.drained(false)
 	}
 	op.mu.Unlock()
+	if drained {
+		go m.failOp(op, reasonRankFailed, "")
+	}
 	return op.status(), nil
 }
 
@@ -164,3 +170,90 @@ func (m *Manager) endPersistent(op *operation) {
 // timeouts plus a minute (engine.Expire), and this keeps a healthy idle
 // one. It also keeps the node states GET /v1/ops shows fresh.
 func (m *Manager) refreshNodes(op *operation) { m.askAll(op) }
+
+// drain is a persistent operation's wait between a rank's local failure
+// and the ABORT. The failing rank completed after invocations; another
+// rank may still be receiving the RESULT of the last of them (RESULT goes
+// to each rank on its own path, and a retransmission can hold one back).
+// An ABORT at once cut that invocation, which the failing rank had
+// completed, and failed a call on another rank that had nothing to do
+// with the cancellation. So the AM waits until every rank that has not
+// reported done reports, in a keepalive, that many invocations completed,
+// and at most drainWait.
+type drain struct {
+	rank  int
+	after uint32
+	until time.Time
+	timer *time.Timer
+}
+
+// drainWait bounds a drain: one keepalive period brings every living
+// rank's count, and half of one more is slack for a loaded host. It is
+// shorter than the operation's timeout (2 keepalive periods), so the
+// AM's diagnosis comes before the switches time out on the failed rank.
+func drainWait(p params) time.Duration {
+	return time.Duration(keepaliveMS(p)*3/2) * time.Millisecond
+}
+
+// startDrain starts op's drain for d, a local failure after d.Invocations
+// invocations, with op.mu held. It reports false when no other rank can
+// still be in one of them (every other rank reported done, or as many
+// invocations): the failure then proceeds at once.
+func (m *Manager) startDrain(op *operation, d DoneRequest) bool {
+	op.drain = &drain{rank: d.Rank, after: d.Invocations}
+	if len(op.drainWaiting()) == 0 {
+		op.drain = nil
+		return false
+	}
+	op.state = "draining"
+	wait := drainWait(op.inv.p)
+	op.drain.until = time.Now().Add(wait)
+	op.drain.timer = time.AfterFunc(wait, func() {
+		op.mu.Lock()
+		end := op.drain != nil && op.drained(true)
+		op.mu.Unlock()
+		if end {
+			m.failOp(op, reasonRankFailed, "")
+		}
+	})
+	m.logf("am: operation %s: rank %d failed locally after %d invocations; waiting up to %v for ranks %v to finish them before the ABORT",
+		op.id.Key(), d.Rank, d.Invocations, wait, op.drainWaiting())
+	return true
+}
+
+// drainWaiting lists the ranks op's drain waits for, with op.mu held.
+func (op *operation) drainWaiting() []int {
+	var w []int
+	for r := 0; r < op.size; r++ {
+		if _, done := op.done[r]; done {
+			continue
+		}
+		if op.aliveInv[r] < op.drain.after {
+			w = append(w, r)
+		}
+	}
+	return w
+}
+
+// drained ends op's drain, with op.mu held, when no rank is left to wait
+// for or force (the bound passed, or another failure came): it reports
+// whether the caller must now fail the operation. Only one caller gets
+// true.
+func (op *operation) drained(force bool) bool {
+	if op.drain == nil || !force && len(op.drainWaiting()) > 0 {
+		return false
+	}
+	op.drain.timer.Stop()
+	op.drain = nil
+	op.state = "completing"
+	return true
+}
+
+// drainStatus is OpStatus.Draining, with op.mu held.
+func (op *operation) drainStatus() *Draining {
+	if op.drain == nil {
+		return nil
+	}
+	return &Draining{Rank: op.drain.rank, Invocations: op.drain.after, Waiting: op.drainWaiting(),
+		LeftMS: max(time.Until(op.drain.until).Milliseconds(), 0)}
+}

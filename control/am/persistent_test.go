@@ -473,20 +473,20 @@ func TestPersistentAliveHTTP(t *testing.T) {
 		}
 	}
 
-	st, err := c.Alive(ctx, gp[0].ID, 1)
+	st, err := c.Alive(ctx, gp[0].ID, AliveRequest{Rank: 1})
 	if err != nil || st.ID != gp[0].ID || st.State != "active" || !st.Persistent {
 		t.Fatalf("alive: %+v %v", st, err)
 	}
 	var ae *APIError
 	for _, rank := range []int{2, -1} {
-		if _, err := c.Alive(ctx, gp[0].ID, rank); !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "outside 0..1") {
+		if _, err := c.Alive(ctx, gp[0].ID, AliveRequest{Rank: rank}); !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "outside 0..1") {
 			t.Errorf("alive rank %d: %v, want bad_request naming the range", rank, err)
 		}
 	}
-	if _, err := c.Alive(ctx, gn[0].ID, 0); !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "not persistent") {
+	if _, err := c.Alive(ctx, gn[0].ID, AliveRequest{}); !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "not persistent") {
 		t.Errorf("alive for a non-persistent operation: %v, want bad_request", err)
 	}
-	if _, err := c.Alive(ctx, "1-2-3-4-5", 0); !errors.As(err, &ae) || ae.Code != CodeNotFound {
+	if _, err := c.Alive(ctx, "1-2-3-4-5", AliveRequest{}); !errors.As(err, &ae) || ae.Code != CodeNotFound {
 		t.Errorf("alive for an unknown operation: %v, want not_found", err)
 	}
 	// The HTTP statuses and bodies themselves.
@@ -526,5 +526,115 @@ func TestPersistentAliveHTTP(t *testing.T) {
 				t.Fatalf("%s done: %+v %v", gs[i].ID, st, err)
 			}
 		}
+	}
+}
+
+// TestPersistentLocalFailureDrains: rank 0 completed 2 invocations of a
+// persistent operation and fails the next locally (its call was cancelled
+// before it ran). Rank 1 has reported only 1: it may still be receiving
+// invocation 2's RESULT, which an ABORT now would cut. The AM waits
+// ("draining", saying for whom) and ABORTs as soon as rank 1's keepalive
+// reports 2, well before the drain's bound; the failure names rank 0.
+// A local failure after 0 invocations, or once every other rank reported
+// as many, ABORTs at once; with rank 1 silent, the drain ends at its bound.
+func TestPersistentLocalFailureDrains(t *testing.T) {
+	ctx := context.Background()
+	type step struct {
+		aliveBefore uint32 // rank 1's count before rank 0's failure (0: no keepalive)
+		after       uint32 // rank 0's completed invocations
+		aliveLater  uint32 // rank 1's keepalive during the drain (0: none)
+		wantDrain   bool
+	}
+	for i, tc := range []step{
+		{aliveBefore: 1, after: 2, aliveLater: 2, wantDrain: true}, // rank 1 catches up: ABORT then
+		{aliveBefore: 2, after: 2},                                 // already caught up: ABORT at once
+		{after: 0},                                                 // nothing completed: nothing to wait for
+		{aliveBefore: 1, after: 2, wantDrain: true},                // rank 1 silent: the bound ends it
+	} {
+		t.Run(fmt.Sprintf("case%d", i), func(t *testing.T) {
+			r := newRig(t, "spine-leaf", Config{CtlTimeout: 200 * time.Millisecond})
+			for _, n := range r.nodes {
+				n.final = parser.StateActive
+			}
+			const timeoutMS = 1000 // keepalive every 500 ms, drain bound 750 ms
+			gs := r.grantsOf(r.beginAll(persistentReqs(uint64(40+i), 0, timeoutMS, "h1", "h3")))
+			id := gs[0].ID
+			aborts := func() (n int) {
+				for _, nd := range r.treeNodes(id) {
+					n += nd.count(parser.CmdAbort)
+				}
+				return n
+			}
+			if tc.aliveBefore > 0 {
+				if _, err := r.m.Alive(ctx, id, AliveRequest{Rank: 1, Invocations: tc.aliveBefore}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t0 := time.Now()
+			st, err := r.m.Done(ctx, id, DoneRequest{Rank: 0, OK: false, Local: true, Invocations: tc.after,
+				Error: fmt.Sprintf("invocation %d was cancelled before it ran on this rank", tc.after+1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.wantDrain {
+				if st.State == "draining" || st.Draining != nil {
+					t.Fatalf("drained with nothing to wait for: %+v", st)
+				}
+			} else {
+				if st.State != "draining" || st.Draining == nil || st.Draining.Rank != 0 || st.Draining.Invocations != tc.after ||
+					len(st.Draining.Waiting) != 1 || st.Draining.Waiting[0] != 1 || st.Draining.LeftMS <= 0 || st.Draining.LeftMS > 750 {
+					t.Fatalf("status after the local failure: state %q draining %+v, want draining for rank 1 after 2 invocations", st.State, st.Draining)
+				}
+				time.Sleep(100 * time.Millisecond)
+				if n := aborts(); n != 0 {
+					t.Fatalf("%d ABORTs while rank 1 may still be in invocation %d", n, tc.after)
+				}
+				var caught time.Time
+				if tc.aliveLater > 0 {
+					// A count below the failing rank's does not end it.
+					if st, err := r.m.Alive(ctx, id, AliveRequest{Rank: 1, Invocations: tc.after - 1}); err != nil || st.State != "draining" {
+						t.Fatalf("keepalive with fewer invocations: %+v %v", st, err)
+					}
+					caught = time.Now()
+					if _, err := r.m.Alive(ctx, id, AliveRequest{Rank: 1, Invocations: tc.aliveLater}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// The drain ends by itself (no done report from rank 1).
+				for {
+					st, err := r.m.Op(id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if st.State == "failed" {
+						break
+					}
+					if time.Since(t0) > 3*time.Second {
+						t.Fatalf("still %q 3 s after the local failure (drain bound 750 ms)", st.State)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				took := time.Since(t0)
+				switch {
+				case tc.aliveLater > 0 && time.Since(caught) > 400*time.Millisecond:
+					t.Errorf("failed %v after rank 1 caught up, want at once", time.Since(caught))
+				case tc.aliveLater == 0 && (took < 700*time.Millisecond || took > 1500*time.Millisecond):
+					t.Errorf("silent rank 1: failed after %v, want at the drain's bound (750 ms)", took)
+				}
+			}
+			fin, err := r.m.Done(ctx, id, DoneRequest{Rank: 1, OK: false, Wait: true, Error: "invocation failed"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fin.State != "failed" || fin.Error == nil || fin.Error.Rank == nil || *fin.Error.Rank != 0 || fin.Draining != nil {
+				t.Fatalf("final status %q error %+v draining %+v, want failed naming rank 0", fin.State, fin.Error, fin.Draining)
+			}
+			if n := aborts(); n != 3 {
+				t.Errorf("%d ABORTs, want one per node (3)", n)
+			}
+			if x := testutil.ToFloat64(r.m.metrics.failed.WithLabelValues(reasonRankFailed)); x != 1 {
+				t.Errorf("failed{rank_failed} = %v, want 1", x)
+			}
+		})
 	}
 }

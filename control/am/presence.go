@@ -105,6 +105,10 @@ type presence struct {
 	gone   bool
 	clean  bool
 	timer  *time.Timer // the grace; once gone, the record's expiry
+	// nudge carries Operation IDs to one of the process's open streams,
+	// which writes "alive <id>": send that persistent operation's
+	// keepalive now (a draining operation waits for it, 9.7).
+	nudge chan string
 }
 
 // presenceState is the AM's presence bookkeeping, under Manager.mu.
@@ -225,6 +229,39 @@ func (m *Manager) presenceStream(w http.ResponseWriter, r *http.Request, req Pre
 		case <-m.done:
 			return
 		case <-t.C:
+		case id := <-p.nudge:
+			if _, err := w.Write([]byte(PresenceAlive + id)); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// PresenceAlive starts a presence stream line that asks the process to
+// send the keepalive of the persistent operation whose ID follows (up to
+// the line's newline) at once.
+const PresenceAlive = "alive "
+
+// nudgeAlive asks the processes behind ranks of op, through their
+// presence streams, for op's keepalive now: a drain (9.7) ends as soon as
+// they report, instead of at their next periodic keepalive. A process
+// without an open stream is not asked; the drain's bound covers it.
+func (m *Manager) nudgeAlive(op *operation, ranks []int) {
+	id := op.id.Key()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range ranks {
+		a, ok := op.inv.arrived[r]
+		if !ok {
+			continue
+		}
+		p := m.pres.procs[presKey{op.id.Job, op.id.Group, r, a.Session}]
+		if p == nil || p.streams == 0 {
+			continue
+		}
+		select {
+		case p.nudge <- id:
+		default: // asked already, not yet written
 		}
 	}
 }
@@ -235,7 +272,7 @@ func (m *Manager) presenceOpen(k presKey, req PresenceRequest) *presence {
 	defer m.mu.Unlock()
 	p := m.pres.procs[k]
 	if p == nil {
-		p = &presence{node: req.Node, since: time.Now()}
+		p = &presence{node: req.Node, since: time.Now(), nudge: make(chan string, 4)}
 		m.pres.procs[k] = p
 		// Its stream may open after its first calls started (the
 		// library opens it in the background): the invocations it

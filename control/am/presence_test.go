@@ -47,7 +47,7 @@ func (p *presenceRig) present(t *testing.T, q BeginRequest) (cancel func()) {
 	opened := make(chan struct{})
 	ended := make(chan error, 1)
 	go func() {
-		ended <- p.cl.Presence(ctx, PresenceRequest{Job: q.Job, Group: q.Group, Rank: q.Rank, Size: q.Size, Node: q.Node, Session: q.Session}, func() { close(opened) })
+		ended <- p.cl.Presence(ctx, PresenceRequest{Job: q.Job, Group: q.Group, Rank: q.Rank, Size: q.Size, Node: q.Node, Session: q.Session}, func() { close(opened) }, nil)
 	}()
 	select {
 	case <-opened:
@@ -447,12 +447,12 @@ func TestPresenceRefusals(t *testing.T) {
 			t.Errorf("%s: HTTP %d, want 400 (node and job are required; one JSON value only)", body, resp.StatusCode)
 		}
 	}
-	err := p.cl.Presence(context.Background(), PresenceRequest{Job: 1, Rank: 0, Size: 2, Node: "h1"}, nil)
+	err := p.cl.Presence(context.Background(), PresenceRequest{Job: 1, Rank: 0, Size: 2, Node: "h1"}, nil, nil)
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "session 0") {
 		t.Fatalf("session 0: %v, want bad_request naming the session", err)
 	}
-	err = p.cl.Presence(context.Background(), PresenceRequest{Job: 1, Rank: 2, Size: 2, Node: "h1", Session: 5}, nil)
+	err = p.cl.Presence(context.Background(), PresenceRequest{Job: 1, Rank: 2, Size: 2, Node: "h1", Session: 5}, nil, nil)
 	if !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "rank 2 is outside 0..1") {
 		t.Fatalf("rank 2 of 2: %v, want bad_request naming the rank", err)
 	}
@@ -460,12 +460,38 @@ func TestPresenceRefusals(t *testing.T) {
 		http.Error(w, "restarting", http.StatusServiceUnavailable)
 	}))
 	defer busy.Close()
-	if err := NewClient(busy.URL).Presence(context.Background(), PresenceRequest{Job: 1, Size: 1, Node: "h1", Session: 5}, nil); errors.Is(err, ErrNoPresence) || !errors.Is(err, ErrUnreachable) {
+	if err := NewClient(busy.URL).Presence(context.Background(), PresenceRequest{Job: 1, Size: 1, Node: "h1", Session: 5}, nil, nil); errors.Is(err, ErrNoPresence) || !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("a 503 in front of a restarting AM: %v, want ErrUnreachable (asked again), not ErrNoPresence", err)
 	}
 	other := httptest.NewServer(http.NotFoundHandler())
 	defer other.Close()
-	if err := NewClient(other.URL).Presence(context.Background(), PresenceRequest{Job: 1, Size: 1, Node: "h1", Session: 5}, nil); !errors.Is(err, ErrNoPresence) {
+	if err := NewClient(other.URL).Presence(context.Background(), PresenceRequest{Job: 1, Size: 1, Node: "h1", Session: 5}, nil, nil); !errors.Is(err, ErrNoPresence) {
 		t.Fatalf("not an AM: %v, want ErrNoPresence", err)
+	}
+}
+
+// TestPresenceAliveLines: the client hands the Operation ID of each
+// "alive <id>" line of the stream to its callback, once per line, and
+// nothing for beats, an empty ID, other words, or a line longer than its
+// buffer (even one that starts like a request).
+func TestPresenceAliveLines(t *testing.T) {
+	long := PresenceAlive + strings.Repeat("9", 400)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(PresenceHeader, "1")
+		w.WriteHeader(http.StatusOK)
+		for _, l := range []string{"", PresenceAlive + "7-0-1-3-100", "", PresenceAlive, "hello 1-2-3-4-5", long, PresenceAlive + "7-0-1-4-100"} {
+			w.Write([]byte(l + "\n"))
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer srv.Close()
+	var got []string
+	err := NewClient(srv.URL).Presence(context.Background(), PresenceRequest{Job: 1, Size: 1, Node: "h1", Session: 5}, nil,
+		func(id string) { got = append(got, id) })
+	if err != nil {
+		t.Fatalf("stream the AM closed: %v, want nil", err)
+	}
+	if want := []string{"7-0-1-3-100", "7-0-1-4-100"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("alive requests %q, want %q", got, want)
 	}
 }
