@@ -309,8 +309,10 @@ func (c *Client) Presence(ctx context.Context, r PresenceRequest, opened func(),
 	if opened != nil {
 		opened()
 	}
-	br := bufio.NewReaderSize(resp.Body, 255) // protocol 9.9: a line is at most 255 bytes
-	long := false // inside a line longer than the buffer: not a request
+	// Protocol 9.9: a line is at most 255 bytes; one longer is not a
+	// request (long: the reader is inside such a line).
+	br := bufio.NewReaderSize(resp.Body, 255)
+	long := false
 	for {
 		watch.Reset(presenceSilence)
 		line, err := br.ReadSlice('\n')
