@@ -42,8 +42,12 @@
 #                       every delivered frame wakes the rank, and the switch's
 #                       sendmmsg pays for that wakeup); "" for recvmmsg. With the
 #                       ring, contribute's --progress-lane auto reads PROGRESS on a
-#                       recvmmsg lane in every rank but REDUCE's root, so the
-#                       window's pacing does not wait for a ring block to fill
+#                       recvmmsg lane in REDUCE's non-root rank, which receives
+#                       nothing else, so its window's pacing does not wait for
+#                       a ring block to fill (a rank receiving RESULT fills its
+#                       blocks fast; a lane there cost the switch about a tenth
+#                       of its CPU per DATA frame: see
+#                       cmd/prismd-blast/contribute.go)
 #   BENCH_AGG_COUNT=16777216  FP32 elements per rank and operation in part 3
 #                       (default 4194304 with BENCH_AGG_SOURCE=ranks; QUICK: /4)
 #   BENCH_AGG_WINDOW=1024  frames in flight per stream in part 3 (AM --window)

@@ -113,19 +113,26 @@ func (f *contribFlags) register(fs *flag.FlagSet) {
 	// With the ring, PROGRESS (the window's pacing) can take a lane of its
 	// own (dataplane.PortOptions.LaneProgress), so it is read when it
 	// arrives rather than when its ring block fills or times out. It pays
-	// where PROGRESS is all a rank receives, and in ALLREDUCE, where both
-	// ranks wait for it and RESULT stalls with them: SINGLE lab, 16M FP32,
-	// 2 ranks, DATA frames/s per rank, lane vs none interleaved, 5 runs:
-	// ALLREDUCE 150-198k vs 119-160k, every run better; KULISCH ALLREDUCE
-	// 124-159k vs 119-148k. A REDUCE root, which gets every RESULT, gains
-	// nothing (3 runs: 213-217k vs 211-228k), so auto leaves it off there.
-	// (Commit f1a72f8 measured ALLREDUCE the other way, 73-90k vs 93-113k,
-	// on a data path that has since changed.)
-	fs.StringVar(&f.progressLane, "progress-lane", "auto", "with --rx-ring, read PROGRESS on a recvmmsg socket of its own so the ring's block timeout does not delay it: on, off, or auto (on except for a REDUCE root)")
+	// where PROGRESS is all a rank receives: a REDUCE rank other than the
+	// root. A rank that receives RESULT fills its ring blocks with them
+	// (a block of 12+ frames in well under a millisecond at these rates),
+	// so its PROGRESS waits little, and the lane costs: every frame to the
+	// rank passes the lane's fanout demux (a classic BPF program), and the
+	// lane's reader wakes per PROGRESS, both in the sender's sendmmsg on a
+	// veth, that is in the switch's CPU. Measured (SINGLE lab, 16M FP32
+	// ALLREDUCE, 2 ranks, lane off vs on interleaved, 4 rounds per run,
+	// 2 runs each): 0.794 and 0.811 of forwarding vs 0.710 and 0.757; the
+	// switch's kernel time per DATA frame 2323-2391 ns vs 2658-2663 ns;
+	// perf on the switch: packet_rcv_fanout + its BPF run 78 ns per frame
+	// with the lane. (Earlier sessions measured ALLREDUCE both ways on
+	// data paths that have since changed: f1a72f8 off better, a later one
+	// on better.) So auto puts PROGRESS on a lane for a REDUCE non-root only.
+	fs.StringVar(&f.progressLane, "progress-lane", "auto", "with --rx-ring, read PROGRESS on a recvmmsg socket of its own so the ring's block timeout does not delay it: on, off, or auto (on for a REDUCE rank other than the root, which receives no RESULT)")
 }
 
 // wantProgressLane resolves --progress-lane: auto puts PROGRESS on a lane
-// for every rank but a REDUCE root.
+// for a REDUCE rank other than the root, the one rank that receives no
+// RESULT.
 func (f *contribFlags) wantProgressLane() bool {
 	switch f.progressLane {
 	case "on":
@@ -133,7 +140,7 @@ func (f *contribFlags) wantProgressLane() bool {
 	case "off":
 		return false
 	}
-	return f.coll != "reduce" || f.rank != f.root
+	return f.coll == "reduce" && f.rank != f.root
 }
 
 // check says what is wrong with the flags and how to fix it.
