@@ -1233,7 +1233,7 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 		m.nudgeAlive(op, nudge)
 	}
 	if drainNow {
-		go m.failOp(op, reasonRankFailed, "")
+		go m.endDrain(op, fmt.Sprintf("rank %d reported done (ok %v)", d.Rank, d.OK))
 	}
 	if start {
 		switch {

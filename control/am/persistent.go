@@ -111,7 +111,7 @@ func (m *Manager) Alive(_ context.Context, id string, r AliveRequest) (OpStatus,
 	}
 	op.mu.Unlock()
 	if drained {
-		go m.failOp(op, reasonRankFailed, "")
+		go m.endDrain(op, fmt.Sprintf("rank %d reported %d invocations, the last one waited for", r.Rank, r.Invocations))
 	}
 	return op.status(), nil
 }
@@ -188,9 +188,10 @@ type drain struct {
 }
 
 // drainWait bounds a drain: one keepalive period brings every living
-// rank's count, and half of one more is slack for a loaded host. It is
-// shorter than the operation's timeout (2 keepalive periods), so the
-// AM's diagnosis comes before the switches time out on the failed rank.
+// rank's count, and half of one more is slack for a loaded host. For a
+// timeout of 200 ms or more it is shorter than the operation's timeout
+// (2 keepalive periods), so the AM's diagnosis comes before the switches
+// time out on the failed rank.
 func drainWait(p params) time.Duration {
 	return time.Duration(keepaliveMS(p)*3/2) * time.Millisecond
 }
@@ -210,15 +211,26 @@ func (m *Manager) startDrain(op *operation, d DoneRequest) bool {
 	op.drain.until = time.Now().Add(wait)
 	op.drain.timer = time.AfterFunc(wait, func() {
 		op.mu.Lock()
+		var late []int
+		if op.drain != nil {
+			late = op.drainWaiting()
+		}
 		end := op.drain != nil && op.drained(true)
 		op.mu.Unlock()
 		if end {
-			m.failOp(op, reasonRankFailed, "")
+			m.endDrain(op, fmt.Sprintf("%v passed without a report of as many invocations from ranks %v", wait, late))
 		}
 	})
 	m.logf("am: operation %s: rank %d failed locally after %d invocations; waiting up to %v for ranks %v to finish them before the ABORT",
 		op.id.Key(), d.Rank, d.Invocations, wait, op.drainWaiting())
 	return true
+}
+
+// endDrain logs why op's drain ended, which drained granted the caller,
+// and fails the operation.
+func (m *Manager) endDrain(op *operation, why string) {
+	m.logf("am: operation %s: drain ended: %s", op.id.Key(), why)
+	m.failOp(op, reasonRankFailed, "")
 }
 
 // drainWaiting lists the ranks op's drain waits for, with op.mu held.

@@ -552,7 +552,13 @@ func TestPersistentLocalFailureDrains(t *testing.T) {
 		{aliveBefore: 1, after: 2, wantDrain: true},                // rank 1 silent: the bound ends it
 	} {
 		t.Run(fmt.Sprintf("case%d", i), func(t *testing.T) {
-			r := newRig(t, "spine-leaf", Config{CtlTimeout: 200 * time.Millisecond})
+			var logMu sync.Mutex
+			var logs []string
+			r := newRig(t, "spine-leaf", Config{CtlTimeout: 200 * time.Millisecond, Logf: func(format string, args ...any) {
+				logMu.Lock()
+				logs = append(logs, fmt.Sprintf(format, args...))
+				logMu.Unlock()
+			}})
 			for _, n := range r.nodes {
 				n.final = parser.StateActive
 			}
@@ -634,6 +640,28 @@ func TestPersistentLocalFailureDrains(t *testing.T) {
 			}
 			if x := testutil.ToFloat64(r.m.metrics.failed.WithLabelValues(reasonRankFailed)); x != 1 {
 				t.Errorf("failed{rank_failed} = %v, want 1", x)
+			}
+			// The log tells the drain's story: its start (whom it waits
+			// for) and why it ended.
+			logMu.Lock()
+			all := strings.Join(logs, "\n")
+			logMu.Unlock()
+			wantLogs := []string{}
+			if tc.wantDrain {
+				wantLogs = append(wantLogs, "rank 0 failed locally after 2 invocations; waiting up to 750ms for ranks [1]")
+				if tc.aliveLater > 0 {
+					wantLogs = append(wantLogs, "drain ended: rank 1 reported 2 invocations")
+				} else {
+					wantLogs = append(wantLogs, "drain ended: 750ms passed without a report of as many invocations from ranks [1]")
+				}
+			}
+			for _, w := range wantLogs {
+				if !strings.Contains(all, w) {
+					t.Errorf("AM log lacks %q:\n%s", w, all)
+				}
+			}
+			if !tc.wantDrain && strings.Contains(all, "drain") {
+				t.Errorf("AM log mentions a drain that did not happen:\n%s", all)
 			}
 		})
 	}
