@@ -67,7 +67,7 @@ func (m *Manager) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST "+APIVersion+"/ops/{id}/done", func(w http.ResponseWriter, r *http.Request) {
 		var req DoneRequest
-		if !decode(w, r, &req) {
+		if !decodeRequired(w, r, &req, doneRequired, "9.2") {
 			return
 		}
 		s, err := m.Done(r.Context(), r.PathValue("id"), req)
@@ -79,7 +79,7 @@ func (m *Manager) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST "+APIVersion+"/ops/{id}/alive", func(w http.ResponseWriter, r *http.Request) {
 		var req AliveRequest
-		if !decode(w, r, &req) {
+		if !decodeRequired(w, r, &req, aliveRequired, "9.7") {
 			return
 		}
 		s, err := m.Alive(r.Context(), r.PathValue("id"), req)
@@ -160,6 +160,29 @@ func missingFields(body []byte, need []string, section string) *APIError {
 		return badReq("missing required field(s) %s (protocol section %s)", strings.Join(missing, ", "), section)
 	}
 	return nil
+}
+
+// doneRequired and aliveRequired are the fields a done report and a
+// keepalive must carry: decoded into Go values an absent rank is 0 and an
+// absent ok false, so a report without them counted as rank 0's, or as
+// a failure.
+var (
+	doneRequired  = []string{"rank", "ok"}
+	aliveRequired = []string{"rank"}
+)
+
+// decodeRequired is decode for a body that must carry the fields need
+// (protocol section section says so).
+func decodeRequired(w http.ResponseWriter, r *http.Request, v any, need []string, section string) bool {
+	body, ok := readBody(w, r)
+	if !ok || !decodeBytes(w, body, v) {
+		return false
+	}
+	if aerr := missingFields(body, need, section); aerr != nil {
+		writeErr(w, aerr)
+		return false
+	}
+	return true
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {

@@ -159,6 +159,9 @@ type operation struct {
 	// drain is set while a persistent operation drains (persistent.go):
 	// a rank failed locally after drain.after invocations.
 	drain *drain
+	// failStarted: failOpBlaming runs or ran (state says "failing" from
+	// the report that starts it, before failOpBlaming takes over).
+	failStarted bool
 }
 
 // Manager is the Aggregation Manager and Host Coordinator.
@@ -1200,7 +1203,8 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 		return OpStatus{}, badReq("rank %d is outside 0..%d", d.Rank, op.size-1)
 	}
 	op.mu.Lock()
-	if _, dup := op.done[d.Rank]; !dup {
+	_, dup := op.done[d.Rank]
+	if !dup {
 		op.done[d.Rank] = d
 		if !d.OK && d.Local && op.firstFail == nil {
 			r := d.Rank
@@ -1218,6 +1222,9 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 	if start {
 		op.finishing = true
 		op.state = "completing"
+		if anyFail {
+			op.state = "failing" // what this answer says: failOp runs next
+		}
 		if anyFail && !all && op.persistent && d.Local && !d.OK && d.Invocations > 0 {
 			// Before the ABORT, the others finish what this rank took
 			// part in (persistent.go).
@@ -1225,7 +1232,9 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 				start, nudge = false, op.drainWaiting()
 			}
 		}
-	} else if op.drain != nil {
+	} else if op.drain != nil && !dup {
+		// A repeated report (a retry after a lost answer) is ignored
+		// here as everywhere.
 		drainNow = op.drained(!d.OK)
 	}
 	op.mu.Unlock()
@@ -1296,11 +1305,11 @@ func (m *Manager) failOp(op *operation, reason, why string) {
 // (why says what it did); nil lets the diagnosis find one.
 func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	op.mu.Lock()
-	if !op.ended.IsZero() || op.state == "failing" {
+	if !op.ended.IsZero() || op.failStarted {
 		op.mu.Unlock()
 		return
 	}
-	op.state = "failing"
+	op.failStarted, op.state = true, "failing"
 	if op.watchdog != nil {
 		op.watchdog.Stop()
 	}
@@ -1358,7 +1367,7 @@ func (m *Manager) Refresh() {
 	var ops []*operation
 	for _, op := range m.ops {
 		op.mu.Lock()
-		if op.state == "active" {
+		if op.state == "active" || op.state == "draining" {
 			ops = append(ops, op)
 		}
 		op.mu.Unlock()

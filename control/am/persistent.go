@@ -189,9 +189,11 @@ type drain struct {
 
 // drainWait bounds a drain: one keepalive period brings every living
 // rank's count, and half of one more is slack for a loaded host. For a
-// timeout of 200 ms or more it is shorter than the operation's timeout
-// (2 keepalive periods), so the AM's diagnosis comes before the switches
-// time out on the failed rank.
+// timeout above 150 ms it is shorter than the operation's timeout
+// (0.75 x timeout, or 150 ms with the 100 ms keepalive floor), so the
+// AM's diagnosis comes before the switches time out on the failed rank.
+// It is also shorter than the keepalive deadline (3 periods + the
+// CONTROL timeout), which a draining operation does not check.
 func drainWait(p params) time.Duration {
 	return time.Duration(keepaliveMS(p)*3/2) * time.Millisecond
 }
@@ -257,7 +259,7 @@ func (op *operation) drained(force bool) bool {
 	}
 	op.drain.timer.Stop()
 	op.drain = nil
-	op.state = "completing"
+	op.state = "failing" // the caller fails it now
 	return true
 }
 

@@ -499,6 +499,12 @@ func TestPersistentAliveHTTP(t *testing.T) {
 		{gn[0].ID, `{"rank":0}`, 400, `"code":"bad_request"`},
 		{gp[0].ID, `{"rank":5}`, 400, `"code":"bad_request"`},
 		{gp[0].ID, `{"rank":0,"ok":true}`, 400, `unknown field`},
+		{gp[0].ID, `{"rank":0,"invocations":3}`, 200, `"persistent":true`},
+		// Decoded as Go values, an absent rank was rank 0: a keepalive
+		// without one ended a drain as rank 0's report.
+		{gp[0].ID, `{"invocations":3}`, 400, `missing required field(s) rank`},
+		{gp[0].ID, `{}`, 400, `missing required field(s) rank`},
+		{gp[0].ID, `{"rank":0,"invocations":-1}`, 400, `"code":"bad_request"`},
 	} {
 		resp, err := http.Post(srv.URL+APIVersion+"/ops/"+x.id+"/alive", "application/json", strings.NewReader(x.body))
 		if err != nil {
@@ -509,6 +515,22 @@ func TestPersistentAliveHTTP(t *testing.T) {
 		if resp.StatusCode != x.code || !strings.Contains(string(b), x.has) {
 			t.Errorf("POST alive %s %s: HTTP %d %s, want %d with %s", x.id, x.body, resp.StatusCode, b, x.code, x.has)
 		}
+	}
+	// A done report without rank or ok is refused, not read as rank 0's
+	// or as a failure; nothing changes.
+	for _, body := range []string{`{"ok":true}`, `{"rank":1}`, `{"rank":1,"error":"x","local":true,"invocations":2}`} {
+		resp, err := http.Post(srv.URL+APIVersion+"/ops/"+gp[0].ID+"/done", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "missing required field(s)") {
+			t.Errorf("done %s: HTTP %d %s, want 400 naming the missing field", body, resp.StatusCode, b)
+		}
+	}
+	if st, err := c.Op(ctx, gp[0].ID); err != nil || st.State != "active" || len(st.RanksDone) != 0 {
+		t.Fatalf("after refused done reports: %+v %v, want active with no rank done", st, err)
 	}
 	l, err := c.Ops(ctx)
 	if err != nil || len(l.Ops) != 2 {
@@ -583,10 +605,17 @@ func TestPersistentLocalFailureDrains(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !tc.wantDrain {
-				if st.State == "draining" || st.Draining != nil {
-					t.Fatalf("drained with nothing to wait for: %+v", st)
+				// The answer says what happens next: the failure.
+				if st.State != "failing" || st.Draining != nil {
+					t.Fatalf("state %q draining %+v with nothing to wait for, want failing", st.State, st.Draining)
 				}
 			} else {
+				// The same report again (a retry after a lost answer)
+				// is ignored, as every repeated report is.
+				if again, err := r.m.Done(ctx, id, DoneRequest{Rank: 0, OK: false, Local: true, Invocations: tc.after,
+					Error: fmt.Sprintf("invocation %d was cancelled before it ran on this rank", tc.after+1)}); err != nil || again.State != "draining" {
+					t.Fatalf("the failing rank's repeated report: %+v %v, want still draining", again, err)
+				}
 				if st.State != "draining" || st.Draining == nil || st.Draining.Rank != 0 || st.Draining.Invocations != tc.after ||
 					len(st.Draining.Waiting) != 1 || st.Draining.Waiting[0] != 1 || st.Draining.LeftMS <= 0 || st.Draining.LeftMS > 750 {
 					t.Fatalf("status after the local failure: state %q draining %+v, want draining for rank 1 after 2 invocations", st.State, st.Draining)
@@ -602,8 +631,8 @@ func TestPersistentLocalFailureDrains(t *testing.T) {
 						t.Fatalf("keepalive with fewer invocations: %+v %v", st, err)
 					}
 					caught = time.Now()
-					if _, err := r.m.Alive(ctx, id, AliveRequest{Rank: 1, Invocations: tc.aliveLater}); err != nil {
-						t.Fatal(err)
+					if st, err := r.m.Alive(ctx, id, AliveRequest{Rank: 1, Invocations: tc.aliveLater}); err != nil || st.State != "failing" {
+						t.Fatalf("the keepalive that ends the drain: %+v %v, want the answer failing", st, err)
 					}
 				}
 				// The drain ends by itself (no done report from rank 1).

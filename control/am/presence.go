@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -105,10 +106,12 @@ type presence struct {
 	gone   bool
 	clean  bool
 	timer  *time.Timer // the grace; once gone, the record's expiry
-	// nudge carries Operation IDs to one of the process's open streams,
-	// which writes "alive <id>": send that persistent operation's
-	// keepalive now (a draining operation waits for it, 9.7).
-	nudge chan string
+	// nudges holds a channel per open stream: an Operation ID sent on it
+	// makes the stream write "alive <id>", send that persistent
+	// operation's keepalive now (a draining operation waits for it, 9.7).
+	// Every stream gets it: of a client's streams, the oldest may be the
+	// dead one it is replacing.
+	nudges map[chan string]struct{}
 }
 
 // presenceState is the AM's presence bookkeeping, under Manager.mu.
@@ -208,8 +211,9 @@ func (m *Manager) presenceStream(w http.ResponseWriter, r *http.Request, req Pre
 		setUserTimeout(c, presenceUserTimeout)
 	}
 	k := presKey{req.Job, req.Group, req.Rank, req.Session}
-	p := m.presenceOpen(k, req)
-	defer m.presenceClose(k, p)
+	nudge := make(chan string, 4)
+	p := m.presenceOpen(k, req, nudge)
+	defer m.presenceClose(k, p, nudge)
 	w.Header().Set(PresenceHeader, "1")
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
@@ -229,7 +233,7 @@ func (m *Manager) presenceStream(w http.ResponseWriter, r *http.Request, req Pre
 		case <-m.done:
 			return
 		case <-t.C:
-		case id := <-p.nudge:
+		case id := <-nudge:
 			if _, err := w.Write([]byte(PresenceAlive + id)); err != nil {
 				return
 			}
@@ -256,23 +260,25 @@ func (m *Manager) nudgeAlive(op *operation, ranks []int) {
 			continue
 		}
 		p := m.pres.procs[presKey{op.id.Job, op.id.Group, r, a.Session}]
-		if p == nil || p.streams == 0 {
+		if p == nil {
 			continue
 		}
-		select {
-		case p.nudge <- id:
-		default: // asked already, not yet written
+		for ch := range p.nudges {
+			select {
+			case ch <- id:
+			default: // asked already, not yet written
+			}
 		}
 	}
 }
 
 // presenceOpen records an open stream of process k.
-func (m *Manager) presenceOpen(k presKey, req PresenceRequest) *presence {
+func (m *Manager) presenceOpen(k presKey, req PresenceRequest, nudge chan string) *presence {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pres.procs[k]
 	if p == nil {
-		p = &presence{node: req.Node, since: time.Now(), nudge: make(chan string, 4)}
+		p = &presence{node: req.Node, since: time.Now(), nudges: map[chan string]struct{}{}}
 		m.pres.procs[k] = p
 		// Its stream may open after its first calls started (the
 		// library opens it in the background): the invocations it
@@ -294,15 +300,17 @@ func (m *Manager) presenceOpen(k presKey, req PresenceRequest) *presence {
 		delete(m.pres.gone[grpKey{k.job, k.group}], k)
 	}
 	p.streams++
+	p.nudges[nudge] = struct{}{}
 	p.leftAt, p.gone, p.clean = time.Time{}, false, false
 	return p
 }
 
 // presenceClose notes that one of p's streams ended: with none left, the
 // process is gone unless it comes back within the grace.
-func (m *Manager) presenceClose(k presKey, p *presence) {
+func (m *Manager) presenceClose(k presKey, p *presence, nudge chan string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	delete(p.nudges, nudge)
 	if m.pres.procs[k] != p {
 		return
 	}
@@ -388,11 +396,20 @@ func (m *Manager) markGone(k presKey, p *presence) {
 	msg := m.goneMessage(k, p)
 	m.mu.Unlock()
 	m.closeFailed(failed)
+	running := 0
 	for _, op := range ops {
-		go m.failIfWaiting(op, k.rank, msg)
+		// m.ops keeps ended operations for introspection: only one that
+		// still runs had this process as a rank.
+		op.mu.Lock()
+		live := op.ended.IsZero() && !op.failStarted
+		op.mu.Unlock()
+		if live {
+			running++
+			go m.failIfWaiting(op, k.rank, msg)
+		}
 	}
 	effect := "none"
-	if len(failed)+len(ops) > 0 {
+	if len(failed)+running > 0 {
 		effect = "waited_for"
 	}
 	m.metrics.ranksGone.WithLabelValues(effect).Inc()
@@ -418,7 +435,17 @@ func (m *Manager) markGone(k presKey, p *presence) {
 func (m *Manager) failIfWaiting(op *operation, rank int, msg string) {
 	op.mu.Lock()
 	active := op.state == "active"
+	drained := false
+	if op.drain != nil && slices.Contains(op.drainWaiting(), rank) {
+		// A draining operation waits for this rank's report, which will
+		// not come.
+		drained = op.drained(true)
+	}
 	op.mu.Unlock()
+	if drained {
+		m.endDrain(op, msg)
+		return
+	}
 	if !active {
 		return
 	}

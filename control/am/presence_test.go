@@ -495,3 +495,83 @@ func TestPresenceAliveLines(t *testing.T) {
 		t.Errorf("alive requests %q, want %q", got, want)
 	}
 }
+
+// TestDrainAsksAndEndsByPresence: when a persistent operation starts to
+// drain, every open presence stream of the waited-for rank's process (it
+// may hold two while it replaces one it takes for dead) gets the line
+// "alive <id>", and no other process's does. When that process is then
+// gone, the drain ends at once (its report will not come), not at the
+// drain's bound. After the operation ended, another process of the job
+// going away counts as waited for by nobody.
+func TestDrainAsksAndEndsByPresence(t *testing.T) {
+	p := newPresenceRig(t, "spine-leaf", Config{})
+	for _, n := range p.nodes {
+		n.final = parser.StateActive
+	}
+	q := withSessions(persistentReqs(60, 0, 20000, "h1", "h2", "h3"), 21) // drain bound 15 s
+	// Rank 1's process holds two streams that collect request lines;
+	// rank 2's one.
+	type stream struct {
+		lines chan string
+		stop  func()
+	}
+	open := func(x BeginRequest) stream {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := stream{lines: make(chan string, 8)}
+		opened, ended := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(ended)
+			p.cl.Presence(ctx, PresenceRequest{Job: x.Job, Group: x.Group, Rank: x.Rank, Size: x.Size, Node: x.Node, Session: x.Session},
+				func() { close(opened) }, func(id string) { s.lines <- id })
+		}()
+		<-opened
+		s.stop = func() { cancel(); <-ended }
+		return s
+	}
+	s1a, s1b, s2 := open(q[1]), open(q[1]), open(q[2])
+	defer s2.stop()
+	grants := p.grantAll(t, q)
+	id := grants[0].ID
+	if _, err := p.m.Alive(context.Background(), id, AliveRequest{Rank: 2, Invocations: 5}); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	st, err := p.m.Done(context.Background(), id, DoneRequest{Rank: 0, OK: false, Local: true, Invocations: 5, Error: "invocation 6 was cancelled"})
+	if err != nil || st.State != "draining" || st.Draining == nil || len(st.Draining.Waiting) != 1 || st.Draining.Waiting[0] != 1 {
+		t.Fatalf("after rank 0's local failure: %+v %v, want draining for rank 1 only", st, err)
+	}
+	for i, s := range []stream{s1a, s1b} {
+		select {
+		case got := <-s.lines:
+			if got != id {
+				t.Errorf("rank 1's stream %d asked for %q, want %q", i, got, id)
+			}
+		case <-time.After(3 * time.Second):
+			t.Errorf("rank 1's stream %d got no alive request", i)
+		}
+	}
+	select {
+	case got := <-s2.lines:
+		t.Errorf("rank 2, which reported its 5 invocations, was asked for %q", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// Rank 1's process dies: the drain ends within the presence grace.
+	s1a.stop()
+	s1b.stop()
+	waitFor(t, func() bool {
+		st, _ := p.m.Op(id)
+		return st.State == "failed"
+	})
+	if el := time.Since(t0); el > presenceGrace+2*time.Second {
+		t.Errorf("failed %v after the drain began with its waited-for rank gone, want within the grace (%v) and a bit, not the bound (15 s)", el, presenceGrace)
+	}
+	if st, _ := p.m.Op(id); st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 0 {
+		t.Errorf("error %+v, want the failure to name rank 0, whose cancellation began it", st.Error)
+	}
+	before := scrape(t, p.m)[`prismd_am_ranks_gone_total{effect="none"}`]
+	s2.stop() // rank 2 of the ended operation
+	p.waitGone(t, q[2])
+	if v := scrape(t, p.m)[`prismd_am_ranks_gone_total{effect="none"}`]; v != before+1 {
+		t.Errorf(`ranks_gone_total{effect="none"} went %v -> %v when a rank of an ended operation went, want +1`, before, v)
+	}
+}
