@@ -53,7 +53,11 @@
 //     waited for its turn), they fail with ErrEarlierCancelled (not
 //     context.Canceled: theirs was not), naming the invocation. The other
 //     ranks ran it without this rank and failed it, so none of the queued
-//     calls can run in step; the shape's next call sets up afresh.
+//     calls can run in step; the shape's next call sets up afresh. The
+//     invocations before the failed one are not cut short on any rank:
+//     the AM waits (a drain, docs/protocol.md 9.7) for every rank to
+//     report them complete, or at most 1.5 keepalive periods, before it
+//     ends the collective.
 //   - Every call that runs on a persistent collective (its Start, or a
 //     repeated shape's call) takes a sequence number too, though it asks
 //     the AM nothing: another rank may make that call through the AM (it
