@@ -244,6 +244,16 @@ func (c *Comm) forgetShape(sh shape) {
 // before it.
 func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, nth int, prev, next chan struct{}, cause error) {
 	p := slot.p
+	// The slot is no longer the shape's before the cancelled call returns:
+	// a call of the shape made after that sets up a new collective, as
+	// the other ranks' next call does once their copy of this one failed.
+	// Kept until the earlier calls were done (below), a call made at once
+	// queued behind this one and failed with it, and abandoned its seq,
+	// which failed the other ranks' next call too: whether the next call
+	// ran depended on a few microseconds (TestCallRightAfterCancelledOneRuns).
+	// The calls already queued behind this one hold the slot and fail
+	// with ErrEarlierCancelled as before.
+	c.dropSlot(sh, slot)
 	if renew {
 		req := c.beginRequest(seq, p.coll, p.send, p.root, p.opts)
 		req.Persistent, req.VectorLen = true, p.n*p.k
@@ -260,13 +270,13 @@ func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, 
 		// before this one, and their copy of this one fails, naming this
 		// rank's cancellation.
 		// The calls queued behind this one fail from here on, and not
-		// before, and the shape's next call sets up anew only from here:
-		// at once, the error failed an earlier call that had not started
-		// yet (the first of three queued calls, when the second was
-		// cancelled before it was queued), and a call made just after
-		// the cancelled one found no slot, set up a new collective on
-		// this rank alone and waited at the AM's barrier while the other
-		// ranks ran the old one.
+		// before: at once, the error failed an earlier call that had not
+		// started yet (the first of three queued calls, when the second
+		// was cancelled before it was queued). A call of the shape made
+		// after the cancelled one returned found no slot above and set up
+		// a new collective; its barrier at the AM waits for the other
+		// ranks, whose copy of this invocation fails once the retirement
+		// below is reported (the AM drains, then ABORTs).
 		p.mu.Lock()
 		if p.err == nil {
 			p.err = &OpError{Collective: p.coll, Rank: c.cfg.Rank, Stage: "begin",
@@ -276,7 +286,6 @@ func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, 
 		op := p.op
 		p.op = nil
 		p.mu.Unlock()
-		c.dropSlot(sh, slot)
 		if op != nil {
 			p.retireCancelled(op, nth, cause)
 		}

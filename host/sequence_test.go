@@ -834,6 +834,43 @@ func TestCancelledInvocationFailsOthersPromptly(t *testing.T) {
 	sp.both(t, "and the one after", 5, 100, o)
 }
 
+// TestCallRightAfterCancelledOneRuns: rank 0's call of a kept shape is
+// cancelled before it runs, and rank 0 makes its next call of the shape
+// at once, before the cancelled one's clean-up could run. That next call
+// must set up afresh, as the shape's next call does on rank 1 (made after
+// its copy of the cancelled call failed), and be exact on both. It found
+// the cancelled call's collective still kept, queued behind it, failed
+// with ErrEarlierCancelled and abandoned its seq, which failed rank 1's
+// call too: the outcome of a call depended on a few microseconds.
+func TestCallRightAfterCancelledOneRuns(t *testing.T) {
+	sp := newSeqPair(t, 214)
+	o := &Options{Timeout: 3 * time.Second}
+	const n = 500
+	sp.both(t, "first call", 1, n, o)
+	sp.both(t, "second call (persistent set up)", 2, n, o)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	q1 := sp.comms[1].AllReduceAsync(context.Background(), vecFor(3, 1, n), make([]float32, n), o)
+	if err := sp.comms[0].AllReduce(cancelled, vecFor(3, 0, n), make([]float32, n), o); !errors.Is(err, context.Canceled) {
+		t.Fatalf("rank 0's cancelled call: %v, want context.Canceled", err)
+	}
+	sends := [][]float32{vecFor(4, 0, n), vecFor(4, 1, n)}
+	recvs := [][]float32{make([]float32, n), make([]float32, n)}
+	ctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	q0 := sp.comms[0].AllReduceAsync(ctx, sends[0], recvs[0], o) // at once
+	if err := q1.Wait(); err == nil {
+		t.Fatal("rank 1's copy of the cancelled call succeeded without rank 0")
+	}
+	q1b := sp.comms[1].AllReduceAsync(ctx, sends[1], recvs[1], o)
+	for r, q := range []*Request{q0, q1b} {
+		if err := q.Wait(); err != nil {
+			t.Fatalf("rank %d's call after the cancelled one: %v", r, err)
+		}
+	}
+	checkSums(t, "the call after the cancelled one", sends, recvs)
+}
+
 // TestRankGoneFailsNextCall: after a collective both ranks finished, rank
 // 1's process dies (its presence stream closes without a goodbye: as a
 // killed process's does). Rank 0's next call fails within about the AM's
