@@ -350,3 +350,62 @@ func TestReduceRootOnlyFailureKeepsPairing(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelTellsRanksOnOtherLeaf: on spine-leaf, rank 1 (leaf l1)
+// cancels its call of a kept shape before it runs. Ranks 2 and 3 (leaf
+// l2) had sent all their data and waited only for RESULT: the AM's ABORT
+// left their leaf silent, and they failed at their RESULT timeout
+// (Timeout + 1 s) with ErrTimeout. The AM now tells their processes on
+// their presence streams: they fail at once, with the AM's diagnosis
+// naming rank 1's cancellation, and the next call is exact on every rank.
+func TestCancelTellsRanksOnOtherLeaf(t *testing.T) {
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	ar := newAutoRanks(t, "spine-leaf", hosts, 84, 0)
+	const n = 300
+	o := &Options{Timeout: 4 * time.Second}
+	run := func(what string, seed uint64, cancelRank int) []error {
+		errs := make([]error, len(hosts))
+		sends, recvs := make([][]float32, len(hosts)), make([][]float32, len(hosts))
+		var wg sync.WaitGroup
+		for r, c := range ar.comms {
+			sends[r], recvs[r] = vecFor(seed, r, n), make([]float32, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			if r == cancelRank {
+				cancel()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer cancel()
+				errs[r] = c.AllReduce(ctx, sends[r], recvs[r], o)
+			}()
+		}
+		wg.Wait()
+		if cancelRank < 0 {
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("%s: rank %d: %v", what, r, err)
+				}
+			}
+			checkSums(t, what, sends, recvs)
+		}
+		return errs
+	}
+	run("first call", 1, -1)
+	run("second call (persistent set up)", 2, -1)
+	t0 := time.Now()
+	errs := run("the cancelled call", 3, 1)
+	el := time.Since(t0)
+	if !errors.Is(errs[1], context.Canceled) {
+		t.Errorf("rank 1: %v, want context.Canceled", errs[1])
+	}
+	for _, r := range []int{0, 2, 3} {
+		if errs[r] == nil || errors.Is(errs[r], ErrTimeout) || !strings.Contains(errs[r].Error(), "cancelled before it ran") {
+			t.Errorf("rank %d: %v, want a failure naming rank 1's cancellation, not a timeout", r, errs[r])
+		}
+	}
+	if el > 2500*time.Millisecond {
+		t.Errorf("the ranks' copies of the cancelled call failed after %v, want well within their 4 s timeout", el)
+	}
+	run("the next call", 4, -1)
+}

@@ -61,6 +61,12 @@ type opRun struct {
 	// the AM (am.AliveRequest.Invocations), so that another rank's local
 	// failure does not ABORT an invocation this rank is still in.
 	completed atomic.Uint32
+	// amFailed is set when the AM says, on the presence stream, that it
+	// failed the operation (Comm.told): the loop ends a running invocation
+	// with it, and a resting persistent operation's next one at its
+	// start. A rank waiting for RESULT from a leaf the AM's ABORT left
+	// silent learned of the failure only at its RESULT timeout.
+	amFailed atomic.Pointer[error]
 	// draining: the AM's last answer to a keepalive said the operation
 	// drains (another rank failed locally), so each completed invocation
 	// is reported at once (aliveNow) instead of at the next keepalive.
@@ -177,6 +183,10 @@ func (op *opRun) service(now int64, tx *txQueue) {
 		return
 	}
 	done, err := op.step(now, tx)
+	if p := op.amFailed.Load(); p != nil && err == nil && !done {
+		// (A result complete here stands: the failure is elsewhere.)
+		err = *p
+	}
 	switch {
 	case err != nil:
 		op.end(op.c.withLink(now, err))

@@ -58,7 +58,7 @@ func (c *Comm) presence(ctx context.Context) {
 	backoff := presenceRetry
 	for {
 		start := time.Now()
-		err := c.client.Presence(ctx, req, func() { c.presenceUp.Store(true); c.firstDone() }, c.aliveNow)
+		err := c.client.Presence(ctx, req, func() { c.presenceUp.Store(true); c.firstDone() }, c.told)
 		c.presenceUp.Store(false)
 		c.firstDone()
 		if ctx.Err() != nil {
@@ -103,6 +103,33 @@ func (c *Comm) stopPresence() {
 	}
 	c.presenceStop()
 	<-c.presenceDone
+}
+
+// told acts on a request line of the presence stream (protocol 9.9):
+// "alive" sends that persistent operation's keepalive at once, "failed"
+// ends this rank's part of that operation now.
+func (c *Comm) told(word, id string) {
+	switch word {
+	case "alive":
+		c.aliveNow(id)
+	case "failed":
+		c.amFailedOp(id)
+	}
+}
+
+// amFailedOp ends operation id, if this rank runs it, with the AM's word
+// that it failed: the failure path then asks the AM for its diagnosis,
+// as after any failure. An operation that already finished here is left
+// alone (its result stands).
+func (c *Comm) amFailedOp(id string) {
+	for _, op := range *c.ops.Load() {
+		if op.g.ID != id {
+			continue
+		}
+		err := fmt.Errorf("%w: the AM failed operation %s (its presence stream said so)", ErrFailed, id)
+		op.amFailed.CompareAndSwap(nil, &err)
+	}
+	c.kick()
 }
 
 // aliveNow sends the keepalive of persistent operation id at once, as the

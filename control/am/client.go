@@ -264,9 +264,9 @@ var presenceSilence = 5 * time.Second
 // (nil), the AM ends it (nil), or it fails (an error; ErrNoPresence if
 // the coordinator keeps none). The caller asks again while its
 // communicator lives. opened, if not nil, is called once the AM took the
-// stream; alive, if not nil, with the Operation ID of each "alive" line
-// (the AM asks for that persistent operation's keepalive now).
-func (c *Client) Presence(ctx context.Context, r PresenceRequest, opened func(), alive func(id string)) error {
+// stream; told, if not nil, with the word ("alive", "failed") and the
+// Operation ID of each request line (PresenceAlive, PresenceFailed).
+func (c *Client) Presence(ctx context.Context, r PresenceRequest, opened func(), told func(word, id string)) error {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -326,8 +326,12 @@ func (c *Client) Presence(ctx context.Context, r PresenceRequest, opened func(),
 			}
 			return fmt.Errorf("%w at %s: presence stream: %v", ErrUnreachable, c.URL, causeOr(sctx, err))
 		}
-		if id, ok := bytes.CutPrefix(line[:len(line)-1], []byte(PresenceAlive)); ok && !long && alive != nil && len(id) > 0 {
-			alive(string(id))
+		if !long && told != nil {
+			for _, word := range []string{PresenceAlive, PresenceFailed} {
+				if id, ok := bytes.CutPrefix(line[:len(line)-1], []byte(word)); ok && len(id) > 0 {
+					told(strings.TrimSpace(word), string(id))
+				}
+			}
 		}
 		long = false
 	}

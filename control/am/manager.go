@@ -1239,7 +1239,7 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 	}
 	op.mu.Unlock()
 	if nudge != nil {
-		m.nudgeAlive(op, nudge)
+		m.tell(op, nudge, PresenceAlive)
 	}
 	if drainNow {
 		go m.endDrain(op, fmt.Sprintf("rank %d reported done (ok %v)", d.Rank, d.OK))
@@ -1341,8 +1341,18 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	m.logf("am: %v", e.Message)
 	op.mu.Lock()
 	op.state, op.err, op.ended = "failed", e, time.Now()
+	var tell []int
+	for r := 0; r < op.size; r++ {
+		if _, done := op.done[r]; !done {
+			tell = append(tell, r)
+		}
+	}
 	op.mu.Unlock()
 	close(op.final)
+	// A rank that has sent everything and waits for RESULT hears nothing
+	// from its ABORTed leaf: it learned of the failure only at its own
+	// RESULT timeout. Its process's presence stream tells it now.
+	m.tell(op, tell, PresenceFailed)
 	m.retire(op)
 }
 

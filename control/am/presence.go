@@ -106,11 +106,9 @@ type presence struct {
 	gone   bool
 	clean  bool
 	timer  *time.Timer // the grace; once gone, the record's expiry
-	// nudges holds a channel per open stream: an Operation ID sent on it
-	// makes the stream write "alive <id>", send that persistent
-	// operation's keepalive now (a draining operation waits for it, 9.7).
-	// Every stream gets it: of a client's streams, the oldest may be the
-	// dead one it is replacing.
+	// nudges holds a channel per open stream: a request line sent on it
+	// (tell) is written on the stream. Every stream gets it: of a
+	// client's streams, the oldest may be the dead one it is replacing.
 	nudges map[chan string]struct{}
 }
 
@@ -233,25 +231,30 @@ func (m *Manager) presenceStream(w http.ResponseWriter, r *http.Request, req Pre
 		case <-m.done:
 			return
 		case <-t.C:
-		case id := <-nudge:
-			if _, err := w.Write([]byte(PresenceAlive + id)); err != nil {
+		case line := <-nudge:
+			if _, err := w.Write([]byte(line)); err != nil {
 				return
 			}
 		}
 	}
 }
 
-// PresenceAlive starts a presence stream line that asks the process to
-// send the keepalive of the persistent operation whose ID follows (up to
-// the line's newline) at once.
-const PresenceAlive = "alive "
+// Presence stream request lines (9.9): a word, a space, an Operation ID.
+const (
+	// PresenceAlive asks the process to send that persistent operation's
+	// keepalive at once (a draining operation waits for it, 9.7).
+	PresenceAlive = "alive "
+	// PresenceFailed says the operation failed (the AM's diagnosis is
+	// its status): the process fails its part of it at once.
+	PresenceFailed = "failed "
+)
 
-// nudgeAlive asks the processes behind ranks of op, through their
-// presence streams, for op's keepalive now: a drain (9.7) ends as soon as
-// they report, instead of at their next periodic keepalive. A process
-// without an open stream is not asked; the drain's bound covers it.
-func (m *Manager) nudgeAlive(op *operation, ranks []int) {
-	id := op.id.Key()
+// tell writes word and op's ID as a line on every presence stream of the
+// processes behind ranks of op. A process without an open stream is not
+// told: for "alive" the drain's bound covers it, for "failed" its own
+// timers.
+func (m *Manager) tell(op *operation, ranks []int, word string) {
+	line := word + op.id.Key() + "\n"
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range ranks {
@@ -265,8 +268,8 @@ func (m *Manager) nudgeAlive(op *operation, ranks []int) {
 		}
 		for ch := range p.nudges {
 			select {
-			case ch <- id:
-			default: // asked already, not yet written
+			case ch <- line:
+			default: // a stream with 4 lines not yet written: a stuck one
 			}
 		}
 	}
@@ -426,7 +429,8 @@ func (m *Manager) markGone(k presKey, p *presence) {
 }
 
 // failIfWaiting fails op, still active, if a node says it waits for
-// rank's contribution. A rank that died after its part was in (a REDUCE
+// rank's contribution, or if op is persistent and the rank had not freed
+// it. A rank that died after its part was in (a REDUCE
 // rank whose data was delivered, a rank that had its whole RESULT) is
 // waited for by nobody, and its operation may still complete for the
 // others: failing it would abort their results in flight. A rank whose
@@ -435,6 +439,11 @@ func (m *Manager) markGone(k presKey, p *presence) {
 func (m *Manager) failIfWaiting(op *operation, rank int, msg string) {
 	op.mu.Lock()
 	active := op.state == "active"
+	_, reported := op.done[rank]
+	// A persistent operation can run no further invocation without the
+	// rank: its other ranks' next one would wait for it until their
+	// timeout, resting ones included. It fails now.
+	doomed := active && op.persistent && !reported
 	drained := false
 	if op.drain != nil && slices.Contains(op.drainWaiting(), rank) {
 		// A draining operation waits for this rank's report, which will
@@ -447,6 +456,10 @@ func (m *Manager) failIfWaiting(op *operation, rank int, msg string) {
 		return
 	}
 	if !active {
+		return
+	}
+	if doomed {
+		m.failOpBlaming(op, CodeRankGone, msg, &rank)
 		return
 	}
 	m.askAll(op)

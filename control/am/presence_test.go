@@ -470,16 +470,16 @@ func TestPresenceRefusals(t *testing.T) {
 	}
 }
 
-// TestPresenceAliveLines: the client hands the Operation ID of each
-// "alive <id>" line of the stream to its callback, once per line, and
-// nothing for beats, an empty ID, other words, or a line longer than its
-// buffer (even one that starts like a request).
+// TestPresenceAliveLines: the client hands the word and Operation ID of
+// each "alive <id>" and "failed <id>" line of the stream to its callback,
+// once per line, and nothing for beats, an empty ID, other words, or a
+// line longer than its buffer (even one that starts like a request).
 func TestPresenceAliveLines(t *testing.T) {
 	long := PresenceAlive + strings.Repeat("9", 400)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(PresenceHeader, "1")
 		w.WriteHeader(http.StatusOK)
-		for _, l := range []string{"", PresenceAlive + "7-0-1-3-100", "", PresenceAlive, "hello 1-2-3-4-5", long, PresenceAlive + "7-0-1-4-100"} {
+		for _, l := range []string{"", PresenceAlive + "7-0-1-3-100", "", PresenceAlive, "hello 1-2-3-4-5", long, PresenceFailed + "7-0-1-5-100", PresenceAlive + "7-0-1-4-100", PresenceFailed} {
 			w.Write([]byte(l + "\n"))
 			w.(http.Flusher).Flush()
 		}
@@ -487,11 +487,11 @@ func TestPresenceAliveLines(t *testing.T) {
 	defer srv.Close()
 	var got []string
 	err := NewClient(srv.URL).Presence(context.Background(), PresenceRequest{Job: 1, Size: 1, Node: "h1", Session: 5}, nil,
-		func(id string) { got = append(got, id) })
+		func(word, id string) { got = append(got, word+" "+id) })
 	if err != nil {
 		t.Fatalf("stream the AM closed: %v, want nil", err)
 	}
-	if want := []string{"7-0-1-3-100", "7-0-1-4-100"}; strings.Join(got, ",") != strings.Join(want, ",") {
+	if want := []string{"alive 7-0-1-3-100", "failed 7-0-1-5-100", "alive 7-0-1-4-100"}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("alive requests %q, want %q", got, want)
 	}
 }
@@ -522,7 +522,7 @@ func TestDrainAsksAndEndsByPresence(t *testing.T) {
 		go func() {
 			defer close(ended)
 			p.cl.Presence(ctx, PresenceRequest{Job: x.Job, Group: x.Group, Rank: x.Rank, Size: x.Size, Node: x.Node, Session: x.Session},
-				func() { close(opened) }, func(id string) { s.lines <- id })
+				func() { close(opened) }, func(word, id string) { s.lines <- word + " " + id })
 		}()
 		<-opened
 		s.stop = func() { cancel(); <-ended }
@@ -543,8 +543,8 @@ func TestDrainAsksAndEndsByPresence(t *testing.T) {
 	for i, s := range []stream{s1a, s1b} {
 		select {
 		case got := <-s.lines:
-			if got != id {
-				t.Errorf("rank 1's stream %d asked for %q, want %q", i, got, id)
+			if got != "alive "+id {
+				t.Errorf("rank 1's stream %d asked for %q, want %q", i, got, "alive "+id)
 			}
 		case <-time.After(3 * time.Second):
 			t.Errorf("rank 1's stream %d got no alive request", i)
@@ -555,6 +555,18 @@ func TestDrainAsksAndEndsByPresence(t *testing.T) {
 		t.Errorf("rank 2, which reported its 5 invocations, was asked for %q", got)
 	case <-time.After(200 * time.Millisecond):
 	}
+	// Rank 2's process hears of the failure on its stream (it may be
+	// waiting for RESULT from a leaf the ABORT left silent).
+	defer func() {
+		select {
+		case got := <-s2.lines:
+			if got != "failed "+id {
+				t.Errorf("rank 2's stream said %q after the failure, want %q", got, "failed "+id)
+			}
+		case <-time.After(3 * time.Second):
+			t.Errorf("rank 2's stream was not told of the failure")
+		}
+	}()
 	// Rank 1's process dies: the drain ends within the presence grace.
 	s1a.stop()
 	s1b.stop()
@@ -573,5 +585,64 @@ func TestDrainAsksAndEndsByPresence(t *testing.T) {
 	p.waitGone(t, q[2])
 	if v := scrape(t, p.m)[`prismd_am_ranks_gone_total{effect="none"}`]; v != before+1 {
 		t.Errorf(`ranks_gone_total{effect="none"} went %v -> %v when a rank of an ended operation went, want +1`, before, v)
+	}
+}
+
+// TestGoneRankFailsRestingPersistent: a persistent operation whose ranks
+// rest between invocations (no node waits for anyone) loses a rank's
+// process: it can run no further invocation, so it fails at once,
+// rank_gone naming that rank, and the other ranks' processes are told on
+// their streams; a rank that freed it first (done ok) going away fails
+// nothing.
+func TestGoneRankFailsRestingPersistent(t *testing.T) {
+	p := newPresenceRig(t, "spine-leaf", Config{})
+	for _, n := range p.nodes {
+		n.final = parser.StateActive
+	}
+	q := withSessions(persistentReqs(61, 0, 20000, "h1", "h2", "h3"), 31)
+	lines := make(chan string, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opened := make(chan struct{})
+	go p.cl.Presence(ctx, PresenceRequest{Job: q[0].Job, Group: q[0].Group, Rank: 0, Size: 3, Node: q[0].Node, Session: q[0].Session},
+		func() { close(opened) }, func(word, id string) { lines <- word + " " + id })
+	<-opened
+	t.Cleanup(p.present(t, q[1]))
+	kill := p.present(t, q[2])
+	grants := p.grantAll(t, q)
+	id := grants[0].ID
+	kill()
+	t0 := time.Now()
+	waitFor(t, func() bool {
+		st, _ := p.m.Op(id)
+		return st.State == "failed"
+	})
+	if el := time.Since(t0); el > presenceGrace+2*time.Second {
+		t.Errorf("failed %v after rank 2's process died, want within the grace and a bit", el)
+	}
+	st, _ := p.m.Op(id)
+	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 2 || !strings.Contains(st.Error.Message, "rank 2 (h3) is gone") {
+		t.Fatalf("error %+v, want one naming rank 2 (h3), gone", st.Error)
+	}
+	select {
+	case got := <-lines:
+		if got != "failed "+id {
+			t.Errorf("rank 0's stream said %q, want %q", got, "failed "+id)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("rank 0's process was not told of the failure")
+	}
+	// A rank that freed its persistent operation first is not waited for.
+	q2 := withSessions(persistentReqs(62, 0, 20000, "h1", "h2", "h3"), 41)
+	kill2 := p.presentAll(t, q2)
+	g2 := p.grantAll(t, q2)
+	if _, err := p.m.Done(context.Background(), g2[0].ID, DoneRequest{Rank: 2, OK: true}); err != nil {
+		t.Fatal(err)
+	}
+	kill2()
+	p.waitGone(t, q2[2])
+	time.Sleep(300 * time.Millisecond)
+	if st, _ := p.m.Op(g2[0].ID); st.State != "active" {
+		t.Fatalf("a persistent operation whose gone rank had freed it: state %s (%+v), want active", st.State, st.Error)
 	}
 }
