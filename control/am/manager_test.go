@@ -1611,6 +1611,12 @@ func TestPersistentMismatchSaysInvocationLength(t *testing.T) {
 	if d := pers.differences(ord); d != "vector_len 777 per invocation vs 8, persistent true vs false" {
 		t.Fatalf("differences %q", d)
 	}
+	// The same length per invocation, one side persistent: the
+	// persistent flag is the difference, not "777 per invocation vs 777".
+	same := params{Collective: parser.CollAllReduce, VectorLen: 777, Size: 2}
+	if d := pers.differences(same); d != "persistent true vs false" {
+		t.Fatalf("same length per invocation, one persistent: differences %q, want only the persistent flag", d)
+	}
 	other := pers
 	other.InvocationLen = 0 // a client that does not send it
 	if !pers.same(other) || pers.differences(other) != "" {

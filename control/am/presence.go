@@ -417,6 +417,10 @@ func (m *Manager) markGone(k presKey, p *presence) {
 	}
 	m.metrics.ranksGone.WithLabelValues(effect).Inc()
 	switch {
+	case p.clean && effect == "none":
+		// The usual end of a job: the advice in msg is for ranks that
+		// waited for it.
+		m.logf("am: job %d group %d: rank %d (%s) closed its communicator", k.job, k.group, k.rank, p.node)
 	case p.clean:
 		m.logf("am: job %d group %d: %s", k.job, k.group, msg)
 	case effect == "none":
