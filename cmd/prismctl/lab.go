@@ -41,6 +41,9 @@ const labUsage = `usage:
   prismctl lab list                         the shipped topologies
 
 FILE is a topology file, or the name of a shipped one (%s).
+The lab's name (its namespaces pl-<name>-<node>, its MACs) is the file's name: field; to
+run a second copy of a topology, copy its file (a shipped one is deploy/lab/<name>.yaml in
+the source) and change name: (a-z, 0-9 and -, at most 12 characters).
 A lab brought up with --state-dir DIR needs the same --state-dir for down and status: the
 PIDs of its prismd are in DIR. Without it, down removes nothing and exits 1 while processes
 run in the lab's namespaces.
