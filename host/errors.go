@@ -36,6 +36,10 @@ var (
 	// ErrPersistentClosed: the persistent collective was closed (its Comm
 	// may still be open).
 	ErrPersistentClosed = errors.New("host: persistent collective closed")
+	// ErrBusy: a Start or Close of a persistent collective while one of
+	// its invocations still runs (Wait for it first). Nothing was sent;
+	// the running invocation goes on.
+	ErrBusy = errors.New("host: an invocation is still running")
 	// ErrEarlierCancelled: an earlier call of the same shape, run on the
 	// persistent collective the Comm keeps for it
 	// (Config.PersistentShapes), was cancelled; the other ranks ran that

@@ -140,7 +140,7 @@ func (p *Persistent) Start(ctx context.Context) *Request {
 	case p.closed:
 		err = p.closedError()
 	case p.running:
-		err = &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: errors.New("an invocation of this persistent collective is still running; Wait for it first")}
+		err = &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin", Err: fmt.Errorf("%w: Wait for it before the next Start", ErrBusy)}
 	case p.n == 0 && err == nil:
 		// Count 0: a no-op, as an ordinary call of 0 elements.
 		p.mu.Unlock()
@@ -470,7 +470,7 @@ func (p *Persistent) Close() error {
 	}
 	if p.running {
 		p.mu.Unlock()
-		return &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "done", Err: errors.New("an invocation is still running; Wait for it before Close")}
+		return &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "done", Err: fmt.Errorf("%w: Wait for it before Close", ErrBusy)}
 	}
 	p.closed = true
 	op, failed := p.op, p.err != nil

@@ -305,6 +305,39 @@ func TestPersistentCancelled(t *testing.T) {
 	}
 }
 
+// TestPersistentBusy: while rank 0's invocation waits (rank 1 has not
+// started its own), a second Start and a Close on rank 0 fail at once
+// with ErrBusy and change nothing: once rank 1 starts, the invocation
+// completes exact, and Close then frees the collective.
+func TestPersistentBusy(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	pr := newPersistentRanks(t, f, url, 74, []string{"h1", "h2"}, "allreduce", 0, 10, nil)
+	errs, _ := pr.invoke(0, nil, nil)
+	pr.check(t, 0, "allreduce", 0, errs)
+	p := pr.ps[0]
+	q := p.Start(context.Background())
+	time.Sleep(50 * time.Millisecond)
+	if err := p.Start(context.Background()).Wait(); !errors.Is(err, ErrBusy) {
+		t.Errorf("a second Start while an invocation runs: %v, want ErrBusy", err)
+	}
+	if err := p.Close(); !errors.Is(err, ErrBusy) {
+		t.Errorf("Close while an invocation runs: %v, want ErrBusy", err)
+	}
+	if err := pr.ps[1].Run(context.Background()); err != nil {
+		t.Fatalf("rank 1's invocation: %v", err)
+	}
+	if err := q.Wait(); err != nil {
+		t.Fatalf("rank 0's waiting invocation after the refused calls: %v", err)
+	}
+	pr.check(t, 1, "allreduce", 0, []error{nil, nil}) // the same inputs again: exact
+	for r, x := range pr.ps {
+		if err := x.Close(); err != nil {
+			t.Errorf("rank %d Close after the invocation: %v", r, err)
+		}
+	}
+}
+
 // TestPersistentFreedByCommClose: a persistent collective the application
 // leaves open is freed when its Comm closes: every rank's done report
 // reaches the AM, which releases the switches' contexts (and no keepalive
