@@ -90,7 +90,8 @@
 // unreachable, interface gone, ACCUMULATION_INEXACT). Every call's error is
 // an *OpError; errors.Is classifies it (ErrTimeout, also for a barrier a
 // rank never reached; ErrMismatch; ErrAbandoned; ErrRankGone; ErrSetup; ErrFailed;
-// ErrInexact; ErrClosed; context.Canceled for the caller's own cancel), and
+// ErrInexact; ErrClosed; ErrBusy for a persistent collective still running;
+// context.Canceled for the caller's own cancel), and
 // errors.As reaches the AM's *am.APIError (its Code and Rank) when the AM
 // refused the call. A link that goes down
 // (ENETDOWN) is ridden out: frames lost meanwhile are retransmitted once it
