@@ -66,7 +66,10 @@ var (
 	// killed or crashed, or its host went down), or it closed its
 	// communicator. The message names the rank and its node. (A rank
 	// whose own stream was lost while it lived is told that it was
-	// declared gone itself.)
+	// declared gone itself.) It also classifies a granted operation the
+	// AM failed for that reason (its diagnosis says rank_gone): one whose
+	// switch waited for the rank's data, or a persistent collective the
+	// rank had not freed.
 	ErrRankGone = errors.New("host: another rank is gone")
 )
 
@@ -75,6 +78,11 @@ var (
 // ErrMismatch, ErrAbandoned, ErrRankGone, ErrSetup, and ErrTimeout for a barrier that
 // timed out (a rank never arrived) as for a silent peer.
 func (e *OpError) Is(target error) bool {
+	if target == ErrRankGone && e.amFailure != nil && e.amFailure.Reason == am.CodeRankGone {
+		// A granted operation the AM failed because a rank's process
+		// went (its diagnosis, which the failure path fetched).
+		return true
+	}
 	var ae *am.APIError
 	if !errors.As(e.Err, &ae) {
 		return false
@@ -111,6 +119,9 @@ type OpError struct {
 	Invocation int
 	// Diagnosis is the AM's explanation (which node, which contributor).
 	Diagnosis string
+	// amFailure is the AM's error for a granted operation it failed (its
+	// Reason classifies the error: Is).
+	amFailure *am.APIError
 	Err       error
 }
 

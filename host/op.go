@@ -459,7 +459,7 @@ func (c *Comm) diagnose(g *am.Grant, e *OpError, completed uint32) {
 	s, derr := c.client.Done(dctx, g.ID, report)
 	cancel()
 	if derr == nil && s.Error != nil {
-		e.Diagnosis = s.Error.Message
+		e.Diagnosis, e.amFailure = s.Error.Message, s.Error
 	} else if errors.Is(derr, context.DeadlineExceeded) {
 		// Either the AM cannot be reached from here (a rank's HTTP crosses
 		// the switches: under a dead leaf it is cut off too) or its

@@ -894,6 +894,31 @@ func TestRankGoneFailsNextCall(t *testing.T) {
 	}
 }
 
+// TestRankGoneFailsPersistentCall: the ranks rest between calls of a kept
+// shape (a persistent collective) when rank 1's process dies. Rank 0's
+// next call of the shape fails within about the AM's grace, not its 6 s
+// timeout, and errors.Is classifies it as ErrRankGone: the AM fails a
+// persistent collective a gone rank had not freed, tells rank 0 on its
+// presence stream, and its diagnosis says why (reason rank_gone). It was
+// left to run rank 0's next invocation to its timeout, as ErrTimeout.
+func TestRankGoneFailsPersistentCall(t *testing.T) {
+	sp := newSeqPair(t, 215)
+	o := &Options{Timeout: 6 * time.Second}
+	sp.both(t, "first call", 1, 100, o)
+	sp.both(t, "second call (persistent set up)", 2, 100, o)
+	c1 := sp.comms[1]
+	c1.presenceStop() // the stream's connection closes; no POST /v1/presence/leave
+	<-c1.presenceDone
+	start := time.Now()
+	err := sp.comms[0].AllReduce(context.Background(), vecFor(3, 0, 100), make([]float32, 100), o)
+	if !errors.Is(err, ErrRankGone) || !strings.Contains(err.Error(), "rank 1 (h2) is gone") {
+		t.Fatalf("rank 0: %v, want ErrRankGone naming rank 1 (h2)", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("rank 0 failed after %v, want within about the AM's 1 s grace", el)
+	}
+}
+
 // TestRankClosedFailsOthers: rank 1 closes its communicator while rank 0
 // waits at a call rank 1 will never make: rank 0 fails at once, told so.
 func TestRankClosedFailsOthers(t *testing.T) {

@@ -379,6 +379,10 @@ type APIError struct {
 	Rank *int   `json:"rank,omitempty"`
 	// RollbackIncomplete lists nodes that never acknowledged ABORT/RELEASE.
 	RollbackIncomplete []string `json:"rollback_incomplete,omitempty"`
+	// Reason, for operation_failed, is why the AM failed the operation,
+	// as prismd_am_operations_failed_total counts it: rank_failed,
+	// rank_gone, keepalive, watchdog, not_complete.
+	Reason string `json:"reason,omitempty"`
 
 	retry retryCause // why a failed setup may be tried once more (setupOnce)
 	older []string   // nodes that still held an older generation (retryOlder)

@@ -1333,7 +1333,7 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	diag += m.goneNote(op, skip) // a rank whose process lost its connection (presence.go)
 	m.mu.Unlock()
 	incomplete := m.abortAll(op)
-	e := &APIError{Code: CodeOperationFailed, Message: fmt.Sprintf("operation %s failed: %s", op.id.Key(), diag), Rank: culprit, Node: origin}
+	e := &APIError{Code: CodeOperationFailed, Message: fmt.Sprintf("operation %s failed: %s", op.id.Key(), diag), Rank: culprit, Node: origin, Reason: reason}
 	if len(incomplete) > 0 {
 		e.RollbackIncomplete = incomplete
 		e.Message += "; rollback incomplete: no ABORT acknowledgement from " + fmt.Sprint(incomplete)

@@ -661,7 +661,7 @@ func TestPersistentLocalFailureDrains(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fin.State != "failed" || fin.Error == nil || fin.Error.Rank == nil || *fin.Error.Rank != 0 || fin.Draining != nil {
+			if fin.State != "failed" || fin.Error == nil || fin.Error.Rank == nil || *fin.Error.Rank != 0 || fin.Draining != nil || fin.Error.Reason != reasonRankFailed {
 				t.Fatalf("final status %q error %+v draining %+v, want failed naming rank 0", fin.State, fin.Error, fin.Draining)
 			}
 			if n := aborts(); n != 3 {

@@ -621,8 +621,8 @@ func TestGoneRankFailsRestingPersistent(t *testing.T) {
 		t.Errorf("failed %v after rank 2's process died, want within the grace and a bit", el)
 	}
 	st, _ := p.m.Op(id)
-	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 2 || !strings.Contains(st.Error.Message, "rank 2 (h3) is gone") {
-		t.Fatalf("error %+v, want one naming rank 2 (h3), gone", st.Error)
+	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 2 || !strings.Contains(st.Error.Message, "rank 2 (h3) is gone") || st.Error.Reason != CodeRankGone {
+		t.Fatalf("error %+v, want one naming rank 2 (h3), gone, reason rank_gone", st.Error)
 	}
 	select {
 	case got := <-lines:
