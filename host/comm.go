@@ -476,7 +476,9 @@ func (c *Comm) linkDown(now int64) {
 // nothing arrived since, or that it has no carrier now (event loop): the
 // silence it reports is likely the link's, not the switch's.
 func (c *Comm) withLink(now int64, err error) error {
-	if !errors.Is(err, ErrTimeout) {
+	if !errors.Is(err, ErrTimeout) && !errors.Is(err, errAMFailed) {
+		// (The AM's word that it failed the operation can come before
+		// this rank's own timer: its own link is still worth saying.)
 		return err
 	}
 	if c.downSince == 0 {

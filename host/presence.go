@@ -117,6 +117,9 @@ func (c *Comm) told(word, id string) {
 	}
 }
 
+// errAMFailed marks the error of an operation the AM said it failed.
+var errAMFailed = errors.New("the AM failed operation")
+
 // amFailedOp ends operation id, if this rank runs it, with the AM's word
 // that it failed: the failure path then asks the AM for its diagnosis,
 // as after any failure. An operation that already finished here is left
@@ -126,7 +129,7 @@ func (c *Comm) amFailedOp(id string) {
 		if op.g.ID != id {
 			continue
 		}
-		err := fmt.Errorf("%w: the AM failed operation %s (its presence stream said so)", ErrFailed, id)
+		err := fmt.Errorf("%w: %w %s (its presence stream said so)", ErrFailed, errAMFailed, id)
 		op.amFailed.CompareAndSwap(nil, &err)
 	}
 	c.kick()

@@ -939,3 +939,22 @@ func TestRankClosedFailsOthers(t *testing.T) {
 		t.Errorf("rank 0 failed %v after rank 1's Close, want at once", el)
 	}
 }
+
+// TestAMFailureSaysOwnLinkDown: the AM's word that it failed an operation
+// (presence "failed <id>") can reach a rank before its own timer fires.
+// When that rank's interface went down, its error still says so, as its
+// own timeout's would: that is what the person on that host must fix
+// (e2e TestLinkFlap caught the message without it, when the AM won).
+func TestAMFailureSaysOwnLinkDown(t *testing.T) {
+	now := time.Now().UnixNano()
+	c := &Comm{cfg: Config{Iface: "eth7"}, downSince: now - int64(1500*time.Millisecond)}
+	am := fmt.Errorf("%w: %w 1-2-3-4-5 (its presence stream said so)", ErrFailed, errAMFailed)
+	got := c.withLink(now, am).Error()
+	if !strings.Contains(got, "interface eth7 went down 1.5s ago") || !errors.Is(c.withLink(now, am), ErrFailed) {
+		t.Errorf("the AM's failure with the link down: %q, want it to say interface eth7 went down 1.5s ago, and stay ErrFailed", got)
+	}
+	other := fmt.Errorf("%w: leaf l1 reports the operation FAILED", ErrFailed)
+	if got := c.withLink(now, other); got != other {
+		t.Errorf("a leaf's FAILED announcement: %v, want it unchanged (the leaf said what failed)", got)
+	}
+}
