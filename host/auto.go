@@ -205,6 +205,9 @@ func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root in
 		r.stats.AutoPersistent = true
 		if r.err != nil {
 			c.dropSlot(sh, slot)
+			if renew {
+				c.forgetSeenOnMismatch(r.err)
+			}
 			var ae *am.APIError
 			if renew && errors.As(r.err, &ae) && ae.Code == am.CodeMismatch {
 				// Its setup was refused as a mismatch: another rank made
@@ -290,6 +293,27 @@ func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, 
 			p.retireCancelled(op, nth, cause)
 		}
 	}()
+}
+
+// forgetSeenOnMismatch forgets every shape seen once (not the kept
+// collectives) when err is the AM's mismatch. The ranks of a mismatch
+// made different calls, each a call of its own shape, and each takes back
+// only what its own call marked (unsee, forgetShape): a rank whose call
+// was another shape than the others' kept the mark the others' shape had
+// from an earlier call, while they, whose call of that shape was the
+// refused persistent setup, forgot it. Their next matching call met as
+// persistent against ordinary and failed too
+// (TestMismatchLeavesRanksAgreeing). Every rank gets the mismatch at the
+// same point of its call sequence, so every rank forgets alike; a shape's
+// next call is then a first call on all of them.
+func (c *Comm) forgetSeenOnMismatch(err error) {
+	var ae *am.APIError
+	if !errors.As(err, &ae) || ae.Code != am.CodeMismatch {
+		return
+	}
+	c.mu.Lock()
+	clear(c.auto.seen)
+	c.mu.Unlock()
 }
 
 // unsee takes back the mark of a shape's first call that got no grant

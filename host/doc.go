@@ -16,7 +16,9 @@
 // the call sequence and the AM's answers only, so every rank takes the
 // same one. A shape counts as run once a call of it got its grant: a first
 // call the AM refused (a mismatch, a rank that cancelled) leaves the shape
-// unseen on every rank.
+// unseen on every rank, and a mismatch makes every rank forget every shape
+// it has run only once (the ranks of a mismatch made different calls), so
+// the next call of any shape not kept yet is a first call on all of them.
 //
 // # The call sequence
 //

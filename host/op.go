@@ -379,6 +379,7 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, sv, rv elems, r
 	g, err := c.begin(ctx, req)
 	if err != nil {
 		c.unsee(mark)
+		c.forgetSeenOnMismatch(err)
 		return st, oe("begin", err)
 	}
 	st.Grant = g

@@ -292,6 +292,29 @@ func TestRefusedFirstCallLeavesShapeUnseen(t *testing.T) {
 	}
 }
 
+// Item: after a first call of shape A on both ranks, rank 0 calls another
+// shape (300 elements) where rank 1 calls A again (its second call: a
+// persistent setup). The AM refuses both. The next matched call of A must
+// run on both: the ranks' views of which shapes they have seen must agree
+// again. Rank 0 still had A seen while rank 1, whose refused setup made it
+// forget A, did not: that call met as persistent against ordinary and
+// failed as well (it healed only on the call after).
+func TestMismatchLeavesRanksAgreeing(t *testing.T) {
+	sp := newSeqPair(t, 216)
+	sp.both(t, "first call of A", 51, 100, nil)
+	errs, _ := sp.each(52, [2]int{300, 100}, nil)
+	for r, err := range errs {
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("rank %d: %v, want the AM's mismatch", r, err)
+		}
+	}
+	sts := sp.both(t, "A on both after the mismatch", 53, 100, nil)
+	if sts[0].AutoPersistent != sts[1].AutoPersistent {
+		t.Errorf("auto %v %v: the ranks disagree", sts[0].AutoPersistent, sts[1].AutoPersistent)
+	}
+	sp.both(t, "and A again", 54, 100, nil)
+}
+
 // Item: of three queued calls of a kept shape on rank 0, the second is
 // cancelled before its turn. It fails with context.Canceled; the third,
 // whose context was never cancelled, fails with ErrEarlierCancelled naming
