@@ -78,9 +78,12 @@
 //     open to the AM while it lives (docs/protocol.md 9.9), and when it
 //     closes and does not come back within a second, the calls that wait
 //     for that rank fail with ErrRankGone ("rank 3 (h4) is gone: ..."),
-//     as does a running operation whose leaf still waits for its data.
-//     Close says goodbye first, so the others' waiting calls fail at once,
-//     told that the rank closed its communicator.
+//     as does a running operation whose leaf still waits for its data,
+//     or a persistent collective it had not freed. Close says goodbye
+//     first, so the others' calls waiting at the barrier fail at once,
+//     told that the rank closed its communicator; an invocation of a
+//     persistent collective the closed rank had freed, started after,
+//     waits for its timeout.
 //
 // It owns the rank side of one collective: the barrier request to the Host
 // Coordinator over the runtime channel (package control/am's Client; while
