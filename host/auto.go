@@ -39,7 +39,7 @@
 // AM's barrier completed) leaves the marks differing the same way: the
 // next call of the shape is an ordinary first call on that rank and a
 // persistent setup on the others, refused as a mismatch, which takes back
-// the marks on every rank (forgetShape), and the call after agrees.
+// the marks on every rank (forgetSeenOnMismatch), and the call after agrees.
 
 package host
 
@@ -206,21 +206,16 @@ func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root in
 		if r.err != nil {
 			c.dropSlot(sh, slot)
 			if renew {
-				c.forgetSeenOnMismatch(r.err)
-			}
-			var ae *am.APIError
-			if renew && errors.As(r.err, &ae) && ae.Code == am.CodeMismatch {
 				// Its setup was refused as a mismatch: another rank made
-				// this call some other way, most likely an ordinary first
-				// call of the shape (its mark differs: a first call whose
-				// deadline ended after the barrier completed got no grant
-				// there and a grant here). The AM refuses both alike, and
-				// both take back their mark (that rank's first call
-				// unsees it), so every rank's next call of the shape is a
-				// first call. Kept, the ranks met as an ordinary call
+				// this call some other way (an ordinary first call of the
+				// shape, or another shape). The AM refuses every rank
+				// alike, and every rank forgets the shapes it has run once
+				// (forgetSeenOnMismatch; that rank's first call also
+				// unsees its own), so every rank's next call of the shape
+				// is a first call. Kept, the ranks met as an ordinary call
 				// against a persistent setup at every call of the shape
 				// for as long as the Comm lived.
-				c.forgetShape(sh)
+				c.forgetSeenOnMismatch(r.err)
 			}
 		}
 	}()
@@ -298,7 +293,7 @@ func (c *Comm) skipInvocation(sh shape, slot *autoSlot, renew bool, seq uint64, 
 // forgetSeenOnMismatch forgets every shape seen once (not the kept
 // collectives) when err is the AM's mismatch. The ranks of a mismatch
 // made different calls, each a call of its own shape, and each takes back
-// only what its own call marked (unsee, forgetShape): a rank whose call
+// only what its own call marked (unsee): a rank whose call
 // was another shape than the others' kept the mark the others' shape had
 // from an earlier call, while they, whose call of that shape was the
 // refused persistent setup, forgot it. Their next matching call met as

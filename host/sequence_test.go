@@ -900,15 +900,24 @@ func TestCallRightAfterCancelledOneRuns(t *testing.T) {
 // grace, naming rank 1 and its node, not at the barrier timeout (two
 // minutes by default). Then a rank that closes its communicator on
 // purpose is named as such.
-func TestRankGoneFailsNextCall(t *testing.T) {
-	sp := newSeqPair(t, 212)
+func TestRankGoneFailsNextCall(t *testing.T) { rankGoneFailsNext(t, 212, 1) }
+
+// rankGoneFailsNext runs calls matched calls of one shape on both ranks
+// of a new pair (job), then rank 1's process dies (its presence stream
+// closes without a goodbye, as a killed process's does), and checks that
+// rank 0's next call of the shape fails as ErrRankGone naming rank 1
+// within about the AM's 1 s grace.
+func rankGoneFailsNext(t *testing.T, job uint64, calls int) {
+	sp := newSeqPair(t, job)
 	o := &Options{Timeout: 6 * time.Second}
-	sp.both(t, "first call", 1, 100, o)
+	for k := range calls {
+		sp.both(t, fmt.Sprintf("call %d", k+1), uint64(1+k), 100, o)
+	}
 	c1 := sp.comms[1]
 	c1.presenceStop() // the stream's connection closes; no POST /v1/presence/leave
 	<-c1.presenceDone
 	start := time.Now()
-	err := sp.comms[0].AllReduce(context.Background(), vecFor(2, 0, 100), make([]float32, 100), o)
+	err := sp.comms[0].AllReduce(context.Background(), vecFor(uint64(1+calls), 0, 100), make([]float32, 100), o)
 	if !errors.Is(err, ErrRankGone) || !strings.Contains(err.Error(), "rank 1 (h2) is gone") {
 		t.Fatalf("rank 0: %v, want ErrRankGone naming rank 1 (h2)", err)
 	}
@@ -924,23 +933,7 @@ func TestRankGoneFailsNextCall(t *testing.T) {
 // persistent collective a gone rank had not freed, tells rank 0 on its
 // presence stream, and its diagnosis says why (reason rank_gone). It was
 // left to run rank 0's next invocation to its timeout, as ErrTimeout.
-func TestRankGoneFailsPersistentCall(t *testing.T) {
-	sp := newSeqPair(t, 215)
-	o := &Options{Timeout: 6 * time.Second}
-	sp.both(t, "first call", 1, 100, o)
-	sp.both(t, "second call (persistent set up)", 2, 100, o)
-	c1 := sp.comms[1]
-	c1.presenceStop() // the stream's connection closes; no POST /v1/presence/leave
-	<-c1.presenceDone
-	start := time.Now()
-	err := sp.comms[0].AllReduce(context.Background(), vecFor(3, 0, 100), make([]float32, 100), o)
-	if !errors.Is(err, ErrRankGone) || !strings.Contains(err.Error(), "rank 1 (h2) is gone") {
-		t.Fatalf("rank 0: %v, want ErrRankGone naming rank 1 (h2)", err)
-	}
-	if el := time.Since(start); el > 3*time.Second {
-		t.Errorf("rank 0 failed after %v, want within about the AM's 1 s grace", el)
-	}
-}
+func TestRankGoneFailsPersistentCall(t *testing.T) { rankGoneFailsNext(t, 215, 2) }
 
 // TestRankClosedFailsOthers: rank 1 closes its communicator while rank 0
 // waits at a call rank 1 will never make: rank 0 fails at once, told so.

@@ -1223,7 +1223,7 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 		op.finishing = true
 		op.state = "completing"
 		if anyFail {
-			op.state = "failing" // what this answer says: failOp runs next
+			op.state = "failing" // what this answer says: failOp (or the drain) comes next
 		}
 		if anyFail && !all && op.persistent && d.Local && !d.OK && d.Invocations > 0 {
 			// Before the ABORT, the others finish what this rank took

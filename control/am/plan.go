@@ -190,8 +190,8 @@ func (p params) invocationLen() uint32 {
 }
 
 func (p params) lenDesc() string {
-	if p.Persistent && p.InvocationLen > 0 {
-		return fmt.Sprintf("%d per invocation", p.InvocationLen)
+	if n := p.invocationLen(); n != p.VectorLen {
+		return fmt.Sprintf("%d per invocation", n)
 	}
 	return strconv.FormatUint(uint64(p.VectorLen), 10)
 }
