@@ -60,6 +60,10 @@
 #                       ratio is printed, so the spread shows)
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
+#   BENCH_PIN=0         1 = part 3's placement: the switch on the first half of
+#                       the cores, its traffic generators on the other half, for
+#                       forwarding and aggregation alike (needs 2+ CPUs; see
+#                       below why it is not the default)
 #   BENCH_GEN_PROCS=1   GOMAXPROCS of part 3's prismd-blast processes (the forwarding
 #                       peers and the contribute ranks alike; "" = Go's default, the
 #                       machine's cores)
@@ -111,9 +115,33 @@ done
 # ALLREDUCE 511-531k vs 524-550k, forwarding 874-899k vs 853-978k frames/s.
 # The lab gives its switches a share of the cores the same way
 # (deploy.SwitchProcsFor).
+# Part 3's CPU placement, off by default: with BENCH_PIN=1 the switch runs on
+# the first half of the cores and its traffic generators (forwarding peers,
+# contribute ranks) on the rest, for both sides alike. Left to the scheduler
+# on 2 cores, the ALLREDUCE's ranks wake on the switch's core (its sendmmsg
+# delivers their RESULT and wakes them there) and wait in its run queue
+# while the other core idles: /proc/PID/schedstat over 2 s of ALLREDUCE
+# (session 30), ranks 0.40 s on CPU and 0.26-0.35 s runnable but waiting,
+# the machine 16% idle, against 0.2% while forwarding. Pinned, that idle
+# goes (two interleaved pairs: FP32 ALLREDUCE 1.000, 0.948 of forwarding
+# against 0.711, 0.588 unpinned), but forwarding's sender and receiver
+# then share one core that bounds their rate (sender 0.73 + receiver 0.24 s
+# on CPU per second, with run-queue waits), while the switch has spare CPU:
+# the ratio would no longer measure the switch, so the default does not pin.
+PIN=${BENCH_PIN-0}
+NCPU=$(nproc)
+SW_CPUS="" GEN_CPUS=""
+if [[ $PIN != 0 ]] && (( NCPU >= 2 )); then
+  cpus() { if (( $1 == $2 )); then echo "$1"; else echo "$1-$2"; fi; }
+  SW_CPUS=$(cpus 0 $((NCPU / 2 - 1))) GEN_CPUS=$(cpus $((NCPU / 2)) $((NCPU - 1)))
+elif [[ $PIN != 0 ]]; then
+  echo "bench: BENCH_PIN=$PIN: pinning needs 2 or more CPUs (this machine has $NCPU); use BENCH_PIN=0"; exit 2
+fi
 GEN_PROCS=${BENCH_GEN_PROCS-1}
 GEN_ENV=()   # env assignments for part 3's prismd-blast processes
 [[ -n $GEN_PROCS ]] && GEN_ENV=("GOMAXPROCS=$GEN_PROCS")
+GEN_PIN=()   # command prefix that places them on GEN_CPUS
+[[ -n $GEN_CPUS ]] && GEN_PIN=(taskset -c "$GEN_CPUS")
 case $AGG_SOURCE in
   blast) agg_count=16777216 ;;
   ranks) agg_count=4194304 ;;
@@ -196,11 +224,13 @@ am_start() {
 am_stop() { kill "$AM_PID" 2>/dev/null; wait "$AM_PID" 2>/dev/null; }
 
 # ranks LAB N JOB OUTPREFIX CMD ARGS... -> runs one rank per host h1..hN; returns non-zero if any failed.
+placement() { if [[ -n $SW_CPUS ]]; then echo "sw1 on CPUs $SW_CPUS, generators and ranks on $GEN_CPUS"; else echo "no CPU placement (BENCH_PIN=1 pins)"; fi; }
+RANK_PIN=() # command prefix for ranks(): part 3 places them (BENCH_PIN)
 ranks() {
   local lab=$1 n=$2 job=$3 out=$4 i rc=0 pids=()
   shift 4
   for i in $(seq 0 $((n - 1))); do
-    timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$PRISMCTL" "$@" --coordinator "$AM_URL" \
+    "${RANK_PIN[@]}" timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$PRISMCTL" "$@" --coordinator "$AM_URL" \
       --rank $i --size "$n" --iface eth0 --node h$((i + 1)) --job "$job" >"$out.$i" 2>&1 &
     pids+=($!)
   done
@@ -279,6 +309,12 @@ part3() {
   # vs 0.596-0.610). One lab, one switch, no tree: the AM's default stays
   # 64 (control/am: deep windows burst on spurious timeouts in trees).
   am_start "$lab" --window "$AGG_WINDOW" || { lab_down "$f"; return 1; }
+  if [[ -n $SW_CPUS ]]; then
+    taskset -a -p -c "$SW_CPUS" "$(cat "$STATE/$lab/sw1.pid")" >/dev/null ||
+      { echo "bench: cannot pin sw1 to CPUs $SW_CPUS (BENCH_PIN=0 runs without)"; am_stop; lab_down "$f"; return 1; }
+    echo "(placement, BENCH_PIN=$PIN: sw1 on CPUs $SW_CPUS, its traffic generators and ranks on CPUs $GEN_CPUS)"
+  fi
+  local -a RANK_PIN=("${GEN_PIN[@]}") # ranks() (BENCH_AGG_SOURCE=ranks) sees it
   local h2mac blast_size job=10
   h2mac=$(ip netns exec "$(ns "$lab" h2)" cat /sys/class/net/eth0/address)
   blast_size=1500
@@ -300,10 +336,10 @@ part3() {
       printf "%.0f %.0f %.0f %.0f\n", u+s, u, s, m }'
   }
   fwd() {
-    env "${GEN_ENV[@]}" ip netns exec "$(ns "$lab" h2)" "$BIN/prismd-blast" recv --iface eth0 --duration $((BLAST_SECS + 1))s >"$TMP/p3.recv" 2>&1 &
+    env "${GEN_ENV[@]}" "${GEN_PIN[@]}" ip netns exec "$(ns "$lab" h2)" "$BIN/prismd-blast" recv --iface eth0 --duration $((BLAST_SECS + 1))s >"$TMP/p3.recv" 2>&1 &
     local rp=$!; PIDS+=("$rp"); sleep 0.3
     local j0 j1 n; j0=$(sw_jiffies)
-    env "${GEN_ENV[@]}" ip netns exec "$(ns "$lab" h1)" "$BIN/prismd-blast" send --iface eth0 --dst "$h2mac" --size $blast_size --duration ${BLAST_SECS}s >"$TMP/p3.send" 2>&1
+    env "${GEN_ENV[@]}" "${GEN_PIN[@]}" ip netns exec "$(ns "$lab" h1)" "$BIN/prismd-blast" send --iface eth0 --dst "$h2mac" --size $blast_size --duration ${BLAST_SECS}s >"$TMP/p3.send" 2>&1
     wait $rp
     j1=$(sw_jiffies)
     n=$(awk '{print $2 + 0}' "$TMP/p3.recv")
@@ -316,7 +352,7 @@ part3() {
     local acc=$1 coll=$2 job=$3 d0 d1 j0 j1 i t rc=0 pids=() out=$TMP/p3.$1.$2
     d0=$(data_frames "$lab" sw1); j0=$(sw_jiffies)
     for i in 0 1; do
-      env "${GEN_ENV[@]}" timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$BIN/prismd-blast" contribute --coordinator "$AM_URL" \
+      env "${GEN_ENV[@]}" "${GEN_PIN[@]}" timeout "$RANK_TIMEOUT" ip netns exec "$(ns "$lab" h$((i + 1)))" "$BIN/prismd-blast" contribute --coordinator "$AM_URL" \
         --rank $i --size 2 --job "$job" --node h$((i + 1)) --iface eth0 --coll "$coll" --root 0 --acc "$acc" \
         --count "$AGG_COUNT" --duration "${BLAST_SECS}s" ${BENCH_CONTRIBUTE_ARGS---rx-ring} >"$out.$i" 2>&1 &
       pids+=($!)
@@ -411,10 +447,10 @@ part3() {
   if [[ $AGG_SOURCE == blast ]]; then
     echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean data-phase time of the 2 'prismd-blast contribute' ranks," \
       "operations of $AGG_COUNT FP32 back to back for ${BLAST_SECS}s; REDUCE to rank 0; fwd_fps = mean of $AGG_ROUNDS blast runs received in h2;" \
-      "every prismd-blast at GOMAXPROCS=${GEN_PROCS:-default})"
+      "every prismd-blast at GOMAXPROCS=${GEN_PROCS:-default}; $(placement))"
   else
     echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean transfer time of the 2 'prismctl allreduce' ranks" \
-      "summed over $AGG_ITERS iterations of $AGG_COUNT FP32: bounded by the host library's send rate; fwd_fps = mean of $AGG_ROUNDS blast runs received in h2)"
+      "summed over $AGG_ITERS iterations of $AGG_COUNT FP32: bounded by the host library's send rate; fwd_fps = mean of $AGG_ROUNDS blast runs received in h2; $(placement))"
   fi
 }
 
