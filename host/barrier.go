@@ -154,7 +154,8 @@ func (c *Comm) abandonAt(req am.BeginRequest, stage, reason string) {
 func (w *barrierWatch) read(d time.Duration) (*am.Barrier, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	l, err := w.c.client.Ops(ctx)
+	job, group, seq := w.req.Job, w.req.Group, w.req.Seq
+	l, err := w.c.client.OpsWhere(ctx, am.OpsFilter{Job: &job, Group: &group, Seq: &seq, NoOps: true})
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,13 @@ type Stats struct {
 	Frames      uint64        // DATA frames sent (first transmissions)
 	Retransmits uint64        // DATA frames retransmitted
 	ResultDups  uint64        // duplicate RESULT frames received
+	// WireSent and WireReceived are the bytes of the call's PRISM frames
+	// this rank sent and received on its link, Ethernet header on: DATA
+	// (retransmissions included) and its PROGRESS for RESULT out; RESULT
+	// and the leaf's PROGRESS in. Ideally an ALLREDUCE moves its vector
+	// once each way plus headers; a REDUCE's non-root receives only
+	// PROGRESS.
+	WireSent, WireReceived uint64
 	// KernelDrops counts frames the kernel dropped on the rank's socket
 	// during the transfer because its receive buffer was full (all
 	// operations of the Comm; 0 when the Conn cannot tell).
@@ -226,7 +233,10 @@ func NewCommConn(ctx context.Context, cfg Config, conn Conn) (*Comm, error) {
 	}
 	cl := am.NewClient(cfg.Coordinator)
 	cl.RetryFor = cfg.ConnectTimeout
-	if _, err := cl.Ops(ctx); err != nil {
+	// Any answer proves an AM listens; this job's barriers are the least
+	// it can send (the whole list grows with every finished operation).
+	job, group := cfg.Job, cfg.Group
+	if _, err := cl.OpsWhere(ctx, am.OpsFilter{Job: &job, Group: &group, NoOps: true}); err != nil {
 		return nil, fmt.Errorf("host: rank %d: %w", cfg.Rank, err)
 	}
 	c := newComm(cfg, conn, cl)

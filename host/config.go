@@ -123,8 +123,9 @@ func ConfigFromEnv() (Config, error) {
 	return c, nil
 }
 
-// configKeys are the keys of a config file, for its errors.
-const configKeys = "rank, size, iface, job, group, coordinator, node, node_iface, connect_timeout, persistent_shapes"
+// ConfigKeys are the keys of a config file (LoadConfig), for help texts
+// and errors.
+const ConfigKeys = "rank, size, iface, job, group, coordinator, node, node_iface, connect_timeout, persistent_shapes"
 
 // LoadConfig reads a JSON file with the Config's keys (rank, size, iface,
 // job, group, coordinator, node, node_iface, connect_timeout: a duration
@@ -143,7 +144,7 @@ func LoadConfig(path string) (Config, error) {
 	dec := json.NewDecoder(bytesReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return Config{}, fmt.Errorf("host: config %s: %w (the keys are %s)", path, err, configKeys)
+		return Config{}, fmt.Errorf("host: config %s: %w (the keys are %s)", path, err, ConfigKeys)
 	}
 	c := f.Config
 	if raw := strings.TrimSpace(string(f.ConnectTimeout)); raw != "" && raw != "null" {

@@ -86,6 +86,7 @@ type opRun struct {
 	lingerUntil    int64
 	frames         uint64
 	dups           uint64
+	wireTx, wireRx uint64 // bytes of this operation's frames sent and received (Stats.WireSent, WireReceived)
 	ackPID         uint32 // newest in-order RESULT not yet answered (0: none)
 	holes          [parser.MaxHoles]stream.Hole
 	// Encoding and decoding scratch, reused by every frame: as locals
@@ -118,6 +119,7 @@ const (
 type opResult struct {
 	err                       error
 	frames, retransmits, dups uint64
+	wireTx, wireRx            uint64
 }
 
 // finish reports the outcome once.
@@ -126,7 +128,7 @@ func (op *opRun) finish(err error) {
 		return
 	}
 	rt, _ := op.sw.Stats()
-	op.result <- opResult{err: err, frames: op.frames, retransmits: rt, dups: op.dups}
+	op.result <- opResult{err: err, frames: op.frames, retransmits: rt, dups: op.dups, wireTx: op.wireTx, wireRx: op.wireRx}
 	op.state = opGone
 }
 
@@ -401,6 +403,7 @@ func (c *Comm) run(ctx context.Context, seq uint64, coll string, sv, rv elems, r
 	st.Frames = res.frames
 	st.Retransmits = res.retransmits
 	st.ResultDups = res.dups
+	st.WireSent, st.WireReceived = res.wireTx, res.wireRx
 	st.KernelDrops = c.kernelDrops() - drops0
 	if runErr == nil {
 		// The result is complete and exact here: the report that lets the
@@ -557,6 +560,7 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 			break
 		}
 		f[parser.HdrOff+33] |= parser.FlagRetransmit
+		op.wireTx += uint64(len(f))
 		if err := tx.add(f); err != nil {
 			return false, err
 		}
@@ -645,6 +649,7 @@ func (op *opRun) sendData(now int64, tx *txQueue) error {
 			return err
 		}
 		op.frames++
+		op.wireTx += uint64(len(fr))
 		op.next += cnt
 	}
 	return nil
@@ -667,6 +672,7 @@ func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 		if p.Flags&parser.ProgressFlagResult != 0 || p.Stream != g.Data.StreamID || p.DstEP != g.Data.SrcEndpoint {
 			return nil
 		}
+		op.wireRx += uint64(len(f))
 		switch p.Status {
 		case parser.ProgressStatusFailed:
 			return fmt.Errorf("%w: leaf %s reports the operation FAILED", ErrFailed, g.Leaf)
@@ -688,6 +694,7 @@ func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 		if d.Stream != g.Result.StreamID || d.DstEP != g.Result.DstEndpoint {
 			return nil
 		}
+		op.wireRx += uint64(len(f))
 		if d.Flags&parser.FlagInexact != 0 {
 			return &resultError{from: op.rw.Committed() - op.base, to: op.limit - op.base, err: ErrInexact}
 		}
@@ -819,6 +826,7 @@ func (op *opRun) progress(now int64, pid uint32, status parser.ProgressStatus, t
 	if err != nil {
 		return err
 	}
+	op.wireTx += uint64(n)
 	return tx.add(buf[:n])
 }
 

@@ -343,6 +343,7 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 	st.Transfer = time.Since(t1)
 	p.mu.Lock()
 	st.Frames, st.Retransmits, st.ResultDups = res.frames-p.last.frames, res.retransmits-p.last.retransmits, res.dups-p.last.dups
+	st.WireSent, st.WireReceived = res.wireTx-p.last.wireTx, res.wireRx-p.last.wireRx
 	p.last = res
 	p.mu.Unlock()
 	st.KernelDrops = c.kernelDrops() - drops0

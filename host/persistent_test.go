@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/parser"
 )
 
 // persistentRanks creates one persistent collective per rank on a Comm
@@ -172,6 +173,22 @@ func TestPersistentCollectivesExact(t *testing.T) {
 					}
 					if st.Frames != wantFrames {
 						t.Fatalf("invocation %d rank %d: %d DATA frames counted, want this invocation's %d", inv, r, st.Frames, wantFrames)
+					}
+					// The wire bytes, against the frames this invocation's
+					// vector makes: its DATA out, the RESULT in (the same
+					// frames here: FP32 out, repacketized alike) where this
+					// rank gets one, PROGRESS on top (a few dozen bytes
+					// each: never a second vector's worth).
+					data := uint64(0)
+					for left := tc.n; left > 0; left -= 363 {
+						data += uint64(parser.DataBodyOff + parser.GroupDescLen + 4*min(left, 363))
+					}
+					gets := tc.coll == "allreduce" || r == tc.root
+					if st.WireSent < data || st.WireSent >= 2*data {
+						t.Fatalf("invocation %d rank %d: %d bytes sent, want its %d bytes of DATA plus PROGRESS", inv, r, st.WireSent, data)
+					}
+					if gets && (st.WireReceived < data || st.WireReceived >= 2*data) || !gets && st.WireReceived >= data {
+						t.Fatalf("invocation %d rank %d (%s, root %d): %d bytes received, RESULT would be %d", inv, r, tc.coll, tc.root, st.WireReceived, data)
 					}
 				}
 			}

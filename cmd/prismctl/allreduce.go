@@ -43,21 +43,43 @@ type rankFlags struct {
 	timeout                             time.Duration
 	ordinary                            bool
 	cpuprofile, memprofile              string
-	// envErr is what was wrong in PRISM_* (host.ConfigFromEnv), which
-	// check reports first: the variables after a bad one were not read.
+	configFile                          string // --config (PRISM_CONFIG)
+	// env is what PRISM_* and the config file gave (host.ConfigFromEnv):
+	// the settings without a flag of their own (ConnectTimeout,
+	// PersistentShapes) come from it.
+	env host.Config
+	// envErr is what was wrong in PRISM_* or the config file, which check
+	// reports alone: the settings after a bad one were not read, and
+	// "required" errors about them misled.
 	envErr error
 }
 
-func (f *rankFlags) register(fs *flag.FlagSet) {
+// register defines the flags, their defaults from PRISM_* and the config
+// file. args are the command's arguments: a --config among them names the
+// file before the defaults are read (flags > PRISM_* > the file).
+func (f *rankFlags) register(fs *flag.FlagSet, args []string) {
+	if p, ok := configArg(args); ok {
+		os.Setenv("PRISM_CONFIG", p)
+	}
 	env, err := host.ConfigFromEnv()
-	f.envErr = err
+	f.env, f.envErr = env, err
+	// The library's job is Config.Job, 0 unless set; a rank with nothing
+	// configured runs job 1. Set anywhere (PRISM_JOB or the file), the
+	// value stands, 0 included: ranks that set job 0 one way and the other
+	// met in two different jobs.
+	job := uint64(1)
+	if os.Getenv("PRISM_JOB") != "" || os.Getenv("PRISM_CONFIG") != "" {
+		job = env.Job
+	}
+	fs.StringVar(&f.configFile, "config", os.Getenv("PRISM_CONFIG"), "JSON file with the rank's settings (PRISM_CONFIG): keys "+host.ConfigKeys+
+		"; flags override PRISM_* variables, which override the file")
 	fs.StringVar(&f.coordinator, "coordinator", env.Coordinator, "coordinator URL, e.g. http://10.0.0.1:7000 (PRISM_COORDINATOR)")
 	fs.StringVar(&f.iface, "iface", env.Iface, "interface toward the leaf switch (PRISM_IFACE)")
 	fs.StringVar(&f.node, "node", env.Node, "this host's name in the topology, e.g. h1 (PRISM_NODE)")
 	fs.StringVar(&f.nodeIface, "node-iface", env.NodeIface, "the interface's name in the topology if it differs from --iface")
 	fs.IntVar(&f.rank, "rank", env.Rank, "this rank, 0..size-1 (PRISM_RANK)")
 	fs.IntVar(&f.size, "size", env.Size, "number of ranks (PRISM_SIZE)")
-	fs.Uint64Var(&f.job, "job", max(env.Job, 1), "job ID shared by all ranks (PRISM_JOB)")
+	fs.Uint64Var(&f.job, "job", job, "job ID shared by all ranks (PRISM_JOB; 1 when neither it nor a config file sets one)")
 	fs.UintVar(&f.group, "group", uint(env.Group), "communicator within the job (PRISM_GROUP)")
 	fs.StringVar(&f.format, "format", "fp32", "element format: fp32, fp16, bf16 or int8")
 	fs.StringVar(&f.acc, "acc", "kulisch", "accumulator: kulisch (exact) or fp32 (FP32_ARRIVAL, fp32 input only)")
@@ -106,10 +128,10 @@ func (f *rankFlags) profile() (stop func(), err error) {
 
 // check says what is wrong with the flags and how to fix it.
 func (f *rankFlags) check() error {
-	var errs []string
 	if f.envErr != nil {
-		errs = append(errs, fmt.Sprintf("%v: fix or unset it", f.envErr))
+		return fmt.Errorf("%v: fix or unset it", f.envErr)
 	}
+	var errs []string
 	if f.coordinator == "" {
 		errs = append(errs, "--coordinator is required (or PRISM_COORDINATOR): the URL 'prismctl am --listen' serves, e.g. http://10.0.0.1:7000")
 	}
@@ -181,6 +203,7 @@ func (f *rankFlags) comm(ctx context.Context) (*host.Comm, error) {
 func (f *rankFlags) config() host.Config {
 	return host.Config{Rank: f.rank, Size: f.size, Iface: f.iface, Job: f.job, Group: uint16(f.group),
 		Coordinator: f.coordinator, Node: f.node, NodeIface: f.nodeIface,
+		ConnectTimeout: f.env.ConnectTimeout, PersistentShapes: f.env.PersistentShapes,
 		Notify: func(msg string) { fmt.Fprintf(os.Stderr, "prismctl: %s\n", msg) }}
 }
 
@@ -215,6 +238,34 @@ func (f *rankFlags) options() *host.Options {
 	return &host.Options{Acc: f.acc, Output: f.output, MTU: f.mtu, Timeout: f.timeout, Ordinary: f.ordinary}
 }
 
+// configArg finds --config's value among args (-config, --config F,
+// --config=F) before the flags are defined, so without knowing which flags
+// take a value: the rank commands take no positional arguments, so any
+// -config before a "--" is the flag.
+func configArg(args []string) (string, bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return "", false
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, val, eq := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "config" {
+			continue
+		}
+		if eq {
+			return val, true
+		}
+		if i+1 < len(args) {
+			return args[i+1], true
+		}
+		return "", false
+	}
+	return "", false
+}
+
 func flagErr(fs *flag.FlagSet, err error) int {
 	fmt.Fprintf(os.Stderr, "prismctl %s: bad flags:\n  %v\nrun 'prismctl %s -h' for all flags\n", fs.Name(), err, fs.Name())
 	return 2
@@ -223,7 +274,7 @@ func flagErr(fs *flag.FlagSet, err error) int {
 func runAllReduce(args []string) int {
 	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
 	var rf rankFlags
-	rf.register(fs)
+	rf.register(fs, args)
 	count := fs.Int("count", 1000000, "elements per rank")
 	seed := fs.Uint64("seed", 1, "data seed: every rank derives every rank's input from it")
 	verify := fs.Bool("verify", false, "check the result of every repetition (--iters), every element, bit for bit against the exact sum (math/big) rounded once; "+
@@ -236,6 +287,9 @@ func runAllReduce(args []string) int {
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl allreduce --coordinator URL --rank R --size N --iface IF --node H [--count N] [--format fp32] [--acc kulisch|fp32] [--verify] [--iters N]")
 		fmt.Fprintln(fs.Output(), "With --verify the result of every repetition is checked, on every rank of an ALLREDUCE and on the root of a REDUCE.")
+		fmt.Fprintln(fs.Output(), "Every rank setting also comes from a PRISM_* variable (named in its flag's text) or a JSON file (--config FILE or")
+		fmt.Fprintln(fs.Output(), "PRISM_CONFIG), e.g. {\"coordinator\": \"http://10.0.0.1:7000\", \"size\": 4, \"iface\": \"eth0\", \"connect_timeout\": \"5s\"};")
+		fmt.Fprintln(fs.Output(), "a flag overrides the variable, which overrides the file. PRISM_CONNECT_TIMEOUT and PRISM_PERSISTENT_SHAPES have no flag.")
 		fs.PrintDefaults()
 	}
 	if rc, ok := parseFlags(fs, args); !ok {

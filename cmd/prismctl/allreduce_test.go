@@ -7,8 +7,11 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prismd/prismd/host"
 )
@@ -126,10 +129,65 @@ func TestOutputFlag(t *testing.T) {
 func TestEnvErrorReported(t *testing.T) {
 	t.Setenv("PRISM_RANK", "x")
 	var f rankFlags
-	f.register(flag.NewFlagSet("allreduce", flag.ContinueOnError))
+	f.register(flag.NewFlagSet("allreduce", flag.ContinueOnError), nil)
 	err := f.check()
 	if err == nil || !strings.Contains(err.Error(), `PRISM_RANK="x" is not an integer: fix or unset it`) {
 		t.Fatalf("check: %v", err)
+	}
+	// Alone: the settings after the bad one were not read, and "--iface
+	// is required" for a PRISM_IFACE that is set misled.
+	if strings.Contains(err.Error(), "required") || strings.Contains(err.Error(), "--size") {
+		t.Fatalf("check reports settings it did not read: %v", err)
+	}
+}
+
+// TestRankSettingsFromEnvAndFile: every PRISM_* setting reaches the
+// library's Config, the ones without a flag of their own included; a
+// --config file gives defaults that PRISM_* and flags override; job 0
+// set anywhere stays 0.
+func TestRankSettingsFromEnvAndFile(t *testing.T) {
+	for _, k := range []string{"PRISM_CONFIG", "PRISM_RANK", "PRISM_SIZE", "PRISM_IFACE", "PRISM_JOB", "PRISM_GROUP",
+		"PRISM_COORDINATOR", "PRISM_NODE", "PRISM_NODE_IFACE", "PRISM_CONNECT_TIMEOUT", "PRISM_PERSISTENT_SHAPES"} {
+		t.Setenv(k, "")
+	}
+	parse := func(args ...string) host.Config {
+		t.Helper()
+		var f rankFlags
+		fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
+		f.register(fs, args)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if f.envErr != nil {
+			t.Fatal(f.envErr)
+		}
+		return f.config()
+	}
+	if c := parse(); c.Job != 1 {
+		t.Fatalf("nothing set: job %d, want 1", c.Job)
+	}
+	t.Setenv("PRISM_JOB", "0")
+	t.Setenv("PRISM_CONNECT_TIMEOUT", "2s")
+	t.Setenv("PRISM_PERSISTENT_SHAPES", "-1")
+	if c := parse(); c.Job != 0 || c.ConnectTimeout != 2*time.Second || c.PersistentShapes != -1 {
+		t.Fatalf("from PRISM_*: job %d connect timeout %v persistent shapes %d, want 0 2s -1", c.Job, c.ConnectTimeout, c.PersistentShapes)
+	}
+	t.Setenv("PRISM_JOB", "")
+	t.Setenv("PRISM_CONNECT_TIMEOUT", "")
+	t.Setenv("PRISM_PERSISTENT_SHAPES", "")
+	file := filepath.Join(t.TempDir(), "rank.json")
+	if err := os.WriteFile(file, []byte(`{"rank": 1, "size": 4, "job": 0, "iface": "eth9", "coordinator": "http://a:1", "node": "h2", "connect_timeout": "3s", "persistent_shapes": 2}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PRISM_IFACE", "eth1")
+	c := parse("--rank", "3", "--config", file)
+	want := host.Config{Rank: 3, Size: 4, Job: 0, Iface: "eth1", Coordinator: "http://a:1", Node: "h2", ConnectTimeout: 3 * time.Second, PersistentShapes: 2}
+	if c.Rank != want.Rank || c.Size != want.Size || c.Job != want.Job || c.Iface != want.Iface || c.Coordinator != want.Coordinator ||
+		c.Node != want.Node || c.ConnectTimeout != want.ConnectTimeout || c.PersistentShapes != want.PersistentShapes {
+		t.Fatalf("--config with PRISM_IFACE and --rank: %+v, want %+v", c, want)
+	}
+	if c := parse("--config=" + file); c.Rank != 1 {
+		t.Fatalf("--config=FILE: rank %d, want the file's 1", c.Rank)
 	}
 }
 

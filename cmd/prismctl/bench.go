@@ -91,7 +91,7 @@ func benchPrinter(root int) int { return max(root, 0) }
 func runBench(args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var rf rankFlags
-	rf.register(fs)
+	rf.register(fs, args)
 	begin := fs.String("b", "8", "smallest message size in bytes (K, M, G suffixes)")
 	end := fs.String("e", "32M", "largest message size in bytes")
 	factor := fs.Int("f", 2, "multiply the size by this factor at each step")
@@ -107,6 +107,13 @@ func runBench(args []string) int {
 		fmt.Fprintln(fs.Output(), "Each size is called -w times untimed first: at least twice, because the library runs a size's first call through the AM")
 		fmt.Fprintln(fs.Output(), "and sets up its persistent collective at the second (an ALLREDUCE; a REDUCE (--root) always goes through the AM; once with --persistent or --ordinary). To time setups, use")
 		fmt.Fprintln(fs.Output(), "'prismctl allreduce --iters N', which prints each call's setup.")
+		fmt.Fprintln(fs.Output(), "Columns (per timed call, means): size(B) and count as sent; time(us) from the call to its completion on the printing rank;")
+		fmt.Fprintln(fs.Output(), "algbw = size / time; busbw = algbw x 2(n-1)/n for ALLREDUCE (1 for REDUCE), nccl-tests' ring-equivalent figure;")
+		fmt.Fprintln(fs.Output(), "link(MB) = bytes of PRISM frames on the printing rank's own link, both directions (DATA, RESULT, PROGRESS, retransmissions,")
+		fmt.Fprintln(fs.Output(), "headers), counted by the library: 2 x size plus headers for an ALLREDUCE that lost nothing (a ring moves 2(n-1)/n x size per link);")
+		fmt.Fprintln(fs.Output(), "setup(us) = time at the AM (barrier, grant) when the call went through it; retrans = DATA frames resent (total over the timed calls);")
+		fmt.Fprintln(fs.Output(), "check = exact when --check verified every call; kdrops = frames the kernel dropped on the rank's socket (receive buffer full).")
+		fmt.Fprintln(fs.Output(), "Settings may also come from PRISM_* variables and a JSON file (--config or PRISM_CONFIG; see 'prismctl allreduce -h').")
 		fs.PrintDefaults()
 	}
 	if rc, ok := parseFlags(fs, args); !ok {
@@ -170,8 +177,10 @@ func runBench(args []string) int {
 	// nccl-tests' bus bandwidth factor: ALLREDUCE moves 2(n-1)/n of the
 	// data over the busiest link of a ring; REDUCE 1. With in-network
 	// aggregation each rank link carries the vector once up (DATA) and,
-	// for ALLREDUCE, once down (RESULT): "link MB" reports that, headers
-	// included, so the two models can be compared.
+	// for ALLREDUCE, once down (RESULT): "link MB" is what the printing
+	// rank's link carried per call, both ways, as the library counted its
+	// frames (Stats.WireSent + WireReceived: headers, PROGRESS and
+	// retransmissions included), so the two models can be compared.
 	busFactor := 2 * (n - 1) / n
 	if coll == "reduce" {
 		busFactor = 1
@@ -220,7 +229,7 @@ func runBench(args []string) int {
 			ref = gen.reference(count)
 		}
 		var total, setup time.Duration
-		var retrans, frames, drops uint64
+		var retrans, wire, drops uint64
 		var cpu time.Duration
 		times := make([]string, 0, *iters)
 		wrong := 0 // calls whose result differs from ref
@@ -248,7 +257,7 @@ func runBench(args []string) int {
 				s := q.Stats()
 				setup += s.Setup
 				retrans += s.Retransmits
-				frames += s.Frames
+				wire += s.WireSent + s.WireReceived
 				drops += s.KernelDrops
 			}
 			if ref != nil {
@@ -290,12 +299,7 @@ func runBench(args []string) int {
 		avg := total / time.Duration(*iters)
 		bytes := float64(count) * float64(w)
 		alg := bytes / avg.Seconds() / 1e6
-		// Frames carry 14+2+40+4 header bytes plus padding; RESULT mirrors DATA.
-		perFrame := float64(frames) / float64(*iters)
-		link := (bytes + perFrame*60) / 1e6
-		if coll == "allreduce" {
-			link *= 2
-		}
+		link := float64(wire) / float64(*iters) / 1e6
 		fmt.Printf("  %12d %12d %6s %12.1f %11.3f %11.3f %10.3f %8.0f %8d %5s %d\n", count*int(w), count, rf.format,
 			float64(avg.Microseconds()), alg, alg*busFactor, link, float64((setup / time.Duration(*iters)).Microseconds()), retrans, ok, drops)
 		fmt.Print(cpuLine)

@@ -14,8 +14,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -120,6 +123,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	start := time.Now()
 	deadline := start.Add(retry)
 	backoff := 50 * time.Millisecond
+	refused := false // some attempt was refused: nothing listens there
 	for {
 		actx, acancel := ctx, context.CancelFunc(func() {})
 		if !longPoll {
@@ -142,7 +146,12 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			if hint, ok := permanent(err); ok {
 				return fmt.Errorf("%w at %s: %v (%s)", ErrUnreachable, c.URL, err, hint)
 			}
+			refused = refused || errors.Is(err, syscall.ECONNREFUSED)
 			if time.Now().Add(backoff).After(deadline) {
+				if refused {
+					return fmt.Errorf("%w at %s: connection refused for %v: nothing listens there (is 'prismctl am' running, with this address as its --listen?)",
+						ErrUnreachable, c.URL, time.Since(start).Round(time.Millisecond))
+				}
 				if actx.Err() != nil {
 					return fmt.Errorf("%w at %s: no answer to %s %s in %v (is 'prismctl am' running there, and not stopped or hung?)",
 						ErrUnreachable, c.URL, method, path, time.Since(start).Round(time.Millisecond))
@@ -236,6 +245,32 @@ func (c *Client) Op(ctx context.Context, id string) (*OpStatus, error) {
 func (c *Client) Ops(ctx context.Context) (*OpList, error) {
 	var l OpList
 	if err := c.do(ctx, http.MethodGet, APIVersion+"/ops", nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// OpsWhere is GET /v1/ops with f's selection as its query (9.3).
+func (c *Client) OpsWhere(ctx context.Context, f OpsFilter) (*OpList, error) {
+	q := url.Values{}
+	if f.Job != nil {
+		q.Set("job", strconv.FormatUint(*f.Job, 10))
+	}
+	if f.Group != nil {
+		q.Set("group", strconv.FormatUint(uint64(*f.Group), 10))
+	}
+	if f.Seq != nil {
+		q.Set("seq", strconv.FormatUint(*f.Seq, 10))
+	}
+	if f.NoOps {
+		q.Set("ops", "0")
+	}
+	path := APIVersion + "/ops"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var l OpList
+	if err := c.do(ctx, http.MethodGet, path, nil, &l); err != nil {
 		return nil, err
 	}
 	return &l, nil

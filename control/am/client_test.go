@@ -74,3 +74,20 @@ func TestClientPermanentErrors(t *testing.T) {
 		t.Errorf("plain http: %v", err)
 	}
 }
+
+// TestClientSaysRefused: a coordinator address where nothing listens is
+// reported as that, after the retry period, not as "no answer".
+func TestClientSaysRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := NewClient("http://" + addr)
+	c.RetryFor = 300 * time.Millisecond
+	_, err = c.Ops(context.Background())
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "nothing listens there") {
+		t.Fatalf("Ops: %v, want ErrUnreachable saying the connection was refused", err)
+	}
+}

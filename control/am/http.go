@@ -11,6 +11,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -52,12 +54,20 @@ func (m *Manager) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, res)
 	})
 	mux.HandleFunc("GET "+APIVersion+"/ops", func(w http.ResponseWriter, r *http.Request) {
+		f, aerr := parseOpsFilter(r.URL.Query())
+		if aerr != nil {
+			writeErr(w, aerr)
+			return
+		}
 		if r.URL.Query().Get("live") == "1" {
 			m.Refresh()
 		}
-		writeJSON(w, http.StatusOK, m.Ops())
+		writeJSON(w, http.StatusOK, m.OpsWhere(f))
 	})
 	mux.HandleFunc("GET "+APIVersion+"/ops/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("live") == "1" {
+			m.Refresh()
+		}
 		s, err := m.Op(r.PathValue("id"))
 		if err != nil {
 			writeErr(w, err)
@@ -105,6 +115,47 @@ func (m *Manager) Handler() http.Handler {
 		writeErr(w, &APIError{Code: CodeNotFound, Message: r.Method + " " + r.URL.Path + ": no such endpoint (see docs/protocol.md, Runtime channel)"})
 	})
 	return mux
+}
+
+// parseOpsFilter reads GET /v1/ops's selection (9.3): job, group and seq
+// (decimal) keep the operations and barriers that match each one given;
+// ops=0 leaves the operations out (barriers only).
+func parseOpsFilter(q url.Values) (OpsFilter, *APIError) {
+	var f OpsFilter
+	num := func(key string, bits int) (*uint64, *APIError) {
+		v := q.Get(key)
+		if v == "" {
+			return nil, nil
+		}
+		n, err := strconv.ParseUint(v, 10, bits)
+		if err != nil {
+			return nil, badReq("query %s=%q: want a decimal number below 2^%d (9.3)", key, v, bits)
+		}
+		return &n, nil
+	}
+	var aerr *APIError
+	if f.Job, aerr = num("job", 64); aerr != nil {
+		return f, aerr
+	}
+	g, aerr := num("group", 16)
+	if aerr != nil {
+		return f, aerr
+	}
+	if g != nil {
+		x := uint16(*g)
+		f.Group = &x
+	}
+	if f.Seq, aerr = num("seq", 64); aerr != nil {
+		return f, aerr
+	}
+	switch q.Get("ops") {
+	case "", "1":
+	case "0":
+		f.NoOps = true
+	default:
+		return f, badReq("query ops=%q: 0 (barriers only) or 1 (9.3)", q.Get("ops"))
+	}
+	return f, nil
 }
 
 // readBody reads a request body of at most 1 MiB.

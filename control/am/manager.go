@@ -1394,13 +1394,39 @@ func (m *Manager) Refresh() {
 	wg.Wait()
 }
 
-func (m *Manager) Ops() OpList {
+func (m *Manager) Ops() OpList { return m.OpsWhere(OpsFilter{}) }
+
+// OpsFilter selects what OpsWhere lists (GET /v1/ops's query, 9.3): a nil
+// field matches everything.
+type OpsFilter struct {
+	Job   *uint64
+	Group *uint16
+	Seq   *uint64
+	NoOps bool // barriers only
+}
+
+func (f OpsFilter) match(job uint64, group uint16, seq uint64) bool {
+	return (f.Job == nil || *f.Job == job) && (f.Group == nil || *f.Group == group) && (f.Seq == nil || *f.Seq == seq)
+}
+
+// OpsWhere is Ops of what f selects. A rank asks for its own barrier with
+// it: the whole list (4096 finished operations at most, ~3 KB each) on
+// every barrier check cost a job more bytes than its collectives.
+func (m *Manager) OpsWhere(f OpsFilter) OpList {
 	m.mu.Lock()
 	ops := make([]*operation, 0, len(m.ops))
 	for _, op := range m.ops {
-		ops = append(ops, op)
+		if !f.NoOps && f.match(op.id.Job, op.id.Group, op.inv.key.seq) {
+			ops = append(ops, op)
+		}
 	}
-	l := OpList{Ops: []OpStatus{}, Barriers: m.barriers()}
+	var bs []Barrier
+	for _, b := range m.barriers() {
+		if f.match(b.Job, b.Group, b.Seq) {
+			bs = append(bs, b)
+		}
+	}
+	l := OpList{Ops: []OpStatus{}, Barriers: bs}
 	m.mu.Unlock()
 	for _, op := range ops {
 		l.Ops = append(l.Ops, op.status())

@@ -1663,3 +1663,88 @@ func TestGraceOnlyForTimedOutReports(t *testing.T) {
 		}
 	}
 }
+
+// TestOpsFilter: GET /v1/ops's selection (job, group, seq, ops=0) lists
+// exactly what a naive filter of the whole list keeps, and a bad query is
+// a 400 naming the parameter.
+func TestOpsFilter(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	srv := httptest.NewServer(r.m.Handler())
+	defer srv.Close()
+	c := NewClient(srv.URL)
+	ctx := context.Background()
+	for _, js := range []struct{ job, seq uint64 }{{20, 0}, {20, 1}, {21, 0}} {
+		var wg sync.WaitGroup
+		for _, q := range reqsFor(js.job, js.seq, "allreduce", "h1", "h2") {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.Begin(ctx, q); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	// Two barriers still gathering: job 20 seq 2 and job 22 seq 0.
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, q := range []BeginRequest{req(20, 2, 0, 2, "h1", "allreduce"), req(22, 0, 1, 2, "h2", "allreduce")} {
+		go c.Begin(bctx, q)
+	}
+	all := func() *OpList {
+		for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			l, err := c.Ops(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l.Barriers) == 2 || time.Now().After(end) {
+				return l
+			}
+		}
+	}()
+	if len(all.Ops) != 3 || len(all.Barriers) != 2 {
+		t.Fatalf("whole list: %d operations, %d barriers; want 3 and 2", len(all.Ops), len(all.Barriers))
+	}
+	u := func(x uint64) *uint64 { return &x }
+	g1, g2 := uint16(1), uint16(2)
+	for _, f := range []OpsFilter{{}, {Job: u(20)}, {Job: u(20), Seq: u(1)}, {Job: u(20), Group: &g1, NoOps: true},
+		{Job: u(22)}, {Group: &g2}, {Seq: u(0)}, {Job: u(99)}, {NoOps: true}} {
+		got, err := c.OpsWhere(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wantOps, gotOps, wantB, gotB []string
+		for _, o := range all.Ops {
+			if !f.NoOps && f.match(o.Op.Job, o.Op.Group, o.Seq) {
+				wantOps = append(wantOps, o.ID)
+			}
+		}
+		for _, o := range got.Ops {
+			gotOps = append(gotOps, o.ID)
+		}
+		for _, b := range all.Barriers {
+			if f.match(b.Job, b.Group, b.Seq) {
+				wantB = append(wantB, fmt.Sprint(b.Job, "/", b.Seq))
+			}
+		}
+		for _, b := range got.Barriers {
+			gotB = append(gotB, fmt.Sprint(b.Job, "/", b.Seq))
+		}
+		if fmt.Sprint(gotOps) != fmt.Sprint(wantOps) || fmt.Sprint(gotB) != fmt.Sprint(wantB) {
+			t.Errorf("filter %+v: ops %v barriers %v, want %v %v", f, gotOps, gotB, wantOps, wantB)
+		}
+	}
+	for _, q := range []string{"job=x", "group=70000", "seq=-1", "ops=2"} {
+		resp, err := http.Get(srv.URL + APIVersion + "/ops?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		key, _, _ := strings.Cut(q, "=")
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), key) {
+			t.Errorf("?%s: HTTP %d %s, want 400 naming %s", q, resp.StatusCode, b, key)
+		}
+	}
+}
