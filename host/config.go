@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prismd/prismd/control/am"
 )
 
 // Config configures a Comm.
@@ -189,6 +191,9 @@ func (c *Config) Validate() error {
 	// same setting is a prismctl flag and a PRISM_* variable).
 	if c.Size < 1 {
 		errs = append(errs, fmt.Errorf("size %d: set Config.Size (prismctl --size, PRISM_SIZE) to the number of ranks", c.Size))
+	}
+	if c.Size > am.MaxRanks {
+		errs = append(errs, fmt.Errorf("size %d: at most %d ranks per communicator (Config.Size, prismctl --size, PRISM_SIZE)", c.Size, am.MaxRanks))
 	}
 	if c.Rank < 0 || (c.Size >= 1 && c.Rank >= c.Size) {
 		errs = append(errs, fmt.Errorf("rank %d is outside 0..%d: set Config.Rank (prismctl --rank, PRISM_RANK)", c.Rank, c.Size-1))

@@ -14,7 +14,10 @@ var (
 	// ErrType: an argument the call cannot take, refused on this rank
 	// before any request: a buffer is not one of the supported slice
 	// types, send and recv differ, or they overlap without being the same
-	// slice; a root out of range; Options.Timeout out of range.
+	// slice; a root out of range; Options.Timeout out of range; Options
+	// no AM would take (an unknown Acc, an MTU but 576, 1500 or 9000:
+	// these also match ErrSetup and carry the *am.APIError the AM would
+	// have answered).
 	ErrType = errors.New("host: invalid argument")
 	// ErrTimeout: a peer (the leaf switch) stayed silent past the
 	// operation's timeout.

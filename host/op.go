@@ -843,3 +843,8 @@ func (e *optionsError) Error() string {
 }
 
 func (e *optionsError) Unwrap() error { return e.err }
+
+// Is makes a refused Options an argument error (ErrType), as every refusal
+// on the rank is; Unwrap keeps the *am.APIError and ErrSetup for code
+// that reads the AM's code.
+func (e *optionsError) Is(target error) bool { return target == ErrType }

@@ -249,8 +249,8 @@ func TestRefusedCallKeepsSequence(t *testing.T) {
 	} {
 		err := sp.comms[0].AllReduce(context.Background(), []float32{1, 2}, []float32{0, 0}, &c.o)
 		var ae *am.APIError
-		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ae) || ae.Code != am.CodeBadRequest || !errors.Is(err, ErrSetup) {
-			t.Errorf("Options %+v: %v, want a bad_request naming %q", c.o, err, c.want)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ae) || ae.Code != am.CodeBadRequest || !errors.Is(err, ErrSetup) || !errors.Is(err, ErrType) {
+			t.Errorf("Options %+v: %v, want a bad_request naming %q, an ErrType", c.o, err, c.want)
 		}
 	}
 	if n := sp.reqs.Load() - before; n != 0 {

@@ -82,7 +82,7 @@ func (f *rankFlags) register(fs *flag.FlagSet, args []string) {
 	fs.Uint64Var(&f.job, "job", job, "job ID shared by all ranks (PRISM_JOB; 1 when neither it nor a config file sets one)")
 	fs.UintVar(&f.group, "group", uint(env.Group), "communicator within the job (PRISM_GROUP)")
 	fs.StringVar(&f.format, "format", "fp32", "element format: fp32, fp16, bf16 or int8")
-	fs.StringVar(&f.acc, "acc", "kulisch", "accumulator: kulisch (exact) or fp32 (FP32_ARRIVAL, fp32 input only)")
+	fs.StringVar(&f.acc, "acc", "kulisch", "accumulator: kulisch (KULISCH_FIXED, exact) or fp32 (FP32_ARRIVAL, fp32 input only); any case, the protocol's names too")
 	fs.StringVar(&f.output, "output", "", "RESULT format: fp32, fp16, bf16 or int8 (default: the input format); e.g. --format int8 --output fp32 keeps sums INT8 cannot hold")
 	fs.StringVar(&f.data, "data", "", "fp32 input values: gradient (N(0,1) scaled by 2^-12..2^-4, like training gradients; default with --acc kulisch), "+
 		"mixed (subnormals to 1e30: the exactness stress, whose exact partials cost the switches far more CPU and bytes) "+
@@ -141,8 +141,8 @@ func (f *rankFlags) check() error {
 	if f.node == "" {
 		errs = append(errs, "--node is required (or PRISM_NODE): this host's name in the AM's topology, e.g. h1")
 	}
-	if f.size < 1 {
-		errs = append(errs, fmt.Sprintf("--size %d: give the number of ranks (>= 1)", f.size))
+	if f.size < 1 || f.size > am.MaxRanks {
+		errs = append(errs, fmt.Sprintf("--size %d: give the number of ranks (1..%d)", f.size, am.MaxRanks))
 	} else if f.rank < 0 || f.rank >= f.size {
 		errs = append(errs, fmt.Sprintf("--rank %d is outside 0..%d (--size %d)", f.rank, f.size-1, f.size))
 	}
@@ -151,10 +151,14 @@ func (f *rankFlags) check() error {
 	default:
 		errs = append(errs, fmt.Sprintf("--format %q: use fp32, fp16, bf16 or int8", f.format))
 	}
-	switch f.acc {
-	case "kulisch", "fp32":
-	default:
-		errs = append(errs, fmt.Sprintf("--acc %q: use kulisch (exact) or fp32 (FP32_ARRIVAL)", f.acc))
+	// The library's and the runtime channel's names too, in any case
+	// (kulisch_fixed, FP32_ARRIVAL): one spelling worked in Options and
+	// not on the command line.
+	f.format, f.output = strings.ToLower(f.format), strings.ToLower(f.output)
+	if p, err := am.ParseAcc(f.acc); err == nil {
+		f.acc = am.AccName(p)
+	} else {
+		errs = append(errs, fmt.Sprintf("--acc %q: use kulisch (KULISCH_FIXED, exact) or fp32 (FP32_ARRIVAL)", f.acc))
 	}
 	switch f.output {
 	case "", "fp32", "fp16", "bf16", "int8":

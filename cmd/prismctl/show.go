@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -137,10 +138,17 @@ type amFilter struct {
 	all bool  // every operation, finished ones too
 }
 
+// finished says an operation is over: released, failed, or a prepared one
+// nobody took (unused: listed among the running ones, it looked stuck).
+func finished(o *am.OpStatus) bool {
+	return o.State == "released" || o.State == "failed" || o.State == "unused"
+}
+
 // apply keeps l's barriers and operations of f.job, every unfinished
-// operation and, unless f.all, only the last recentFinished finished ones
-// (the AM lists them by job, group and seq); it returns how many finished
-// ones it left out, released and failed.
+// operation and, unless f.all, only the last recentFinished finished ones,
+// which it lists after the running ones in the order they ended (the AM
+// lists by job, group and seq); it returns how many finished ones it left
+// out, failed and the others.
 func (f amFilter) apply(l *am.OpList) (released, failed int) {
 	if f.job >= 0 {
 		bs := l.Barriers[:0]
@@ -157,7 +165,7 @@ func (f amFilter) apply(l *am.OpList) (released, failed int) {
 	// operation hid among 'earlier' ones).
 	var ends []int64
 	for _, o := range l.Ops {
-		if (f.job < 0 || int64(o.Op.Job) == f.job) && (o.State == "released" || o.State == "failed") {
+		if (f.job < 0 || int64(o.Op.Job) == f.job) && finished(&o) {
 			ends = append(ends, o.EndedUnixMs)
 		}
 	}
@@ -172,7 +180,7 @@ func (f amFilter) apply(l *am.OpList) (released, failed int) {
 		if f.job >= 0 && int64(o.Op.Job) != f.job {
 			continue
 		}
-		if o.State == "released" || o.State == "failed" {
+		if finished(&o) {
 			if o.EndedUnixMs < cut || o.EndedUnixMs == cut && kept >= recentFinished {
 				if o.State == "failed" {
 					failed++
@@ -185,6 +193,21 @@ func (f amFilter) apply(l *am.OpList) (released, failed int) {
 		}
 		ops = append(ops, o)
 	}
+	// Running ones first, as the AM listed them; then the finished, the
+	// one that ended last at the bottom.
+	slices.SortStableFunc(ops, func(a, b am.OpStatus) int {
+		fa, fb := finished(&a), finished(&b)
+		switch {
+		case fa != fb:
+			if fa {
+				return 1
+			}
+			return -1
+		case fa:
+			return cmp.Compare(a.EndedUnixMs, b.EndedUnixMs)
+		}
+		return 0
+	})
 	l.Ops = ops
 	return released, failed
 }
@@ -215,8 +238,8 @@ func showAM(url string, asJSON bool, f amFilter) int {
 	released, failed := f.apply(l)
 	printAMOps(os.Stdout, l)
 	if released+failed > 0 {
-		fmt.Printf("\n(%d earlier finished operations not shown: %d released, %d failed; --all lists them, --job J one job's)\n",
-			released+failed, released, failed)
+		fmt.Printf("\n(%d earlier finished operations not shown: %d failed, %d released or unused; --all lists them, --job J one job's)\n",
+			released+failed, failed, released)
 	}
 	return 0
 }
@@ -661,14 +684,5 @@ func printMACs(w io.Writer, body []byte) error {
 	return nil
 }
 
-// joinInts lists rank numbers separated by spaces, "none" for none.
-func joinInts(xs []int) string {
-	if len(xs) == 0 {
-		return "none"
-	}
-	s := make([]string, len(xs))
-	for k, x := range xs {
-		s[k] = fmt.Sprint(x)
-	}
-	return strings.Join(s, " ")
-}
+// joinInts lists rank numbers in ascending runs, "none" for none.
+func joinInts(xs []int) string { return am.RankRanges(xs) }

@@ -168,7 +168,7 @@ func TestShowAM(t *testing.T) {
 		"barrier job 9 group 1 seq 2  allreduce of 4 ranks  waiting 3.1s for ranks 1 3 (arrived: 0 2)",
 		"sw9   SINGLE  -       ABORTED (its end)  -", // a persistent operation's end looked like a failure
 		"op 7-0-1-6-100  seq 7  persistent allreduce of 3 ranks  draining",
-		"draining: rank 0 failed locally after 12 invocations; the ABORT waits for ranks 1 2 to report as many (at most 1.25s more)",
+		"draining: rank 0 failed locally after 12 invocations; the ABORT waits for ranks 1-2 to report as many (at most 1.25s more)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show am output lacks %q:\n%s", want, out)
@@ -288,6 +288,9 @@ func TestShowAMFilter(t *testing.T) {
 		if seq == 3 {
 			st = "active"
 		}
+		if seq == 7 {
+			st = "unused" // a prepared operation nobody took: finished
+		}
 		// Ended in another order than the list's (seq restarts with each
 		// run of a job): a permutation of the seqs.
 		var ended int64
@@ -304,12 +307,13 @@ func TestShowAMFilter(t *testing.T) {
 		}
 		return r
 	}
-	// Naive oracle: unfinished ones and the 10 that ended last, in list
-	// order.
+	// Naive oracle: unfinished ones in list order, then the 10 that ended
+	// last, in the order they ended.
 	c := l
 	c.Ops = slices.Clone(l.Ops)
 	released, failed := amFilter{job: -1}.apply(&c)
 	var want []string
+	var kept []am.OpStatus
 	wantFailed := 0
 	for _, o := range l.Ops {
 		newer := 0
@@ -318,11 +322,24 @@ func TestShowAMFilter(t *testing.T) {
 				newer++
 			}
 		}
-		if o.State == "active" || newer < recentFinished {
+		switch {
+		case o.State == "active":
 			want = append(want, o.ID)
-		} else if o.State == "failed" {
+		case newer < recentFinished:
+			kept = append(kept, o)
+		case o.State == "failed":
 			wantFailed++
 		}
+	}
+	for len(kept) > 0 { // selection by end time
+		k := 0
+		for i := range kept {
+			if kept[i].EndedUnixMs < kept[k].EndedUnixMs {
+				k = i
+			}
+		}
+		want = append(want, kept[k].ID)
+		kept = append(kept[:k], kept[k+1:]...)
 	}
 	if got := ids(c); !slices.Equal(got, want) || released+failed != 25-recentFinished || failed != wantFailed || !slices.Contains(got, "2-0-1-0-7") {
 		t.Errorf("default: %v (left out %d released, %d failed), want %v (15 left out, %d failed), the newest (2-0-1-0-7) among them", got, released, failed, want, wantFailed)

@@ -7,6 +7,7 @@ package am
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -315,8 +316,9 @@ type OpStatus struct {
 	Nodes      []NodeStatus `json:"nodes"`
 	RanksDone  []int        `json:"ranks_done"`
 	Error      *APIError    `json:"error,omitempty"`
-	// EndedUnixMs is when the operation was released or failed (Unix
-	// milliseconds), absent before: the order in which operations ended,
+	// EndedUnixMs is when the operation was released or failed, or (a
+	// prepared one nobody took) ABORTed unused (Unix milliseconds), absent
+	// before: the order in which operations ended,
 	// which seq (restarting at 0 with every run of a job) does not give.
 	EndedUnixMs int64 `json:"ended_unix_ms,omitempty"`
 	// Draining, while State is "draining", says what the AM waits for
@@ -359,15 +361,50 @@ type Barrier struct {
 // Waited says how long b has waited and for whom: "3.1s for ranks 1 3
 // (arrived: 0 2)", as 'prismctl show am' and a waiting rank put it.
 func (b *Barrier) Waited() string {
-	ints := func(v []int) string {
-		s := make([]string, len(v))
-		for i, x := range v {
-			s[i] = strconv.Itoa(x)
-		}
-		return strings.Join(s, " ")
-	}
 	return fmt.Sprintf("%v for ranks %s (arrived: %s)", (time.Duration(b.WaitingMS) * time.Millisecond).Round(100*time.Millisecond),
-		ints(b.Missing), ints(b.Arrived))
+		RankRanges(b.Missing), RankRanges(b.Arrived))
+}
+
+// MaxRanks is the most ranks one collective may have: an operation's
+// plan numbers its endpoints and streams in 16 bits (docs/protocol.md
+// 5.1), up to 4 endpoints per rank and as many per switch edge, and a job
+// of 100000 ranks was held at its barrier for 2 minutes before.
+const MaxRanks = 16000
+
+// RankRanges writes rank numbers in ascending runs ("0 2 5-9"), at most
+// maxRuns runs and then how many ranks it left out: a notice for a
+// 100000-rank job listed every one, a line of 589 KB.
+func RankRanges(v []int) string {
+	const maxRuns = 16
+	if len(v) == 0 {
+		return "none"
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	v = slices.Compact(v)
+	var sb strings.Builder
+	runs := 0
+	for i := 0; i < len(v); {
+		j := i
+		for j+1 < len(v) && v[j+1] == v[j]+1 {
+			j++
+		}
+		if runs == maxRuns {
+			fmt.Fprintf(&sb, " ... and %d more", len(v)-i)
+			break
+		}
+		if runs > 0 {
+			sb.WriteByte(' ')
+		}
+		sb.WriteString(strconv.Itoa(v[i]))
+		if j > i {
+			sb.WriteByte('-')
+			sb.WriteString(strconv.Itoa(v[j]))
+		}
+		runs++
+		i = j + 1
+	}
+	return sb.String()
 }
 
 // APIError is every non-2xx body: {"error": {...}}.

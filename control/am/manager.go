@@ -323,6 +323,9 @@ func normalizeRequest(r BeginRequest, defaultTimeoutMS uint32) (params, *APIErro
 	if r.Size < 1 {
 		return p, badReq("size %d: a collective needs at least one rank", r.Size)
 	}
+	if r.Size > MaxRanks {
+		return p, badReq("size %d: at most %d ranks (an operation numbers its streams' endpoints in 16 bits, up to 4 per rank)", r.Size, MaxRanks)
+	}
 	if r.Rank < 0 || r.Rank >= r.Size {
 		return p, badReq("rank %d is outside 0..%d (size %d)", r.Rank, r.Size-1, r.Size)
 	}
@@ -1485,7 +1488,7 @@ func (op *operation) status() OpStatus {
 	s := OpStatus{ID: op.id.Key(), Op: op.id, Seq: op.inv.key.seq, Collective: op.inv.first.Collective,
 		Size: op.size, Persistent: op.persistent, State: op.state, Tree: op.tree.Kind(), Root: op.tree.Root,
 		Forwarders: op.tree.Forwarders, RanksDone: []int{}, Error: op.err, Draining: op.drainStatus()}
-	if (op.state == "released" || op.state == "failed") && !op.ended.IsZero() {
+	if (op.state == "released" || op.state == "failed" || op.state == "unused") && !op.ended.IsZero() {
 		s.EndedUnixMs = op.ended.UnixMilli()
 	}
 	for _, name := range op.plan.order {

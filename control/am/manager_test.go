@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -1746,5 +1747,65 @@ func TestOpsFilter(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), key) {
 			t.Errorf("?%s: HTTP %d %s, want 400 naming %s", q, resp.StatusCode, b, key)
 		}
+	}
+}
+
+// TestRankRanges against a naive rendering: every rank in runs, ascending,
+// and after 16 runs how many are left out.
+func TestRankRanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for trial := 0; trial < 300; trial++ {
+		set := map[int]bool{}
+		for k := rng.IntN(60); k > 0; k-- {
+			set[rng.IntN(80)] = true
+		}
+		var v []int
+		for x := range set {
+			v = append(v, x)
+		}
+		// Naive: walk 0..79, open a run at a member after a non-member.
+		var runs []string
+		left := 0
+		for x := 0; x < 80; x++ {
+			if !set[x] || set[x-1] && x > 0 {
+				continue
+			}
+			y := x
+			for set[y+1] {
+				y++
+			}
+			if len(runs) == 16 {
+				left += y - x + 1
+				continue
+			}
+			if y > x {
+				runs = append(runs, fmt.Sprintf("%d-%d", x, y))
+			} else {
+				runs = append(runs, fmt.Sprint(x))
+			}
+		}
+		want := strings.Join(runs, " ")
+		if left > 0 {
+			want += fmt.Sprintf(" ... and %d more", left)
+		}
+		if len(v) == 0 {
+			want = "none"
+		}
+		if got := RankRanges(v); got != want {
+			t.Fatalf("%v: %q, want %q", v, got, want)
+		}
+	}
+	big := make([]int, 100000)
+	for i := range big {
+		big[i] = 2 * i // no runs: the line stays short
+	}
+	if s := RankRanges(big); len(s) > 200 || !strings.HasSuffix(s, "and 99984 more") {
+		t.Fatalf("100000 ranks: %d bytes %q", len(s), s[:min(len(s), 200)])
+	}
+	r := newRig(t, "spine-leaf", Config{})
+	b := req(30, 0, 0, MaxRanks+1, "h1", "allreduce")
+	var ae *APIError
+	if _, err := r.m.Begin(context.Background(), b); !errors.As(err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "at most 16000 ranks") {
+		t.Fatalf("size %d: %v, want bad_request naming the limit", b.Size, err)
 	}
 }

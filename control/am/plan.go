@@ -84,11 +84,17 @@ func KulischWidthFor(n int) int {
 }
 
 // buildPlan allocates endpoints and streams and builds every node's STAGE.
-func buildPlan(t *Tree, p params, win Window) (*plan, error) {
-	pl := &plan{nodes: map[string]*nodePlan{}, ranks: make([]rankPlan, len(t.Ranks)), win: win}
+func buildPlan(t *Tree, p params, win Window) (pl *plan, err error) {
+	pl = &plan{nodes: map[string]*nodePlan{}, ranks: make([]rankPlan, len(t.Ranks)), win: win}
 	var nextEP, nextStream uint16 = 1, 1
-	ep := func() uint16 { nextEP++; return nextEP - 1 }
-	st := func() uint16 { nextStream++; return nextStream - 1 }
+	wrapped := false // a number came round to 0: the plan cannot be numbered
+	ep := func() uint16 { nextEP++; wrapped = wrapped || nextEP == 0; return nextEP - 1 }
+	st := func() uint16 { nextStream++; wrapped = wrapped || nextStream == 0; return nextStream - 1 }
+	defer func() {
+		if wrapped && err == nil {
+			pl, err = nil, fmt.Errorf("%d ranks and %d switches need more than the 65535 endpoint or stream numbers of one operation", len(t.Ranks), len(t.Nodes))
+		}
+	}()
 	for _, n := range t.Nodes {
 		pl.order = append(pl.order, n.Name)
 		pl.nodes[n.Name] = &nodePlan{node: n, owner: map[uint16]string{}, ownerRank: map[uint16]int{}, ownerChild: map[uint16]string{}, ownerSwitch: map[uint16]string{},
