@@ -785,7 +785,7 @@ func TestStalledResultNotified(t *testing.T) {
 			stalls = append(stalls, n)
 		}
 	}
-	if len(stalls) < 2 || !strings.Contains(stalls[0], "rank 0: operation 73-") || !strings.Contains(stalls[0], "of 200000 elements); it fails after 2.5s") {
+	if len(stalls) < 2 || !strings.Contains(stalls[0], "rank 0: operation 73-") || !strings.Contains(stalls[0], "of 200000 elements); it fails after 1.5s (its timeout)") {
 		t.Fatalf("notices %q\nwant at least two naming the stalled RESULT of rank 0's operation and when it fails", notes)
 	}
 }

@@ -603,9 +603,12 @@ func (op *opRun) step(now int64, tx *txQueue) (done bool, err error) {
 		// for all of it: say so, every stallNoticeEvery after the first.
 		op.stallSaid = now + stallNoticeEvery - stallNotice
 		got := op.rw.Committed() - op.base
-		msg := fmt.Sprintf("rank %d: operation %s: no RESULT from leaf %s for %v (received [0, %d) of %d elements); it fails after %v without one. "+
+		// The switches fail it at the operation's Timeout; this rank's
+		// own bound is a second later (resultDeadline), and "fails after
+		// 31s" for a 30 s timeout read as an off-by-one.
+		msg := fmt.Sprintf("rank %d: operation %s: no RESULT from leaf %s for %v (received [0, %d) of %d elements); it fails after %v (its timeout) without one. "+
 			"'prismctl show ops' on the switches says what each waits for", op.c.cfg.Rank, g.ID, g.Leaf,
-			time.Duration(now-op.lastResult).Round(time.Second), got, op.limit-op.base, time.Duration(op.resultDeadline))
+			time.Duration(now-op.lastResult).Round(time.Second), got, op.limit-op.base, time.Duration(op.resultDeadline)-time.Second)
 		go op.c.cfg.Notify(msg) // never block the loop on the caller's callback
 	}
 	if op.rw != nil && !resDone && now-op.lastResult > op.resultDeadline {

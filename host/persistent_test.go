@@ -272,8 +272,8 @@ func TestPersistentDeadRankNamed(t *testing.T) {
 	for r := range 3 {
 		var oe *OpError
 		if errs[r] == nil || !errors.As(errs[r], &oe) || oe.Invocation != 3 ||
-			!strings.Contains(oe.Diagnosis, "rank 3 (h4) stopped contributing") || !strings.Contains(oe.Diagnosis, "timed out on rank 3 (h4) from element 600") {
-			t.Errorf("rank %d: %v; want invocation 3 failed, the AM naming rank 3 (h4) missing from element 600", r, errs[r])
+			!strings.Contains(oe.Diagnosis, "rank 3 (h4) stopped contributing") || !strings.Contains(oe.Diagnosis, "timed out on rank 3 (h4) from element 0 of invocation 3 (600 in the operation)") {
+			t.Errorf("rank %d: %v; want invocation 3 failed, the AM naming rank 3 (h4) missing from its first element (600 in the operation)", r, errs[r])
 		}
 		if errs[r] != nil && strings.Contains(oe.Diagnosis, "waiting for stream") {
 			t.Errorf("rank %d: the diagnosis names a stream by number only: %v", r, errs[r])

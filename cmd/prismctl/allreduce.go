@@ -189,6 +189,9 @@ func (f *rankFlags) check() error {
 	}
 	if err := host.CheckTimeout("--timeout", f.timeout); err != nil {
 		errs = append(errs, err.Error())
+	} else if f.timeout%time.Millisecond != 0 {
+		errs = append(errs, fmt.Sprintf("--timeout %v is not a whole number of milliseconds, the unit the AM counts in: "+
+			"use 1ms..10m (0 = the AM's default, 'prismctl am --timeout-ms') in whole milliseconds, e.g. %v", f.timeout, f.timeout.Truncate(time.Millisecond)))
 	}
 	if f.group > math.MaxUint16 {
 		errs = append(errs, fmt.Sprintf("--group %d: at most 65535", f.group))

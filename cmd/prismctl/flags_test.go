@@ -48,10 +48,11 @@ func TestTimeoutFlag(t *testing.T) {
 		run  func([]string) int
 	}{{"allreduce", runAllReduce}, {"bench", runBench}} {
 		for timeout, want := range map[string]string{
-			"-1s":   "--timeout -1s is negative",
-			"500us": "--timeout 500µs is under a millisecond",
-			"1000h": "--timeout 1000h0m0s is above the AM's limit of 10m0s",
-			"10m1s": "--timeout 10m1s is above the AM's limit",
+			"-1s":    "--timeout -1s is negative",
+			"500us":  "--timeout 500µs is under a millisecond",
+			"1000h":  "--timeout 1000h0m0s is above the AM's limit of 10m0s",
+			"10m1s":  "--timeout 10m1s is above the AM's limit",
+			"1500us": "--timeout 1.5ms is not a whole number of milliseconds",
 		} {
 			code, stderr := runCaptured(t, cmd.run, append(slices.Clone(rankArgs), "--timeout", timeout)...)
 			if code != 2 || !strings.Contains(stderr, "prismctl "+cmd.name+": bad flags:") || !strings.Contains(stderr, want) ||

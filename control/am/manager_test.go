@@ -1809,3 +1809,42 @@ func TestRankRanges(t *testing.T) {
 		t.Fatalf("size %d: %v, want bad_request naming the limit", b.Size, err)
 	}
 }
+
+// TestDiagnosisWordsTheStream: a leaf that timed out on a rank's RESULT
+// stream blames the rank for not acknowledging RESULT (it had sent all
+// its data: "stopped contributing from element 0" misled); in a persistent
+// operation the element is named within its invocation.
+func TestDiagnosisWordsTheStream(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	r.nodes["l2"].final = parser.StateFailed
+	r.nodes["l2"].missing = grants[3].Result.StreamID
+	r.nodes["l2"].missFrom = 363
+	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "no RESULT for 5s", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 3 ||
+		!strings.Contains(st.Error.Message, "rank 3 (h4) stopped acknowledging RESULT") ||
+		!strings.Contains(st.Error.Message, "node l2 is FAILED, timed out on rank 3 (h4) acknowledging RESULT from element 363") {
+		t.Fatalf("err %+v, want rank 3 blamed for not acknowledging RESULT", st.Error)
+	}
+
+	r = newRig(t, "spine-leaf", Config{})
+	q := reqsFor(7, 0, "allreduce", "h1", "h2", "h3", "h4")
+	for i := range q {
+		q[i].Persistent, q[i].VectorLen, q[i].InvocationLen = true, 1000<<10, 1000
+	}
+	grants = r.grantAll(t, q)
+	r.nodes["l2"].final = parser.StateFailed
+	r.nodes["l2"].missing = grants[3].Data.StreamID
+	r.nodes["l2"].missFrom = 153*1000 + 804
+	st, err = r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "no RESULT for 5s", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Error == nil || !strings.Contains(st.Error.Message, "rank 3 (h4) stopped contributing") ||
+		!strings.Contains(st.Error.Message, "timed out on rank 3 (h4) from element 804 of invocation 154 (153804 in the operation)") {
+		t.Fatalf("err %+v, want the element within its invocation", st.Error)
+	}
+}

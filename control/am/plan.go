@@ -186,6 +186,16 @@ func (p params) same(q params) bool {
 
 // lenDesc is p's vector length as its rank means it: a persistent
 // collective's per invocation (its VectorLen is every invocation's).
+// kindOf is the kind of the node's binding of stream s (0 if none).
+func (np *nodePlan) kindOf(s uint16) parser.BindingKind {
+	for _, b := range np.bindings {
+		if b.Stream == s {
+			return b.Kind
+		}
+	}
+	return 0
+}
+
 // invocationLen is the elements one call sums: a persistent operation's
 // invocation length when known, else its vector length.
 func (p params) invocationLen() uint32 {

@@ -385,6 +385,17 @@ func (m *Manager) askAll(op *operation) {
 // which node failed, which contributor is missing and from which element.
 // A non-nil blame is the culprit the caller established (a silent rank of
 // a persistent operation): the nodes' Missing Streams do not override it.
+// elementAt names element e of op's vector as its ranks count: a
+// persistent operation's vector is every invocation's, and "from element
+// 30711804" of a 200000-element call left the user to divide.
+func (op *operation) elementAt(e uint32) string {
+	p := op.inv.p
+	if l := p.invocationLen(); p.Persistent && l > 0 && l < p.VectorLen {
+		return fmt.Sprintf("element %d of invocation %d (%d in the operation)", e%l, e/l+1, e)
+	}
+	return fmt.Sprintf("element %d", e)
+}
+
 func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int, origin string) {
 	m.askAll(op)
 	if blame == nil {
@@ -409,6 +420,7 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	defer op.mu.Unlock()
 	var parts []string
 	culprit = blame
+	culpritAcks := false // the culprit's stream that stood is its RESULT (it stopped acknowledging)
 	// Where the failure started first: a node FAILED on a timeout (its
 	// Missing Stream is the peer that went silent), then nodes FAILED
 	// because a peer told them (PEER_FAILED: a FAILED node announces it to
@@ -501,7 +513,12 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 			if who == "" {
 				who = fmt.Sprintf("stream %d", *ns.MissingStream)
 			}
-			verb := "waiting for"
+			// A RESULT_OUT stream waits for its receiver's PROGRESS,
+			// not its data: "timed out on rank 1 from element 0" told
+			// of a rank that had sent everything and stopped
+			// acknowledging RESULT.
+			acks := op.plan.nodes[n].kindOf(uint16(*ns.MissingStream)) == parser.KindResultOut
+			verb, what := "waiting for", ""
 			switch {
 			case ns.FailCause == "PEER_FAILED":
 				verb = "told FAILED by"
@@ -510,17 +527,25 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 			case ns.State == "FAILED":
 				verb = "timed out on"
 			}
+			if acks && ns.FailCause != "PEER_FAILED" && ns.FailCause != "LINK_DOWN" {
+				what = " to acknowledge RESULT"
+				if ns.State == "FAILED" {
+					what = " acknowledging RESULT"
+				}
+			}
+			at := op.elementAt(ns.MissingFrom)
 			switch ns.FailCause {
 			case "PEER_FAILED":
 				s += fmt.Sprintf(", %s %s", verb, who) // where its stream stood says nothing
 			case "LINK_DOWN":
-				s += fmt.Sprintf(", %s %s (its port toward it is set down or has no carrier) from element %d", verb, who, ns.MissingFrom)
+				s += fmt.Sprintf(", %s %s (its port toward it is set down or has no carrier) from %s", verb, who, at)
 			default:
-				s += fmt.Sprintf(", %s %s from element %d", verb, who, ns.MissingFrom)
+				s += fmt.Sprintf(", %s %s%s from %s", verb, who, what, at)
 			}
 			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil && tier(n) <= 1 {
 				rr := r
 				culprit = &rr
+				culpritAcks = acks
 			}
 			if ns.FailCause == "LINK_DOWN" && lostLink == "" && tier(n) <= 1 {
 				// The rank (or switch) behind a dead link may be
@@ -593,7 +618,11 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 	case lostLink != "" && blame == nil:
 		parts = append([]string{lostLink}, parts...)
 	case culprit != nil && blame == nil:
-		parts = append([]string{fmt.Sprintf("rank %d (%s) stopped contributing", *culprit, op.tree.Ranks[*culprit].Host)}, parts...)
+		stopped := "stopped contributing"
+		if culpritAcks {
+			stopped = "stopped acknowledging RESULT"
+		}
+		parts = append([]string{fmt.Sprintf("rank %d (%s) %s", *culprit, op.tree.Ranks[*culprit].Host, stopped)}, parts...)
 	}
 	return strings.Join(parts, "; "), culprit, origin
 }
