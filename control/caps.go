@@ -80,7 +80,13 @@ func Records(l Limits) []parser.CapRecord {
 			for _, out := range []parser.Format{parser.FormatFP32, parser.FormatFP16, parser.FormatBF16, parser.FormatINT8, parser.FormatKulisch, parser.FormatAuto} {
 				r := base
 				r.InputFormat, r.AccPolicy, r.PartialPolicy, r.OutputFormat = in, parser.AccKulischFixed, part, out
-				r.MinKulischWidth, r.MaxKulischWidth = kulisch.MinWidth, kulisch.MaxWidth
+				// The least W a STAGE of one term passes (the STAGE rule
+				// counts every input in the FP32 domain: 278 bits +
+				// ceil(log2 Max Terms), protocol 5.1): advertised as the
+				// format's floor of 64, it named widths every STAGE of
+				// the tuple refused.
+				r.MinKulischWidth = uint16(kulisch.MinWidthFor(kulisch.FP32, 1))
+				r.MaxKulischWidth = kulisch.MaxWidth
 				rs = append(rs, r)
 			}
 		}

@@ -406,6 +406,7 @@ func TestControlCaps(t *testing.T) {
 	if len(got) != len(want) || pagesSeen != (len(want)+15)/16 {
 		t.Fatalf("%d records in %d pages, want %d", len(got), pagesSeen, len(want))
 	}
+	staged := 0
 	for _, rec := range got {
 		k := [4]parser.Format{rec.InputFormat, parser.Format(rec.AccPolicy), rec.PartialPolicy, rec.OutputFormat}
 		if !want[k] {
@@ -416,8 +417,27 @@ func TestControlCaps(t *testing.T) {
 		if err := tu.Validate(); err != nil {
 			t.Fatalf("advertised tuple is not valid: %v", err)
 		}
-		if rec.AccPolicy == parser.AccKulischFixed && (rec.MinKulischWidth != 64 || rec.MaxKulischWidth != 4096) {
-			t.Fatalf("widths %+v", rec)
+		if rec.AccPolicy == parser.AccKulischFixed {
+			// Min is the least W a STAGE of the tuple with one term
+			// passes: this node STAGEs it at Min and refuses 8 bits
+			// less (INVALID, Detail 6, the Kulisch Width).
+			if rec.MaxKulischWidth != 4096 {
+				t.Fatalf("widths %+v", rec)
+			}
+			for i, w := range []uint16{rec.MinKulischWidth, rec.MinKulischWidth - 8} {
+				ctx := goodCtx()
+				ctx.InputFormat, ctx.PartialPolicy, ctx.OutputFormat = rec.InputFormat, rec.PartialPolicy, rec.OutputFormat
+				ctx.KulischWidth, ctx.MaxTerms = w, 1
+				staged++
+				key := parser.OpKey{Job: 77, Group: 1, GroupGen: 1, Op: uint16(staged), OpGen: 1}
+				st, a := r.ack(stageFrame(t, key, uint32(5000+staged), ctx, goodBindings()))
+				if i == 0 && st != parser.StatusOK || i == 1 && (st != parser.StatusInvalid || a.Detail != 6) {
+					t.Fatalf("%+v: STAGE at W %d: %v detail %d", rec, w, st, a.Detail)
+				}
+				if st == parser.StatusOK {
+					r.ack(controlFrame(t, key, parser.CmdAbort, nil, uint32(9000+staged)))
+				}
+			}
 		}
 	}
 }
