@@ -54,16 +54,17 @@
 #   BENCH_AGG_RUNS="fp32:allreduce fp32:reduce kulisch:allreduce kulisch:reduce"
 #                       part 3's aggregation runs (accumulator:collective), e.g.
 #                       one of them alone while profiling it
-#   BENCH_AGG_ROUNDS=2  part 3's rounds: each runs forwarding and every aggregation
+#   BENCH_AGG_ROUNDS=4  part 3's rounds (2 with BENCH_PIN 0 or 1): each runs forwarding and every aggregation
 #                       run once (odd rounds forwarding first, even rounds last); on a
 #                       noisy machine more rounds give a steadier mean (each round's
 #                       ratio is printed, so the spread shows)
 #   BENCH_AGG_ITERS=3   allreduce iterations in part 3 (BENCH_AGG_SOURCE=ranks)
 #   BENCH_BLAST_SECS=5  prismd-blast duration in part 3 (forwarding, contribute)
-#   BENCH_PIN=0         1 = part 3's placement: the switch on the first half of
-#                       the cores, its traffic generators on the other half, for
-#                       forwarding and aggregation alike (needs 2+ CPUs; see
-#                       below why it is not the default)
+#   BENCH_PIN=both      part 3's CPU placement: both = rounds in pairs alternate the
+#                       scheduler's ("free") and "pinned" (the switch on the first
+#                       half of the cores, its traffic generators on the rest), each
+#                       placement's ratios printed, the bar judged best against
+#                       best; 0 = free only; 1 = pinned only (see below why)
 #   BENCH_GEN_PROCS=1   GOMAXPROCS of part 3's prismd-blast processes (the forwarding
 #                       peers and the contribute ranks alike; "" = Go's default, the
 #                       machine's cores)
@@ -101,7 +102,7 @@ AGG_SOURCE=${BENCH_AGG_SOURCE:-blast}
 AGG_WINDOW=${BENCH_AGG_WINDOW:-1024}
 AGG_ALL="fp32:allreduce fp32:reduce kulisch:allreduce kulisch:reduce" # every part 3 aggregation run
 AGG_RUNS=${BENCH_AGG_RUNS:-$AGG_ALL}
-AGG_ROUNDS=${BENCH_AGG_ROUNDS:-2}
+AGG_ROUNDS=${BENCH_AGG_ROUNDS:-$([[ ${BENCH_PIN-both} == both ]] && echo 4 || echo 2)}
 [[ $AGG_ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bench: BENCH_AGG_ROUNDS=$AGG_ROUNDS: give a whole number of rounds, 1 or more"; exit 2; }
 for x in $AGG_RUNS; do
   [[ " $AGG_ALL " == *" $x "* ]] || { echo "bench: BENCH_AGG_RUNS: unknown run '$x' (use some of: $AGG_ALL)"; exit 2; }
@@ -115,33 +116,40 @@ done
 # ALLREDUCE 511-531k vs 524-550k, forwarding 874-899k vs 853-978k frames/s.
 # The lab gives its switches a share of the cores the same way
 # (deploy.SwitchProcsFor).
-# Part 3's CPU placement, off by default: with BENCH_PIN=1 the switch runs on
-# the first half of the cores and its traffic generators (forwarding peers,
-# contribute ranks) on the rest, for both sides alike. Left to the scheduler
-# on 2 cores, the ALLREDUCE's ranks wake on the switch's core (its sendmmsg
-# delivers their RESULT and wakes them there) and wait in its run queue
-# while the other core idles: /proc/PID/schedstat over 2 s of ALLREDUCE
-# (session 30), ranks 0.40 s on CPU and 0.26-0.35 s runnable but waiting,
-# the machine 16% idle, against 0.2% while forwarding. Pinned, that idle
-# goes (two interleaved pairs: FP32 ALLREDUCE 1.000, 0.948 of forwarding
-# against 0.711, 0.588 unpinned), but forwarding's sender and receiver
-# then share one core that bounds their rate (sender 0.73 + receiver 0.24 s
-# on CPU per second, with run-queue waits), while the switch has spare CPU:
-# the ratio would no longer measure the switch, so the default does not pin.
-PIN=${BENCH_PIN-0}
+# Part 3's CPU placement. Left to the scheduler on 2 cores ("free"), the
+# ALLREDUCE's ranks wake on the switch's core (its sendmmsg delivers their
+# RESULT and wakes them there) and wait in its run queue while the other
+# core idles: /proc/PID/schedstat over 2 s of ALLREDUCE (session 30), ranks
+# 0.40 s on CPU and 0.26-0.35 s runnable but waiting, the machine 16% idle,
+# against 0.2% while forwarding. Pinned ("pinned": the switch on the first
+# half of the cores, its traffic generators on the rest), that idle goes,
+# but forwarding's sender and receiver then share one core that bounds
+# their rate while the switch has CPU to spare (4 rounds each: forwarding
+# 359k pinned against 388k free frames/s; ALLREDUCE 339k against 287k).
+# Each placement favours one side, so by default (BENCH_PIN=both) part 3
+# runs both, alternating in pairs of rounds, prints each placement's
+# ratios, and judges the bar by each side at its best: the best
+# placement's mean DATA rate over the best placement's mean forwarding
+# rate. BENCH_PIN=0 runs free only, BENCH_PIN=1 pinned only.
+PIN=${BENCH_PIN-both}
 NCPU=$(nproc)
-SW_CPUS="" GEN_CPUS=""
+SW_CPUS="" GEN_CPUS="" ALL_CPUS="0-$((NCPU - 1))"
+case $PIN in
+  0 | 1 | both) ;;
+  *) echo "bench: BENCH_PIN=$PIN: use both (default), 0 (scheduler's placement) or 1 (switch and generators on separate cores)"; exit 2 ;;
+esac
 if [[ $PIN != 0 ]] && (( NCPU >= 2 )); then
   cpus() { if (( $1 == $2 )); then echo "$1"; else echo "$1-$2"; fi; }
   SW_CPUS=$(cpus 0 $((NCPU / 2 - 1))) GEN_CPUS=$(cpus $((NCPU / 2)) $((NCPU - 1)))
-elif [[ $PIN != 0 ]]; then
-  echo "bench: BENCH_PIN=$PIN: pinning needs 2 or more CPUs (this machine has $NCPU); use BENCH_PIN=0"; exit 2
+elif [[ $PIN == 1 ]]; then
+  echo "bench: BENCH_PIN=1: pinning needs 2 or more CPUs (this machine has $NCPU); use BENCH_PIN=0"; exit 2
+else
+  PIN=0 # one CPU: nothing to place
 fi
 GEN_PROCS=${BENCH_GEN_PROCS-1}
 GEN_ENV=()   # env assignments for part 3's prismd-blast processes
 [[ -n $GEN_PROCS ]] && GEN_ENV=("GOMAXPROCS=$GEN_PROCS")
-GEN_PIN=()   # command prefix that places them on GEN_CPUS
-[[ -n $GEN_CPUS ]] && GEN_PIN=(taskset -c "$GEN_CPUS")
+GEN_PIN=()   # command prefix that places them (pinned rounds: taskset -c GEN_CPUS)
 case $AGG_SOURCE in
   blast) agg_count=16777216 ;;
   ranks) agg_count=4194304 ;;
@@ -224,7 +232,13 @@ am_start() {
 am_stop() { kill "$AM_PID" 2>/dev/null; wait "$AM_PID" 2>/dev/null; }
 
 # ranks LAB N JOB OUTPREFIX CMD ARGS... -> runs one rank per host h1..hN; returns non-zero if any failed.
-placement() { if [[ -n $SW_CPUS ]]; then echo "sw1 on CPUs $SW_CPUS, generators and ranks on $GEN_CPUS"; else echo "no CPU placement (BENCH_PIN=1 pins)"; fi; }
+placement() {
+  case $PIN in
+    both) echo "rounds in pairs free (the scheduler's placement) and pinned (sw1 on CPUs $SW_CPUS, generators and ranks on $GEN_CPUS); the verdict takes each side at its best placement" ;;
+    1) echo "pinned: sw1 on CPUs $SW_CPUS, generators and ranks on $GEN_CPUS" ;;
+    *) echo "free: the scheduler's placement" ;;
+  esac
+}
 RANK_PIN=() # command prefix for ranks(): part 3 places them (BENCH_PIN)
 ranks() {
   local lab=$1 n=$2 job=$3 out=$4 i rc=0 pids=()
@@ -309,12 +323,17 @@ part3() {
   # vs 0.596-0.610). One lab, one switch, no tree: the AM's default stays
   # 64 (control/am: deep windows burst on spurious timeouts in trees).
   am_start "$lab" --window "$AGG_WINDOW" || { lab_down "$f"; return 1; }
-  if [[ -n $SW_CPUS ]]; then
-    taskset -a -p -c "$SW_CPUS" "$(cat "$STATE/$lab/sw1.pid")" >/dev/null ||
-      { echo "bench: cannot pin sw1 to CPUs $SW_CPUS (BENCH_PIN=0 runs without)"; am_stop; lab_down "$f"; return 1; }
-    echo "(placement, BENCH_PIN=$PIN: sw1 on CPUs $SW_CPUS, its traffic generators and ranks on CPUs $GEN_CPUS)"
-  fi
-  local -a RANK_PIN=("${GEN_PIN[@]}") # ranks() (BENCH_AGG_SOURCE=ranks) sees it
+  [[ -n $SW_CPUS ]] && echo "(placement, BENCH_PIN=$PIN: pinned = sw1 on CPUs $SW_CPUS, its traffic generators and ranks on CPUs $GEN_CPUS; free = the scheduler's)"
+  # place free|pinned: sw1's affinity, and the generators' prefix (GEN_PIN;
+  # RANK_PIN for ranks(), BENCH_AGG_SOURCE=ranks).
+  local -a RANK_PIN=()
+  place() {
+    local cpus=$ALL_CPUS
+    GEN_PIN=() RANK_PIN=()
+    if [[ $1 == pinned ]]; then cpus=$SW_CPUS GEN_PIN=(taskset -c "$GEN_CPUS") RANK_PIN=("${GEN_PIN[@]}"); fi
+    taskset -a -p -c "$cpus" "$(cat "$STATE/$lab/sw1.pid")" >/dev/null ||
+      { echo "bench: cannot set sw1's CPUs to $cpus (BENCH_PIN=0 runs without)" >&2; return 1; }
+  }
   local h2mac blast_size job=10
   h2mac=$(ip netns exec "$(ns "$lab" h2)" cat /sys/class/net/eth0/address)
   blast_size=1500
@@ -380,65 +399,91 @@ part3() {
   }
   # Interleave so drift hits both sides alike: odd rounds fwd then every aggregation, even rounds the
   # aggregations in reverse then fwd.
-  local runs=() order=() rows=() r i x a c fw res n t cpu fps
+  local runs=() order=() rows=() r i x a c fw res n t cpu fps pl
   read -r -a runs <<<"$AGG_RUNS"
   for ((r = 1; r <= AGG_ROUNDS; r++)); do
+    # Placement by pairs of rounds (free, free, pinned, pinned, ...), so
+    # each placement sees forwarding both first and last.
+    case $PIN in
+      0) pl=free ;;
+      1) pl=pinned ;;
+      both) if (( (r - 1) / 2 % 2 == 0 )); then pl=free; else pl=pinned; fi ;;
+    esac
+    place "$pl" || { am_stop; lab_down "$f"; return 1; }
     if (( r % 2 == 1 )); then order=(fwd "${runs[@]}")
     else order=(); for ((i = ${#runs[@]} - 1; i >= 0; i--)); do order+=("${runs[$i]}"); done; order+=(fwd); fi
     for x in "${order[@]}"; do
       if [[ $x == fwd ]]; then
-        fw=$(fwd); rows+=("fwd - $fw $r")
+        fw=$(fwd); rows+=("fwd - $fw $r $pl")
         read -r fps cpu <<<"$fw"
-        echo "round $r forward: $fps fps, ns/frame: prismd CPU (total user sys) and machine busy $cpu (prismd-blast ${blast_size}B, ${BLAST_SECS}s)"
+        echo "round $r ($pl) forward: $fps fps, ns/frame: prismd CPU (total user sys) and machine busy $cpu (prismd-blast ${blast_size}B, ${BLAST_SECS}s)"
         continue
       fi
       a=${x%%:*} c=${x##*:} job=$((job + 1))
       if res=$(agg_"$AGG_SOURCE" "$a" "$c" $job); then
         read -r n t cpu <<<"$res"
         fps=$(awk -v n="$n" -v t="$t" 'BEGIN{ if (t > 0) printf "%.0f", n/t; else print 0 }')
-        rows+=("$a $c $fps $cpu $r")
-        echo "round $r $a $c: $n DATA frames absorbed in $t s of data phase = $fps fps, ns/frame: prismd CPU (total user sys) and machine busy $cpu (whole run incl. setup)"
-      else echo "round $r $a $c: failed"; fi
+        rows+=("$a $c $fps $cpu $r $pl")
+        echo "round $r ($pl) $a $c: $n DATA frames absorbed in $t s of data phase = $fps fps, ns/frame: prismd CPU (total user sys) and machine busy $cpu (whole run incl. setup)"
+      else echo "round $r ($pl) $a $c: failed"; fi
     done
   done
   am_stop; lab_down "$f"
   printf '%s\n' "${rows[@]}" >"$TMP/p3.rows"
-  local fmed fcpu v q bar
-  fmed=$(awk '$1=="fwd"{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
-  fcpu=$(awk '$1=="fwd"{s+=$4;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
+  local places=() q bar v f best
+  for pl in free pinned; do grep -q " $pl\$" "$TMP/p3.rows" && places+=("$pl"); done
+  # mean of field F over the rows of A C in placement P ("" = every placement)
+  col() { awk -v a="$1" -v c="$2" -v f="$3" -v p="$4" '$1==a && $2==c && (p=="" || $NF==p){s+=$f;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows"; }
   echo
   # rounds: each round's ratio against that round's forwarding run, so the
   # spread shows how much of a verdict is the machine's noise.
-  printf '%-14s %-10s %12s %12s %8s %13s %6s %s\n' accumulator collective data_fps fwd_fps ratio rounds bar verdict
+  printf '%-14s %-10s %-7s %12s %12s %8s %13s\n' accumulator collective place data_fps fwd_fps ratio rounds
   for x in "${runs[@]}"; do
     a=${x%%:*} c=${x##*:}
-    v=$(awk -v a="$a" -v c="$c" '$1==a && $2==c{s+=$3;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows")
-    bar=0.8; [[ $a == kulisch ]] && bar=0.5
     local name=FP32_ARRIVAL; [[ $a == kulisch ]] && name=KULISCH_FIXED
-    if [[ -z $v || -z $fmed || $fmed -le 0 ]]; then
-      printf '%-14s %-10s %12s %12s %8s %13s %6s %s\n' $name "$c" "${v:-n/a}" "${fmed:-n/a}" n/a - $bar "not measured"; continue
+    for pl in "${places[@]}"; do
+      v=$(col "$a" "$c" 3 "$pl") f=$(col fwd - 3 "$pl")
+      local spread
+      spread=$(awk -v a="$a" -v c="$c" -v p="$pl" -v rounds="$AGG_ROUNDS" '$NF!=p{next} $1=="fwd"{f[$(NF-1)]=$3} $1==a && $2==c{d[$(NF-1)]=$3}
+        END{s=""; for (r = 1; r <= rounds; r++) if ((r in f) && (r in d) && f[r] > 0) s = s (s == "" ? "" : "/") sprintf("%.3f", d[r]/f[r]); print (s == "" ? "-" : s)}' "$TMP/p3.rows")
+      printf '%-14s %-10s %-7s %12s %12s %8s %13s\n' $name "$c" "$pl" "${v:-n/a}" "${f:-n/a}" \
+        "$([[ -n $v && -n $f && $f -gt 0 ]] && ratio "$v" "$f" || echo n/a)" "$spread"
+    done
+  done
+  echo
+  # The verdict: each side at the placement it does best in.
+  printf '%-14s %-10s %20s %20s %8s %6s %s\n' accumulator collective "data_fps (best)" "fwd_fps (best)" ratio bar verdict
+  local fbest fpl
+  fbest=0 fpl=-
+  for pl in "${places[@]}"; do f=$(col fwd - 3 "$pl"); [[ -n $f ]] && (( f > fbest )) && fbest=$f fpl=$pl; done
+  for x in "${runs[@]}"; do
+    a=${x%%:*} c=${x##*:}
+    local name=FP32_ARRIVAL; [[ $a == kulisch ]] && name=KULISCH_FIXED
+    bar=0.8; [[ $a == kulisch ]] && bar=0.5
+    local bpl=-
+    best=0
+    for pl in "${places[@]}"; do v=$(col "$a" "$c" 3 "$pl"); [[ -n $v ]] && (( v > best )) && best=$v bpl=$pl; done
+    if (( best == 0 || fbest == 0 )); then
+      printf '%-14s %-10s %20s %20s %8s %6s %s\n' $name "$c" n/a n/a n/a $bar "not measured"; continue
     fi
-    q=$(ratio "$v" "$fmed")
-    local spread
-    spread=$(awk -v a="$a" -v c="$c" -v rounds="$AGG_ROUNDS" '$1=="fwd"{f[$NF]=$3} $1==a && $2==c{d[$NF]=$3}
-      END{s=""; for (r = 1; r <= rounds; r++) if ((r in f) && (r in d) && f[r] > 0) s = s (s == "" ? "" : "/") sprintf("%.3f", d[r]/f[r]); print (s == "" ? "-" : s)}' "$TMP/p3.rows")
-    printf '%-14s %-10s %12s %12s %8s %13s %6s %s\n' $name "$c" "$v" "$fmed" "$q" "$spread" "$bar" \
+    q=$(ratio "$best" "$fbest")
+    printf '%-14s %-10s %20s %20s %8s %6s %s\n' $name "$c" "$best ($bpl)" "$fbest ($fpl)" "$q" "$bar" \
       "$(awk -v q="$q" -v b=$bar 'BEGIN{print (q >= b ? "PASS" : "BELOW BAR")}')"
     MEASURED=1
   done
   echo
-  # mean of field F over the rows of A C
-  col() { awk -v a="$1" -v c="$2" -v f="$3" '$1==a && $2==c{s+=$f;n++} END{if(n) printf "%.0f", s/n}' "$TMP/p3.rows"; }
-  printf '%-14s %-10s %18s %17s %17s %24s %22s %14s\n' accumulator collective cpu_ns/data_frame cpu_ns/fwd_frame fwd_cpu/data_cpu \
+  printf '%-14s %-10s %-7s %18s %17s %17s %24s %22s %14s\n' accumulator collective place cpu_ns/data_frame cpu_ns/fwd_frame fwd_cpu/data_cpu \
     "user+sys/data_frame" "user+sys/fwd_frame" machine_ratio
-  local fu fs fm du ds dm
-  fu=$(col fwd - 5) fs=$(col fwd - 6) fm=$(col fwd - 7)
-  for x in "${runs[@]}"; do
-    a=${x%%:*} c=${x##*:}
-    v=$(col "$a" "$c" 4) du=$(col "$a" "$c" 5) ds=$(col "$a" "$c" 6) dm=$(col "$a" "$c" 7)
-    printf '%-14s %-10s %18s %17s %17s %24s %22s %14s\n' $a "$c" "${v:-n/a}" "${fcpu:-n/a}" \
-      "$([[ -n $v && -n $fcpu ]] && ratio "$fcpu" "$v" || echo n/a)" "${du:-?}+${ds:-?}" "${fu:-?}+${fs:-?}" \
-      "$([[ -n $dm && -n $fm && $dm -gt 0 ]] && ratio "$fm" "$dm" || echo n/a)"
+  local fcpu fu fs fm du ds dm
+  for pl in "${places[@]}"; do
+    fcpu=$(col fwd - 4 "$pl") fu=$(col fwd - 5 "$pl") fs=$(col fwd - 6 "$pl") fm=$(col fwd - 7 "$pl")
+    for x in "${runs[@]}"; do
+      a=${x%%:*} c=${x##*:}
+      v=$(col "$a" "$c" 4 "$pl") du=$(col "$a" "$c" 5 "$pl") ds=$(col "$a" "$c" 6 "$pl") dm=$(col "$a" "$c" 7 "$pl")
+      printf '%-14s %-10s %-7s %18s %17s %17s %24s %22s %14s\n' $a "$c" "$pl" "${v:-n/a}" "${fcpu:-n/a}" \
+        "$([[ -n $v && -n $fcpu ]] && ratio "$fcpu" "$v" || echo n/a)" "${du:-?}+${ds:-?}" "${fu:-?}+${fs:-?}" \
+        "$([[ -n $dm && -n $fm && $dm -gt 0 ]] && ratio "$fm" "$dm" || echo n/a)"
+    done
   done
   echo "(CPU ratio = prismd's own cost per frame: the fraction of its forwarding rate it could absorb if fed and CPU-bound;"
   echo " user+sys splits it: a kernel cost per frame close to forwarding's says the extra is the engine's user-space work;"
@@ -446,11 +491,11 @@ part3() {
   echo " peers on the same cores: the rate ratio a CPU-bound machine would show)"
   if [[ $AGG_SOURCE == blast ]]; then
     echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean data-phase time of the 2 'prismd-blast contribute' ranks," \
-      "operations of $AGG_COUNT FP32 back to back for ${BLAST_SECS}s; REDUCE to rank 0; fwd_fps = mean of $AGG_ROUNDS blast runs received in h2;" \
+      "operations of $AGG_COUNT FP32 back to back for ${BLAST_SECS}s; REDUCE to rank 0; fwd_fps = mean of the placement's blast runs received in h2;" \
       "every prismd-blast at GOMAXPROCS=${GEN_PROCS:-default}; $(placement))"
   else
     echo "(data_fps = prismd_frames_total{class=\"data\"} delta on sw1 / mean transfer time of the 2 'prismctl allreduce' ranks" \
-      "summed over $AGG_ITERS iterations of $AGG_COUNT FP32: bounded by the host library's send rate; fwd_fps = mean of $AGG_ROUNDS blast runs received in h2; $(placement))"
+      "summed over $AGG_ITERS iterations of $AGG_COUNT FP32: bounded by the host library's send rate; fwd_fps = mean of the placement's blast runs received in h2; $(placement))"
   fi
 }
 
