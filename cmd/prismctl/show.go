@@ -266,6 +266,9 @@ func printAMOps(w io.Writer, l *am.OpList) {
 			fmt.Fprintf(w, "  forwarders: %s", strings.Join(o.Forwarders, " "))
 		}
 		fmt.Fprintln(w)
+		if o.Holding != "" {
+			fmt.Fprintf(w, "  held by %s: the waits from the root lead there; another leaf's waits name ranks its flow control stopped behind it\n", o.Holding)
+		}
 		if d := o.Draining; d != nil {
 			fmt.Fprintf(w, "  draining: rank %d failed locally after %d invocations; the ABORT waits for ranks %s to report as many (at most %v more)\n",
 				d.Rank, d.Invocations, joinInts(d.Waiting), time.Duration(d.LeftMS)*time.Millisecond)

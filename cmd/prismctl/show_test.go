@@ -139,7 +139,7 @@ func TestShowAM(t *testing.T) {
 		{ID: "7-0-1-5-100", Seq: 6, Collective: "allreduce", Size: 2, Persistent: true, State: "released", Tree: "SINGLE", Root: "sw9",
 			RanksDone: []int{0, 1}, Nodes: []am.NodeStatus{{Name: "sw9", Role: "SINGLE", State: "ABORTED"}}},
 		{ID: "7-0-1-6-100", Seq: 7, Collective: "allreduce", Size: 3, Persistent: true, State: "draining", Tree: "SINGLE", Root: "sw9",
-			RanksDone: []int{0}, Draining: &am.Draining{Rank: 0, Invocations: 12, Waiting: []int{1, 2}, LeftMS: 1250}},
+			Holding: "rank 2 (h3) at sw9", RanksDone: []int{0}, Draining: &am.Draining{Rank: 0, Invocations: 12, Waiting: []int{1, 2}, LeftMS: 1250}},
 	}, Barriers: []am.Barrier{{Job: 9, Group: 1, Seq: 2, Collective: "allreduce", Size: 4, Arrived: []int{0, 2}, Missing: []int{1, 3}, WaitingMS: 3140}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/ops" {
@@ -169,6 +169,7 @@ func TestShowAM(t *testing.T) {
 		"sw9   SINGLE  -       ABORTED (its end)  -", // a persistent operation's end looked like a failure
 		"op 7-0-1-6-100  seq 7  persistent allreduce of 3 ranks  draining",
 		"draining: rank 0 failed locally after 12 invocations; the ABORT waits for ranks 1-2 to report as many (at most 1.25s more)",
+		"held by rank 2 (h3) at sw9: the waits from the root lead there",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show am output lacks %q:\n%s", want, out)

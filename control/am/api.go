@@ -316,6 +316,12 @@ type OpStatus struct {
 	Nodes      []NodeStatus `json:"nodes"`
 	RanksDone  []int        `json:"ranks_done"`
 	Error      *APIError    `json:"error,omitempty"`
+	// Holding, for an active or draining operation whose nodes report
+	// what they wait for, names the rank the chain of waits from the root
+	// ends at, and its leaf ("rank 3 (h8) at l2"): the one that holds the
+	// tree, while other leaves may name healthy ranks their flow control
+	// stopped behind it.
+	Holding string `json:"holding,omitempty"`
 	// EndedUnixMs is when the operation was released or failed, or (a
 	// prepared one nobody took) ABORTed unused (Unix milliseconds), absent
 	// before: the order in which operations ended,

@@ -1488,6 +1488,15 @@ func (op *operation) status() OpStatus {
 	s := OpStatus{ID: op.id.Key(), Op: op.id, Seq: op.inv.key.seq, Collective: op.inv.first.Collective,
 		Size: op.size, Persistent: op.persistent, State: op.state, Tree: op.tree.Kind(), Root: op.tree.Root,
 		Forwarders: op.tree.Forwarders, RanksDone: []int{}, Error: op.err, Draining: op.drainStatus()}
+	if op.state == "active" || op.state == "draining" {
+		// Every leaf names its least advanced stream, and behind a
+		// stalled rank the others run out of credit: a leaf elsewhere
+		// then "waits for" a healthy rank. The chain from the root says
+		// which one holds the tree.
+		if r, leaf := op.holding(); r != nil {
+			s.Holding = fmt.Sprintf("rank %d (%s) at %s", *r, op.tree.Ranks[*r].Host, leaf)
+		}
+	}
 	if (op.state == "released" || op.state == "failed" || op.state == "unused") && !op.ended.IsZero() {
 		s.EndedUnixMs = op.ended.UnixMilli()
 	}

@@ -1848,3 +1848,32 @@ func TestDiagnosisWordsTheStream(t *testing.T) {
 		t.Fatalf("err %+v, want the element within its invocation", st.Error)
 	}
 }
+
+// TestHoldingNamesTheChainsEnd: while an operation runs, its status names
+// the rank the nodes' waits lead to from the root (l2's rank 2), not l1's
+// least advanced rank, which only waits behind it.
+func TestHoldingNamesTheChainsEnd(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	fromL2 := r.rootStreamFrom(t, grants[0].Op, "l2")
+	r.activeOn("l1", grants[1].Data.StreamID, 5768070)
+	r.activeOn("l2", grants[2].Data.StreamID, 5753187)
+	r.activeOn("s1", fromL2, 5750370)
+	r.m.Refresh()
+	st, err := r.m.Op(grants[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != "active" || st.Holding != "rank 2 (h3) at l2" {
+		t.Fatalf("state %s holding %q, want active, held by rank 2 (h3) at l2", st.State, st.Holding)
+	}
+	// The chain broken (the root waits for nothing): no guess.
+	r.activeOn("s1", 0, 0)
+	r.nodes["s1"].mu.Lock()
+	r.nodes["s1"].final = parser.StateComplete
+	r.nodes["s1"].mu.Unlock()
+	r.m.Refresh()
+	if st, _ = r.m.Op(grants[0].ID); st.Holding != "" {
+		t.Fatalf("root not waiting: holding %q, want none", st.Holding)
+	}
+}

@@ -855,24 +855,30 @@ func (m *Manager) switchesOnTheWay(op *operation, node string, from []string) []
 // runs through the subtree that really stalled. nil when the chain ends
 // elsewhere (a node not ACTIVE, a RESULT stream, nothing missing).
 func (op *operation) holdingRank() *int {
+	r, _ := op.holding()
+	return r
+}
+
+// holding is holdingRank and the leaf where the chain ended.
+func (op *operation) holding() (*int, string) {
 	if len(op.plan.order) == 0 {
-		return nil
+		return nil, ""
 	}
 	n := op.plan.order[0]
 	for range op.plan.order {
 		ns, np := op.nodes[n], op.plan.nodes[n]
 		if ns == nil || np == nil || ns.State != "ACTIVE" || ns.MissingStream == nil {
-			return nil
+			return nil, ""
 		}
 		s := uint16(*ns.MissingStream)
 		if r, ok := np.ownerRank[s]; ok {
-			return &r
+			return &r, n
 		}
 		child, ok := np.ownerChild[s]
 		if !ok {
-			return nil
+			return nil, ""
 		}
 		n = child
 	}
-	return nil
+	return nil, ""
 }
