@@ -5,7 +5,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -290,6 +292,9 @@ func runAllReduce(args []string) int {
 		"the first repetition that differs is reported (iteration, element, got and want) and the exit code is 1")
 	root := fs.Int("root", -1, "REDUCE to this rank instead of ALLREDUCE")
 	iters := fs.Int("iters", 1, "repeat the collective this many times")
+	saveIn := fs.String("save-input", "", "write this rank's input vector to FILE before the collective: --count raw little-endian values of --format (int8, or IEEE binary16/bfloat16/binary32 bits), "+
+		"so a program of your own can compute the expected result from every rank's file")
+	saveOut := fs.String("save-result", "", "write the result of the last repetition to FILE: --count raw little-endian values of --output (default --format); every rank of an ALLREDUCE, the root of a REDUCE")
 	persistent := fs.Bool("persistent", false, "run the --iters repetitions as one persistent collective (like MPI_Allreduce_init): the AM is asked once, then every repetition runs without it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: prismctl allreduce --coordinator URL --rank R --size N --iface IF --node H [--count N] [--format fp32] [--acc kulisch|fp32] [--verify] [--iters N]")
@@ -319,6 +324,9 @@ func runAllReduce(args []string) int {
 	}
 	if *persistent && rf.ordinary {
 		return flagErr(fs, errors.New("--persistent and --ordinary exclude each other: pick one way to repeat the collective"))
+	}
+	if *saveOut != "" && *root >= 0 && rf.rank != *root {
+		return flagErr(fs, fmt.Errorf("--save-result on rank %d of a REDUCE to rank %d: only the root receives the result; drop it here", rf.rank, *root))
 	}
 	if *verify && rf.acc == "fp32" && rf.data != "integral" {
 		return flagErr(fs, fmt.Errorf("--verify with --acc fp32 needs --data integral: FP32_ARRIVAL rounds in arrival order, so %s data has no single exact answer", rf.data))
@@ -352,6 +360,12 @@ func runAllReduce(args []string) int {
 	defer stopProf()
 	send := gen.vector(rf.rank, *count)
 	recv := gen.alloc(*count)
+	if *saveIn != "" {
+		if err := saveVector(*saveIn, send); err != nil {
+			fmt.Fprintf(os.Stderr, "prismctl allreduce: --save-input: %v\n", err)
+			return 1
+		}
+	}
 	run, err := newRepeater(c, *persistent, coll, send, recv, *root, rf.options())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl allreduce: %v\n", err)
@@ -360,7 +374,32 @@ func runAllReduce(args []string) int {
 	defer run.close()
 	rep := repetitions{rank: rf.rank, coll: coll, count: *count, what: gen.describe(rf.acc), width: gen.width(), iters: *iters,
 		start: func(ctx context.Context) collRequest { return run.start(ctx) }, recv: recv, ref: ref, out: os.Stdout, errOut: os.Stderr}
-	return rep.run(ctx)
+	rc := rep.run(ctx)
+	if rc == 0 && *saveOut != "" {
+		if err := saveVector(*saveOut, recv); err != nil {
+			fmt.Fprintf(os.Stderr, "prismctl allreduce: --save-result: %v\n", err)
+			return 1
+		}
+	}
+	return rc
+}
+
+// saveVector writes v (a typed slice) as raw little-endian values.
+func saveVector(path string, v any) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err := binary.Write(bw, binary.LittleEndian, v); err != nil {
+		f.Close()
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // collRequest is a started collective (a *host.Request).

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"math"
@@ -275,5 +277,38 @@ func TestVerifyEveryIteration(t *testing.T) {
 				t.Errorf("%d repetition lines, want %d:\n%s", got, iters, out.String())
 			}
 		})
+	}
+}
+
+// TestSaveVector: --save-input and --save-result write each element's bits
+// little-endian, as a program of the user's reads them back.
+func TestSaveVector(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		v    any
+		want []byte
+	}{
+		{[]float32{1, -2.5}, func() []byte {
+			b := make([]byte, 8)
+			binary.LittleEndian.PutUint32(b, math.Float32bits(1))
+			binary.LittleEndian.PutUint32(b[4:], math.Float32bits(-2.5))
+			return b
+		}()},
+		{[]host.Float16{0x3c00, 0xc100}, []byte{0x00, 0x3c, 0x00, 0xc1}},
+		{[]host.BFloat16{0x3f80}, []byte{0x80, 0x3f}},
+		{[]int8{-1, 127}, []byte{0xff, 0x7f}},
+	}
+	for i, c := range cases {
+		p := filepath.Join(dir, fmt.Sprint(i))
+		if err := saveVector(p, c.v); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil || !bytes.Equal(got, c.want) {
+			t.Fatalf("%T: % x (%v), want % x", c.v, got, err, c.want)
+		}
+	}
+	if err := saveVector(filepath.Join(dir, "no", "such", "dir"), []int8{1}); err == nil {
+		t.Fatal("a path that cannot be created gave no error")
 	}
 }

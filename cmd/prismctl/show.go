@@ -336,7 +336,39 @@ func socketForNetNSIn(stateDir, ns string) (string, error) {
 			"'prismctl lab status --state-dir %s FILE' shows the lab, and 'prismctl lab up --state-dir %s FILE' restarts it",
 			lab, node, strings.TrimSpace(string(b)), pf, filepath.Join(filepath.Dir(pf), node+".log"), stateDir, stateDir)
 	}
+	// A node of a lab that is up but runs no prismd: a host.
+	dirs, _ := filepath.Glob(filepath.Join(stateDir, "*"))
+	for _, d := range dirs {
+		lab := filepath.Base(d)
+		socks, _ := filepath.Glob(filepath.Join(d, "*.sock"))
+		if len(socks) == 0 {
+			continue
+		}
+		var switches []string
+		for _, sk := range socks {
+			switches = append(switches, deploy.NetNSName(lab, strings.TrimSuffix(filepath.Base(sk), ".sock")))
+		}
+		for _, node := range labNode(d, lab, ns) {
+			return "", fmt.Errorf("namespace %q is node %s of lab %s, which runs no prismd (a host): show ops, ports and macs read a switch; "+
+				"this lab's switches are in %s", ns, node, lab, strings.Join(switches, ", "))
+		}
+	}
 	return "", fmt.Errorf("no control socket for namespace %q under %s (is the lab up? if it was brought up with --state-dir DIR, pass the same --state-dir; or pass --socket)", ns, stateDir)
+}
+
+// labNode returns the node of lab (state directory d) whose namespace is
+// ns, as the lab's saved topology lists it.
+func labNode(d, lab, ns string) []string {
+	prefix := strings.TrimSuffix(deploy.NetNSName(lab, "x"), "x")
+	node, ok := strings.CutPrefix(ns, prefix)
+	if !ok || node == "" || deploy.NetNSName(lab, node) != ns {
+		return nil
+	}
+	t, err := deploy.Load(filepath.Join(d, "topology.yaml"))
+	if err != nil || t.Nodes[node] == nil {
+		return nil
+	}
+	return []string{node}
 }
 
 // labFile finds <stateDir>/<lab>/<node><ext> of the lab node whose

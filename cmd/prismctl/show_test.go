@@ -378,3 +378,37 @@ func TestSocketForStoppedNode(t *testing.T) {
 		t.Fatalf("unknown node: %v", err)
 	}
 }
+
+// TestSocketForHostNode: a host's namespace of a lab that is up is named
+// as a host, with the lab's switches, not "is the lab up?".
+func TestSocketForHostNode(t *testing.T) {
+	dir := t.TempDir()
+	lab := filepath.Join(dir, "hl")
+	if err := os.MkdirAll(lab, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := deploy.Load("single")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "lab", "single.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct{ name, body string }{{"topology.yaml", string(b)}, {"sw1.sock", ""}} {
+		if err := os.WriteFile(filepath.Join(lab, f.name), []byte(f.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if topo.Nodes["h1"] == nil {
+		t.Fatal("the single lab has no h1")
+	}
+	_, err = socketForNetNSIn(dir, deploy.NetNSName("hl", "h1"))
+	if err == nil || !strings.Contains(err.Error(), "is node h1 of lab hl, which runs no prismd (a host)") ||
+		!strings.Contains(err.Error(), deploy.NetNSName("hl", "sw1")) {
+		t.Fatalf("%v, want h1 named as a host and the switch's namespace given", err)
+	}
+	if _, err := socketForNetNSIn(dir, deploy.NetNSName("hl", "h99")); err == nil || !strings.Contains(err.Error(), "no control socket") {
+		t.Fatalf("a node the lab lacks: %v", err)
+	}
+}
