@@ -134,6 +134,7 @@ func (f *rankFlags) check() error {
 		return fmt.Errorf("%v: fix or unset it", f.envErr)
 	}
 	var errs []string
+	f.format, f.output = strings.ToLower(f.format), strings.ToLower(f.output) // FP32 as the library takes it
 	if f.coordinator == "" {
 		errs = append(errs, "--coordinator is required (or PRISM_COORDINATOR): the URL 'prismctl am --listen' serves, e.g. http://10.0.0.1:7000")
 	}
@@ -156,7 +157,6 @@ func (f *rankFlags) check() error {
 	// The library's and the runtime channel's names too, in any case
 	// (kulisch_fixed, FP32_ARRIVAL): one spelling worked in Options and
 	// not on the command line.
-	f.format, f.output = strings.ToLower(f.format), strings.ToLower(f.output)
 	if p, err := am.ParseAcc(f.acc); err == nil {
 		f.acc = am.AccName(p)
 	} else {

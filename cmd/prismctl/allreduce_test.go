@@ -312,3 +312,22 @@ func TestSaveVector(t *testing.T) {
 		t.Fatal("a path that cannot be created gave no error")
 	}
 }
+
+// TestNamesInAnyCase: --acc takes the protocol's and the library's names
+// in any case, and --format/--output any case, as host.Options does.
+func TestNamesInAnyCase(t *testing.T) {
+	for _, acc := range []string{"KULISCH_FIXED", "kulisch_fixed", "Kulisch"} {
+		f := rankFlags{coordinator: "http://x", iface: "eth0", node: "h1", size: 2, format: "FP32", output: "BF16", acc: acc, mtu: 1500}
+		if err := f.check(); err != nil || f.acc != "kulisch" || f.format != "fp32" || f.output != "bf16" {
+			t.Fatalf("--acc %s --format FP32 --output BF16: %v, acc %q format %q output %q", acc, err, f.acc, f.format, f.output)
+		}
+	}
+	f := rankFlags{coordinator: "http://x", iface: "eth0", node: "h1", size: 2, format: "fp32", acc: "FP32_ARRIVAL", mtu: 1500}
+	if err := f.check(); err != nil || f.acc != "fp32" {
+		t.Fatalf("--acc FP32_ARRIVAL: %v, acc %q", err, f.acc)
+	}
+	f.acc = "fp23"
+	if err := f.check(); err == nil || !strings.Contains(err.Error(), `--acc "fp23"`) {
+		t.Fatalf("--acc fp23: %v", err)
+	}
+}

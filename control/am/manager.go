@@ -1419,7 +1419,10 @@ func (m *Manager) OpsWhere(f OpsFilter) OpList {
 	m.mu.Lock()
 	ops := make([]*operation, 0, len(m.ops))
 	for _, op := range m.ops {
-		if !f.NoOps && f.match(op.id.Job, op.id.Group, op.inv.key.seq) {
+		// The identity is fixed at creation; op.inv is not (a prepared
+		// operation takes its invocation later, under op.mu), so seq is
+		// matched on the status below.
+		if !f.NoOps && (f.Job == nil || *f.Job == op.id.Job) && (f.Group == nil || *f.Group == op.id.Group) {
 			ops = append(ops, op)
 		}
 	}
@@ -1432,7 +1435,9 @@ func (m *Manager) OpsWhere(f OpsFilter) OpList {
 	l := OpList{Ops: []OpStatus{}, Barriers: bs}
 	m.mu.Unlock()
 	for _, op := range ops {
-		l.Ops = append(l.Ops, op.status())
+		if st := op.status(); f.Seq == nil || *f.Seq == st.Seq {
+			l.Ops = append(l.Ops, st)
+		}
 	}
 	sort.Slice(l.Ops, func(i, j int) bool {
 		a, b := l.Ops[i].Op, l.Ops[j].Op

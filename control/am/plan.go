@@ -184,8 +184,6 @@ func (p params) same(q params) bool {
 	return p == q
 }
 
-// lenDesc is p's vector length as its rank means it: a persistent
-// collective's per invocation (its VectorLen is every invocation's).
 // kindOf is the kind of the node's binding of stream s (0 if none).
 func (np *nodePlan) kindOf(s uint16) parser.BindingKind {
 	for _, b := range np.bindings {
@@ -205,6 +203,8 @@ func (p params) invocationLen() uint32 {
 	return p.VectorLen
 }
 
+// lenDesc is p's vector length as its rank means it: a persistent
+// collective's per invocation (its VectorLen is every invocation's).
 func (p params) lenDesc() string {
 	if n := p.invocationLen(); n != p.VectorLen {
 		return fmt.Sprintf("%d per invocation", n)

@@ -381,10 +381,6 @@ func (m *Manager) askAll(op *operation) {
 	})
 }
 
-// diagnose asks every node for its state once and explains the failure:
-// which node failed, which contributor is missing and from which element.
-// A non-nil blame is the culprit the caller established (a silent rank of
-// a persistent operation): the nodes' Missing Streams do not override it.
 // elementAt names element e of op's vector as its ranks count: a
 // persistent operation's vector is every invocation's, and "from element
 // 30711804" of a 200000-element call left the user to divide.
@@ -396,6 +392,10 @@ func (op *operation) elementAt(e uint32) string {
 	return fmt.Sprintf("element %d", e)
 }
 
+// diagnose asks every node for its state once and explains the failure:
+// which node failed, which contributor is missing and from which element.
+// A non-nil blame is the culprit the caller established (a silent rank of
+// a persistent operation): the nodes' Missing Streams do not override it.
 func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int, origin string) {
 	m.askAll(op)
 	if blame == nil {
