@@ -348,7 +348,7 @@ func socketForNetNSIn(stateDir, ns string) (string, error) {
 		for _, sk := range socks {
 			switches = append(switches, deploy.NetNSName(lab, strings.TrimSuffix(filepath.Base(sk), ".sock")))
 		}
-		for _, node := range labNode(d, lab, ns) {
+		if node := labNode(d, lab, ns); node != "" {
 			return "", fmt.Errorf("namespace %q is node %s of lab %s, which runs no prismd (a host): show ops, ports and macs read a switch; "+
 				"this lab's switches are in %s", ns, node, lab, strings.Join(switches, ", "))
 		}
@@ -357,18 +357,18 @@ func socketForNetNSIn(stateDir, ns string) (string, error) {
 }
 
 // labNode returns the node of lab (state directory d) whose namespace is
-// ns, as the lab's saved topology lists it.
-func labNode(d, lab, ns string) []string {
+// ns, as the lab's saved topology lists it, or "".
+func labNode(d, lab, ns string) string {
 	prefix := strings.TrimSuffix(deploy.NetNSName(lab, "x"), "x")
 	node, ok := strings.CutPrefix(ns, prefix)
 	if !ok || node == "" || deploy.NetNSName(lab, node) != ns {
-		return nil
+		return ""
 	}
 	t, err := deploy.Load(filepath.Join(d, "topology.yaml"))
 	if err != nil || t.Nodes[node] == nil {
-		return nil
+		return ""
 	}
-	return []string{node}
+	return node
 }
 
 // labFile finds <stateDir>/<lab>/<node><ext> of the lab node whose
