@@ -288,15 +288,16 @@ func printAMOps(w io.Writer, l *am.OpList) {
 				if who == "" {
 					who = fmt.Sprintf("stream %d", *n.MissingStream)
 				}
+				at := elementOf(&o, n.MissingFrom)
 				switch n.FailCause {
 				case "TIMEOUT":
-					waiting = fmt.Sprintf("timed out on %s from element %d", who, n.MissingFrom)
+					waiting = fmt.Sprintf("timed out on %s from %s", who, at)
 				case "PEER_FAILED":
 					waiting = "told FAILED by " + who
 				case "LINK_DOWN":
-					waiting = fmt.Sprintf("lost its link to %s (its port toward it is down) from element %d", who, n.MissingFrom)
+					waiting = fmt.Sprintf("lost its link to %s (its port toward it is down) from %s", who, at)
 				default:
-					waiting = fmt.Sprintf("%s from element %d", who, n.MissingFrom)
+					waiting = fmt.Sprintf("%s from %s", who, at)
 				}
 			}
 			if n.LastError != "" {
@@ -316,6 +317,16 @@ func printAMOps(w io.Writer, l *am.OpList) {
 		}
 		tw.Flush()
 	}
+}
+
+// elementOf names element e of o's vector as the ranks count it: within
+// its invocation for a persistent operation (the AM's diagnosis says it
+// so too).
+func elementOf(o *am.OpStatus, e uint32) string {
+	if l := o.InvocationLen; l > 0 {
+		return fmt.Sprintf("element %d of invocation %d (%d in the operation)", e%l, e/l+1, e)
+	}
+	return fmt.Sprintf("element %d", e)
 }
 
 // socketForNetNSIn finds the control socket of the lab node whose namespace

@@ -130,7 +130,7 @@ func TestShowAM(t *testing.T) {
 	ms := 3
 	l := am.OpList{Ops: []am.OpStatus{
 		{ID: "7-0-1-3-100", Seq: 4, Collective: "allreduce", Size: 4, Persistent: true, State: "active", Tree: "TREE", Root: "s1",
-			RanksDone: []int{1}, Nodes: []am.NodeStatus{{Name: "s1", Role: "ROOT", State: "ACTIVE", CompletedElements: 600},
+			InvocationLen: 500, RanksDone: []int{1}, Nodes: []am.NodeStatus{{Name: "s1", Role: "ROOT", State: "ACTIVE", CompletedElements: 600},
 				{Name: "l2", Role: "LEAF", Parent: "s1", State: "FAILED", MissingStream: &ms, MissingFrom: 600, MissingFromWhom: "rank 3 (h4)", FailCause: "TIMEOUT"},
 				{Name: "l1", Role: "LEAF", Parent: "s1", State: "ACTIVE", MissingStream: &ms, MissingFrom: 900},
 				{Name: "l3", Role: "LEAF", Parent: "s1", State: "FAILED", MissingStream: &ms, MissingFromWhom: "the parent s1", FailCause: "PEER_FAILED"}}},
@@ -160,9 +160,9 @@ func TestShowAM(t *testing.T) {
 		"op 7-0-1-3-100  seq 4  persistent allreduce of 4 ranks  active  tree TREE, root s1",
 		"ranks that reported (done or failed): 1",
 		"l2    LEAF  s1      FAILED",
-		"timed out on rank 3 (h4) from element 600",
+		"timed out on rank 3 (h4) from element 100 of invocation 2 (600 in the operation)",
 		"told FAILED by the parent s1",
-		"stream 3 from element 900",
+		"stream 3 from element 400 of invocation 2 (900 in the operation)",
 		"op 7-0-1-4-100  seq 5  reduce of 2 ranks  failed",
 		"error (operation_failed): rank 1 (h2) sent no keepalive for 7.5s",
 		"barrier job 9 group 1 seq 2  allreduce of 4 ranks  waiting 3.1s for ranks 1 3 (arrived: 0 2)",

@@ -316,6 +316,10 @@ type OpStatus struct {
 	Nodes      []NodeStatus `json:"nodes"`
 	RanksDone  []int        `json:"ranks_done"`
 	Error      *APIError    `json:"error,omitempty"`
+	// InvocationLen is, for a persistent operation, the elements of one
+	// invocation: its nodes' element positions (missing_from,
+	// completed_elements) count through every invocation.
+	InvocationLen uint32 `json:"invocation_len,omitempty"`
 	// Holding, for an active or draining operation whose nodes report
 	// what they wait for, names the rank the chain of waits from the root
 	// ends at, and its leaf ("rank 3 (h8) at l2"): the one that holds the

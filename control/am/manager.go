@@ -1493,6 +1493,9 @@ func (op *operation) status() OpStatus {
 	s := OpStatus{ID: op.id.Key(), Op: op.id, Seq: op.inv.key.seq, Collective: op.inv.first.Collective,
 		Size: op.size, Persistent: op.persistent, State: op.state, Tree: op.tree.Kind(), Root: op.tree.Root,
 		Forwarders: op.tree.Forwarders, RanksDone: []int{}, Error: op.err, Draining: op.drainStatus()}
+	if p := op.inv.p; p.Persistent && p.invocationLen() < p.VectorLen {
+		s.InvocationLen = p.invocationLen()
+	}
 	if op.state == "active" || op.state == "draining" {
 		// Every leaf names its least advanced stream, and behind a
 		// stalled rank the others run out of credit: a leaf elsewhere

@@ -1847,6 +1847,9 @@ func TestDiagnosisWordsTheStream(t *testing.T) {
 		!strings.Contains(st.Error.Message, "timed out on rank 3 (h4) from element 804 of invocation 154 (153804 in the operation)") {
 		t.Fatalf("err %+v, want the element within its invocation", st.Error)
 	}
+	if st.InvocationLen != 1000 {
+		t.Fatalf("status invocation_len %d, want 1000 (show am names elements by it)", st.InvocationLen)
+	}
 }
 
 // TestHoldingNamesTheChainsEnd: while an operation runs, its status names
