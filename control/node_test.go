@@ -239,6 +239,20 @@ func TestControlLifecycle(t *testing.T) {
 		t.Fatalf("COMPLETE body %+v", a)
 	}
 	expect(cmd(k, parser.CmdRelease), parser.StatusBadState, parser.StateActive)
+	// Rank 0's first DATA frame: the context holds its data now.
+	var db parser.DataBuilder
+	df := make([]byte, parser.EthLen+1500)
+	if err := db.Reset(df, &parser.DataFields{Eth: parser.Eth{Dst: swMAC(9, 0), Src: bs[0].PeerMAC}, Class: parser.ClassData, Op: k,
+		SrcEP: bs[0].PeerEP, DstEP: bs[0].LocalEP, PacketID: 1, Stream: bs[0].Stream}, nil, 1500); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.AddGroup(parser.FormatFP32, 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	r.w.Engine().HandleData(r.now, int(bs[0].Port), db.Finish(), r.tx)
+	if m := r.w.Engine().Metrics(); m.Frames[parser.ClassData].Load() != 1 {
+		t.Fatalf("rank 0's DATA not admitted (drops %v)", m.Drops)
+	}
 	// ABORT tears down; the generation is retired. The active context
 	// first tells each contributor (PROGRESS FAILED, out of its port, to
 	// its MAC), so a rank waiting for its RESULT fails at once.
@@ -755,5 +769,26 @@ func TestUntrustedSourceLogged(t *testing.T) {
 	}
 	if n.cm.Drops("untrusted_source") != 101 {
 		t.Fatalf("%d counted, want every one of 101", n.cm.Drops("untrusted_source"))
+	}
+}
+
+// TestAbortOfUntouchedContextIsSilent: ABORT of an ACTIVE context that
+// never accepted a frame (an operation the AM prepared ahead and gave up
+// unused) tells no peer FAILED: its neighbours, whose own ABORT was on
+// its way, failed and logged an error for a job that had succeeded. The
+// context is counted as aborted.
+func TestAbortOfUntouchedContextIsSilent(t *testing.T) {
+	r := newNodeRig(t, NodeConfig{})
+	ctx, bs := goodCtx(), goodBindings()
+	k := ruleKey
+	r.expect(stageFrame(t, k, r.nextTxn(), ctx, bs), parser.StatusOK, parser.StateStaged)
+	r.expect(r.cmd(k, parser.CmdCommit), parser.StatusOK, parser.StateActive)
+	r.expect(r.cmd(k, parser.CmdAbort), parser.StatusOK, parser.StateAborted)
+	if len(r.tx.others) != 0 {
+		t.Fatalf("ABORT of an untouched context sent %d frames, want none", len(r.tx.others))
+	}
+	m := r.w.Engine().Metrics()
+	if m.OpsAborted.Load() != 1 || m.OpsFailed.Load() != 0 {
+		t.Fatalf("aborted %d failed %d, want 1 and 0", m.OpsAborted.Load(), m.OpsFailed.Load())
 	}
 }

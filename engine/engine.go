@@ -228,6 +228,7 @@ func (e *Engine) Expire(now int64, retire func(key parser.OpKey, as parser.OpSta
 			continue
 		}
 		e.m.OpsExpired.Add(1)
+		o.expired = true // counted here, not as aborted by Remove
 		why := "no RELEASE or ABORT from its AM"
 		if o.state == parser.StateActive {
 			why = "a resting persistent collective without CONTROL from its AM or DATA from its ranks"
@@ -372,10 +373,14 @@ func (e *Engine) Status(key parser.OpKey) (Status, bool) {
 // waited for its RESULT heard nothing else once its AM gave the operation
 // up (another rank's call was cancelled, say) and waited out its own
 // timeout. A context at rest (a persistent collective between
-// invocations) has no one waiting and is left silent.
+// invocations) has no one waiting and is left silent, and so is one that
+// never accepted a frame (the operation an AM prepared ahead and ABORTs
+// unused): its peers sent it nothing to wait for, and its FAILED reached
+// neighbours the AM's ABORT had not reached yet, which failed and logged
+// an error for a job that had succeeded.
 func (e *Engine) AnnounceAbort(now int64, key parser.OpKey, tx dataplane.Sender) {
 	o := e.ops[key]
-	if o == nil || o.state != parser.StateActive || o.resting() {
+	if o == nil || o.state != parser.StateActive || o.resting() || o.untouched() {
 		return
 	}
 	o.tellFailed(now, tx)
@@ -389,6 +394,11 @@ func (e *Engine) Remove(key parser.OpKey) bool {
 		return false
 	}
 	o.logFailure() // a failure Tick had no time to log yet
+	if (o.state == parser.StateStaged || o.state == parser.StateActive) && !o.expired {
+		// Neither completed nor failed here: ABORTed (by its AM, or a
+		// newer generation's ABORT), or a STAGED one RELEASEd.
+		e.m.OpsAborted.Add(1)
+	}
 	e.ringBytes -= o.ringBytes
 	delete(e.ops, key)
 	if e.last == o {

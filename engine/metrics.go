@@ -70,9 +70,14 @@ type Metrics struct {
 	// FailedBy counts OpsFailed by Failure Cause (index: parser.FailCause):
 	// a dead link, a silent peer and a failure passed on by a peer read
 	// the same in OpsFailed.
-	FailedBy     [parser.FailLinkDown + 1]atomic.Uint64
-	OpsInexact   atomic.Uint64
-	OpsExpired   atomic.Uint64 // removed by Expire: the AM never ended them
+	FailedBy   [parser.FailLinkDown + 1]atomic.Uint64
+	OpsInexact atomic.Uint64
+	OpsExpired atomic.Uint64 // removed by Expire: the AM never ended them
+	// OpsAborted counts contexts removed while STAGED or ACTIVE: ABORTed
+	// by their AM (a failure elsewhere, a prepared operation unused), or
+	// RELEASEd unused. Without it an operation the AM ended was counted
+	// nowhere but staged.
+	OpsAborted   atomic.Uint64
 	ElementsDone atomic.Uint64 // elements completed and handed on
 	// FormatFrames counts the DATA/RESULT frames this node encoded by the
 	// formats of their NumberGroups (index: format code): a frame counts
@@ -161,7 +166,7 @@ var (
 	descSent     = prometheus.NewDesc("prismd_engine_frames_sent_total", "New DATA/RESULT frames sent (not retransmissions), by class.", []string{"class"}, nil)
 	descRetx     = prometheus.NewDesc("prismd_engine_retransmits_total", "DATA/RESULT frames retransmitted.", nil, nil)
 	descTxFull   = prometheus.NewDesc("prismd_engine_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
-	descOps      = prometheus.NewDesc("prismd_engine_operations_total", "Operations by outcome.", []string{"outcome"}, nil)
+	descOps      = prometheus.NewDesc("prismd_engine_operations_total", "Operations: outcome staged counts every STAGE; the others count how contexts ended (completed, failed, inexact, expired, aborted: ABORTed or RELEASEd before they completed or failed).", []string{"outcome"}, nil)
 	descElems    = prometheus.NewDesc("prismd_engine_elements_completed_total", "Vector elements completed and handed on.", nil, nil)
 	descFormats  = prometheus.NewDesc("prismd_engine_frames_encoded_by_format_total", "DATA/RESULT frames this node encoded, by the format of their NumberGroups (a frame counts once for each format it carries).", []string{"format"}, nil)
 	descFailed   = prometheus.NewDesc("prismd_engine_failures_total", "Operations that FAILED here, by Failure Cause (TIMEOUT: a peer was silent; LINK_DOWN: the port toward it was down; PEER_FAILED: a peer reported the failure; INTERNAL).", []string{"cause"}, nil)
@@ -200,6 +205,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	c(descOps, m.OpsFailed.Load(), "failed")
 	c(descOps, m.OpsInexact.Load(), "inexact")
 	c(descOps, m.OpsExpired.Load(), "expired")
+	c(descOps, m.OpsAborted.Load(), "aborted")
 	for cause := parser.FailTimeout; int(cause) < len(m.FailedBy); cause++ {
 		c(descFailed, m.FailedBy[cause].Load(), cause.String())
 	}

@@ -21,6 +21,7 @@ type inbound struct {
 	b          Binding
 	rw         *stream.RecvWindow
 	lastActive int64
+	heard      bool // a DATA or RESULT frame of its peer passed the binding's checks (untouched)
 	advZero    bool // the last PROGRESS advertised no interval credit
 	advCI      int  // interval credit the last PROGRESS advertised
 	armed      bool // RESULT_IN: inactivity clock running
@@ -131,6 +132,7 @@ type op struct {
 	// announceLeft counts the FAILED announcements still to send (see
 	// announceFailure); announcedAt is when the last one went.
 	announceLeft int
+	expired      bool // Expire retired it (counted as expired, not aborted)
 	announcedAt  int64
 	// failLogPending: fail recorded a failure Tick has not logged yet.
 	failLogPending bool
@@ -519,7 +521,7 @@ func (o *op) handleData(now int64, in int, frame []byte, d *parser.Data, tx data
 		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusInvalid, tx)
 		return
 	}
-	ib.lastActive = now
+	ib.lastActive, ib.heard = now, true
 	if d.Flags&parser.FlagInexact != 0 {
 		o.e.t.frame(d.Class)
 		o.sendProgress(now, ib, d.PacketID, parser.ProgressStatusOK, tx)
@@ -1573,6 +1575,17 @@ func (o *op) announceFailure(now int64, tx dataplane.Sender) {
 	o.announceLeft--
 	o.announcedAt = now
 	o.tellFailed(now, tx)
+}
+
+// untouched reports that o never accepted a DATA or RESULT frame on any
+// stream.
+func (o *op) untouched() bool {
+	for i := range o.in {
+		if o.in[i].heard {
+			return false
+		}
+	}
+	return o.result == nil || !o.result.heard
 }
 
 // tellFailed sends PROGRESS FAILED to the peer of every stream o receives:
