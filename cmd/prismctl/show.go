@@ -267,7 +267,7 @@ func printAMOps(w io.Writer, l *am.OpList) {
 		}
 		fmt.Fprintln(w)
 		if o.Holding != "" {
-			fmt.Fprintf(w, "  held by %s: the waits from the root lead there; another leaf's waits name ranks its flow control stopped behind it\n", o.Holding)
+			fmt.Fprintf(w, "  furthest behind: %s (the waits from the root lead there: if COMPLETED stops moving, it holds the operation, and other leaves' waits name ranks flow control stopped behind it)\n", o.Holding)
 		}
 		if d := o.Draining; d != nil {
 			fmt.Fprintf(w, "  draining: rank %d failed locally after %d invocations; the ABORT waits for ranks %s to report as many (at most %v more)\n",

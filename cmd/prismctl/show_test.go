@@ -169,7 +169,7 @@ func TestShowAM(t *testing.T) {
 		"sw9   SINGLE  -       ABORTED (its end)  -", // a persistent operation's end looked like a failure
 		"op 7-0-1-6-100  seq 7  persistent allreduce of 3 ranks  draining",
 		"draining: rank 0 failed locally after 12 invocations; the ABORT waits for ranks 1-2 to report as many (at most 1.25s more)",
-		"held by rank 2 (h3) at sw9: the waits from the root lead there",
+		"furthest behind: rank 2 (h3) at sw9 (the waits from the root lead there",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show am output lacks %q:\n%s", want, out)

@@ -322,9 +322,10 @@ type OpStatus struct {
 	InvocationLen uint32 `json:"invocation_len,omitempty"`
 	// Holding, for an active or draining operation whose nodes report
 	// what they wait for, names the rank the chain of waits from the root
-	// ends at, and its leaf ("rank 3 (h8) at l2"): the one that holds the
-	// tree, while other leaves may name healthy ranks their flow control
-	// stopped behind it.
+	// ends at, and its leaf ("rank 3 (h8) at l2"): the one furthest
+	// behind, which holds a stuck operation while other leaves may name
+	// healthy ranks their flow control stopped behind it (in a healthy
+	// one, whichever is behind at that moment).
 	Holding string `json:"holding,omitempty"`
 	// EndedUnixMs is when the operation was released or failed, or (a
 	// prepared one nobody took) ABORTed unused (Unix milliseconds), absent

@@ -98,6 +98,9 @@ func newAMMetrics(m *Manager) *amMetrics {
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "active_operations",
 		Help: "Operations being set up or running: begun and not yet released or failed."}, func() float64 { return float64(m.activeOps()) })
+	for _, e := range []string{"none", "waited_for"} {
+		x.ranksGone.WithLabelValues(e) // exported at 0 from the start, as every other series
+	}
 	x.reg.MustRegister(x.begun, x.granted, x.completed, x.barrierTimeouts, x.ranksGone, x.failed, x.rollbacks, x.prepared, x.setupRetries,
 		x.ctlTxns, x.ctlRetrans, x.ctlTimeouts, x.ctlSendErrors, active,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -223,7 +223,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	defer srv.Close()
 	body := metricstest.Scrape(t, srv.URL+"/metrics")
 	for _, want := range []string{"prismd_am_operations_completed_total 1\n", `prismd_am_control_transactions_total{command="stage"} 1` + "\n",
-		`prismd_am_operations_failed_total{reason="watchdog"} 0` + "\n", "go_goroutines "} {
+		`prismd_am_operations_failed_total{reason="watchdog"} 0` + "\n", `prismd_am_ranks_gone_total{effect="none"} 0` + "\n",
+		`prismd_am_ranks_gone_total{effect="waited_for"} 0` + "\n", "go_goroutines "} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

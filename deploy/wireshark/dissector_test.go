@@ -948,3 +948,57 @@ func TestDissector(t *testing.T) {
 		})
 	}
 }
+
+// TestDissectorSnaplen: a valid frame the capture cut (tshark -s 80) is
+// not malformed: it carries only the note prismd.expert.snaplen, while a
+// frame cut on the wire itself stays truncated.
+func TestDissectorSnaplen(t *testing.T) {
+	t.Parallel()
+	var long []byte
+	for _, c := range validCases(t) {
+		if len(c.frame) > 200 && (c.frame[parser.CWOff+1] == uint8(parser.ClassData) || c.frame[parser.CWOff+1] == uint8(parser.ClassResult)) {
+			long = c.frame
+			break
+		}
+	}
+	if long == nil {
+		t.Fatal("no DATA or RESULT case longer than 200 bytes")
+	}
+	dir := t.TempDir()
+	cut := filepath.Join(dir, "snap.pcap")
+	writePcapSnap(t, cut, [][]byte{long}, 80)
+	pkts, out := runTshark(t, cut)
+	if strings.Contains(out, "Lua Error") || len(pkts) != 1 {
+		t.Fatalf("%d packets, output %q", len(pkts), out)
+	}
+	if ex := pkts[0].experts(); !slices.Equal(ex, []string{"prismd.expert.snaplen"}) {
+		t.Fatalf("cut by the snapshot length: experts %v %q, want only prismd.expert.snaplen", ex, pkts[0].values("_ws.expert.message"))
+	}
+	// Every valid frame, at several snapshot lengths: a note at most.
+	for _, snap := range []int{40, 64, 100} {
+		var frames [][]byte
+		var names []string
+		for _, c := range validCases(t) {
+			frames, names = append(frames, c.frame), append(names, c.name)
+		}
+		p := filepath.Join(dir, fmt.Sprintf("all%d.pcap", snap))
+		writePcapSnap(t, p, frames, snap)
+		pkts, out := runTshark(t, p)
+		if strings.Contains(out, "Lua Error") || len(pkts) != len(frames) {
+			t.Fatalf("snap %d: %d packets of %d, output %q", snap, len(pkts), len(frames), out)
+		}
+		for i := range pkts {
+			for _, x := range pkts[i].experts() {
+				if x != "prismd.expert.snaplen" {
+					t.Errorf("snap %d, %s: expert %s %q on a valid frame the capture cut", snap, names[i], x, pkts[i].values("_ws.expert.message"))
+				}
+			}
+		}
+	}
+	wire := filepath.Join(dir, "wire.pcap")
+	writePcap(t, wire, [][]byte{long[:80]})
+	pkts, _ = runTshark(t, wire)
+	if len(pkts) != 1 || !slices.Contains(pkts[0].experts(), "prismd.expert.truncated") {
+		t.Fatalf("cut on the wire: experts %v, want prismd.expert.truncated", pkts[0].experts())
+	}
+}

@@ -343,8 +343,12 @@ local e = {
         expert.group.PROTOCOL, expert.severity.WARN),
     internal = ProtoExpert.new("prismd.expert.internal", "prismd dissector internal error",
         expert.group.MALFORMED, expert.severity.ERROR),
+    -- The frame was whole on the wire; the capture kept fewer bytes (tshark -s):
+    -- not something a node would drop, so not "malformed".
+    snaplen = ProtoExpert.new("prismd.expert.snaplen", "Capture cut by the snapshot length",
+        expert.group.UNDECODED, expert.severity.NOTE),
 }
-prismd.experts = { e.malformed, e.truncated, e.length, e.reserved, e.version, e.unknown, e.rule, e.internal }
+prismd.experts = { e.malformed, e.truncated, e.length, e.reserved, e.version, e.unknown, e.rule, e.internal, e.snaplen }
 
 ---------------------------------------------------------------------------------------
 -- Helpers
@@ -357,6 +361,17 @@ local function have(c, off, n)
 end
 
 local function truncated(c, tree, what, off, n)
+    if off >= 0 and n >= 0 and off + n <= c.wire then
+        -- The bytes were on the wire: the capture's snapshot length cut them.
+        tree:add_proto_expert_info(e.snaplen,
+            string.format("Not captured: %s needs %d bytes at offset %d; the frame had %d bytes, the capture kept %d (snapshot length)",
+                what, n, off, c.wire, c.len))
+        c.cut = true
+        return
+    end
+    if c.cut then
+        return -- after a cut, what is missing is the capture's doing
+    end
     tree:add_proto_expert_info(e.truncated,
         string.format("Truncated: %s needs %d bytes at offset %d, only %d captured",
             what, n, off, math.max(c.len - off, 0)))
@@ -364,6 +379,11 @@ local function truncated(c, tree, what, off, n)
 end
 
 local function malformed(c, tree, expert_field, text)
+    if c.cut and expert_field == e.length then
+        -- Lengths that do not add up once the capture cut the frame: the
+        -- missing bytes were on the wire, so no verdict.
+        return
+    end
     tree:add_proto_expert_info(expert_field, text)
     c.malformed = true
 end
@@ -1343,7 +1363,7 @@ end
 
 function prismd.dissector(tvb, pinfo, tree)
     pinfo.cols.protocol = "prismd"
-    local c = { tvb = tvb, len = tvb:captured_len(), malformed = false, class = nil }
+    local c = { tvb = tvb, len = tvb:captured_len(), wire = tvb:reported_len(), malformed = false, cut = false, class = nil }
     local ok, info = pcall(dissect, c, pinfo, tree)
     if not ok then
         local where = c.item or tree
@@ -1353,6 +1373,8 @@ function prismd.dissector(tvb, pinfo, tree)
     pinfo.cols.info = info or ""
     if c.malformed or not ok then
         pinfo.cols.info:append(" [MALFORMED]")
+    elseif c.cut then
+        pinfo.cols.info:append(" [cut by snapshot length]")
     end
     return tvb:len()
 end

@@ -75,7 +75,12 @@ func (p *packet) experts() []string {
 }
 
 // writePcap writes frames as an Ethernet pcap.
-func writePcap(t *testing.T, path string, frames [][]byte) {
+func writePcap(t *testing.T, path string, frames [][]byte) { writePcapSnap(t, path, frames, 0) }
+
+// writePcapSnap is writePcap with a snapshot length: each frame longer
+// than snap keeps its first snap bytes and its length on the wire, as
+// tshark -s snap captures it (0: whole frames).
+func writePcapSnap(t *testing.T, path string, frames [][]byte, snap int) {
 	t.Helper()
 	fh, err := os.Create(path)
 	if err != nil {
@@ -83,13 +88,21 @@ func writePcap(t *testing.T, path string, frames [][]byte) {
 	}
 	defer fh.Close()
 	w := pcapgo.NewWriter(fh)
-	if err := w.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
+	hdrSnap := uint32(65535)
+	if snap > 0 {
+		hdrSnap = uint32(snap)
+	}
+	if err := w.WriteFileHeader(hdrSnap, layers.LinkTypeEthernet); err != nil {
 		t.Fatal(err)
 	}
 	ts := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	for i, fr := range frames {
-		ci := gopacket.CaptureInfo{Timestamp: ts.Add(time.Duration(i) * time.Millisecond), CaptureLength: len(fr), Length: len(fr)}
-		if err := w.WritePacket(ci, fr); err != nil {
+		kept := fr
+		if snap > 0 && len(kept) > snap {
+			kept = kept[:snap]
+		}
+		ci := gopacket.CaptureInfo{Timestamp: ts.Add(time.Duration(i) * time.Millisecond), CaptureLength: len(kept), Length: len(fr)}
+		if err := w.WritePacket(ci, kept); err != nil {
 			t.Fatal(err)
 		}
 	}
