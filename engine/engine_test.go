@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -958,5 +959,51 @@ func TestFrozenGapExcused(t *testing.T) {
 		if s, _ := r.e.Status(r.key); s.State != parser.StateFailed || s.FailCause != parser.FailTimeout {
 			t.Fatalf("a Timeout of real silence after the gap: %+v, want FAILED, TIMEOUT", s)
 		}
+	}
+}
+
+// TestSilentReceiverNamed: a RESULT_OUT receiver that never acknowledges
+// fails the operation at the timeout with an error naming it as an
+// inbound timeout names its sender: endpoint, MAC and port.
+func TestSilentReceiverNamed(t *testing.T) {
+	e := New(Config{Logger: quiet()})
+	key := parser.OpKey{Job: 3, Group: 1, Op: 1, OpGen: 1}
+	spec := singleSpec(key, kulisch.FP32Arrival, 363, 1500, 8192)
+	spec.Timeout = 100 * time.Millisecond
+	tx := &sink{}
+	now := int64(1e9)
+	if err := e.Stage(now, &spec, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Commit(now, key); err != nil {
+		t.Fatal(err)
+	}
+	for i, mac := range [][6]byte{rank0, rank1} {
+		g := parser.Group{Format: parser.FormatFP32, Count: 363, Values: make([]byte, 4*363)}
+		f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: tx.PortMAC(i), Src: mac}, Class: parser.ClassData,
+			Op: key, SrcEP: uint16(1 + i), DstEP: uint16(100 + i), PacketID: 1, Flags: parser.FlagLast, Stream: uint16(10 + i)}, nil, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.HandleData(now, i, f, tx)
+	}
+	// Only rank 1 acknowledges its RESULT.
+	p := parser.Progress{Op: key, SrcEP: 2, DstEP: 201, Stream: 21, PacketID: 1, Committed: 363,
+		IntervalCredits: 64, ByteCredits: 64 * 1514, Flags: parser.ProgressFlagResult | parser.ProgressFlagComplete}
+	pb := make([]byte, parser.EthLen+p.Len())
+	if _, err := p.Encode(pb, parser.Eth{Dst: tx.PortMAC(1), Src: rank1}); err != nil {
+		t.Fatal(err)
+	}
+	e.HandleProgress(now, 1, pb, tx)
+	for at := now; at <= now+int64(time.Second); at += int64(10 * time.Millisecond) {
+		e.Tick(at, tx)
+	}
+	s, ok := e.Status(key)
+	if !ok || s.State != parser.StateFailed || s.Err == nil {
+		t.Fatalf("status %+v, want FAILED", s)
+	}
+	want := fmt.Sprintf("(peer endpoint 1, MAC %s, port 0)", net.HardwareAddr(rank0[:]))
+	if msg := s.Err.Error(); !strings.Contains(msg, "RESULT_OUT stream 20") || !strings.Contains(msg, want) {
+		t.Fatalf("error %q, want RESULT_OUT stream 20 and %s", msg, want)
 	}
 }

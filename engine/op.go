@@ -7,6 +7,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/prismd/prismd/dataplane"
@@ -1501,6 +1502,12 @@ func (o *op) fail(now int64, cause parser.FailCause, stream uint16, from uint32,
 // Asked only now, never per frame.
 func (o *op) failTimeout(now int64, b *Binding, from uint32, err error, tx dataplane.Sender) {
 	cause := parser.FailTimeout
+	if b.Kind == parser.KindParent || b.Kind == parser.KindResultOut {
+		// The receiver that stopped acknowledging, as an inbound
+		// timeout names its sender: by endpoint, MAC and port, the
+		// only names a switch has for the host to look at.
+		err = fmt.Errorf("%w (peer endpoint %d, MAC %s, port %d)", err, b.PeerEP, net.HardwareAddr(b.PeerMAC[:]), b.Port)
+	}
 	if lr, ok := tx.(dataplane.LinkReporter); ok {
 		if name, s, since := lr.PortLink(int(b.Port)); s != dataplane.LinkUp {
 			cause = parser.FailLinkDown

@@ -220,6 +220,11 @@ func showAM(url string, asJSON bool, f amFilter) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l, err := am.NewClient(url).OpsLive(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The whole request's bound ran out before the client's own
+		// retry period: said as bare "context deadline exceeded".
+		err = fmt.Errorf("no answer from the AM at %s in 10s (is 'prismctl am' running there, and is it reachable from this namespace? ip netns exec NS runs prismctl in a lab host's)", url)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prismctl show am: %v\n", err)
 		return 1
