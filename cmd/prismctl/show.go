@@ -532,7 +532,7 @@ func printOps(w io.Writer, body []byte, names streamNames) error {
 		if named {
 			head += "FROM\t"
 		}
-		fmt.Fprintln(tw, head+"PEER\tPORT\tMAC\tCOMMITTED\tHOLES\tCREDITS\tIDLE\t")
+		fmt.Fprintln(tw, head+"PEER EP\tPORT\tMAC\tCOMMITTED\tHOLES\tCREDITS(FRAMES/BYTES)\tIDLE\t")
 		for _, s := range o.Inbound {
 			holes := make([]string, 0, len(s.Holes))
 			for _, h := range s.Holes {
@@ -556,7 +556,7 @@ func printOps(w io.Writer, body []byte, names streamNames) error {
 			if named {
 				head += "TO\t"
 			}
-			fmt.Fprintln(tw, head+"PEER\tPORT\tMAC\tACKED\tUNACKED\tCREDITS\tRETX\t")
+			fmt.Fprintln(tw, head+"PEER EP\tPORT\tMAC\tACKED\tUNACKED\tCREDITS(FRAMES/BYTES)\tRETX\t")
 			for _, s := range o.Outbound {
 				fmt.Fprintf(tw, "  %s\t%d\t%s%d\t%d\t%s\t%d\t%d frames [%d,%d)\t%d/%d\t%d\t\n", s.Kind, s.Stream, col(s.Kind, s.Stream), s.PeerEP, s.Port,
 					s.PeerMAC, s.PeerCommitted, s.UnackedFrames, s.UnackedFrom, s.UnackedTo, s.IntervalCredits, s.ByteCredits, s.Retransmits)
