@@ -312,11 +312,10 @@ func printAMOps(w io.Writer, l *am.OpList) {
 			if o.Persistent && o.State == "released" && n.State == "ABORTED" {
 				// A persistent operation ends with ABORT once every rank
 				// reported done (protocol 9.7): not a failure, and the AM
-				// never asked how far its invocations went.
-				state = "ABORTED (its end)"
-				if n.CompletedElements == 0 {
-					completed = "-"
-				}
+				// never asked how far its invocations went: what the last
+				// keepalive COMPLETE said (1.87M of 2M, "waiting for rank
+				// 1") read as a job that had not finished.
+				state, completed, waiting = "ABORTED (its end)", "-", "-"
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\n", n.Name, n.Role, parent, state, completed, waiting)
 		}

@@ -137,7 +137,8 @@ func TestShowAM(t *testing.T) {
 		{ID: "7-0-1-4-100", Seq: 5, Collective: "reduce", Size: 2, State: "failed", Tree: "SINGLE", Root: "sw1",
 			Error: &am.APIError{Code: am.CodeOperationFailed, Message: "rank 1 (h2) sent no keepalive for 7.5s"}},
 		{ID: "7-0-1-5-100", Seq: 6, Collective: "allreduce", Size: 2, Persistent: true, State: "released", Tree: "SINGLE", Root: "sw9",
-			RanksDone: []int{0, 1}, Nodes: []am.NodeStatus{{Name: "sw9", Role: "SINGLE", State: "ABORTED"}}},
+			RanksDone: []int{0, 1}, Nodes: []am.NodeStatus{{Name: "sw9", Role: "SINGLE", State: "ABORTED", CompletedElements: 1870000,
+				MissingStream: &ms, MissingFrom: 1900000, MissingFromWhom: "rank 1 (h2)"}}},
 		{ID: "7-0-1-6-100", Seq: 7, Collective: "allreduce", Size: 3, Persistent: true, State: "draining", Tree: "SINGLE", Root: "sw9",
 			Holding: "rank 2 (h3) at sw9", RanksDone: []int{0}, Draining: &am.Draining{Rank: 0, Invocations: 12, Waiting: []int{1, 2}, LeftMS: 1250}},
 	}, Barriers: []am.Barrier{{Job: 9, Group: 1, Seq: 2, Collective: "allreduce", Size: 4, Arrived: []int{0, 2}, Missing: []int{1, 3}, WaitingMS: 3140}}}
@@ -174,6 +175,9 @@ func TestShowAM(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("show am output lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "1870000") || strings.Contains(out, "1900000") {
+		t.Errorf("a finished persistent operation shows its last keepalive's progress:\n%s", out)
 	}
 	// The AM's URL from the environment, as the ranks take it.
 	t.Setenv("PRISM_COORDINATOR", srv.URL)

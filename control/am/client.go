@@ -137,11 +137,21 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		if in != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
+		attempt := time.Now()
 		resp, err := hc.Do(req)
 		if err != nil {
 			acancel()
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if longPoll && time.Since(attempt) >= retry/2 {
+				// The AM held the request (a barrier waiting for the
+				// other ranks) before the connection broke: it was
+				// there, so the retry period starts again. Counted from
+				// the first attempt, a begin whose connection a lossy
+				// network broke after 10 s at the barrier gave up, and
+				// the other ranks were told this one had left.
+				deadline = time.Now().Add(retry)
 			}
 			if hint, ok := permanent(err); ok {
 				return fmt.Errorf("%w at %s: %v (%s)", ErrUnreachable, c.URL, err, hint)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -89,5 +90,31 @@ func TestClientSaysRefused(t *testing.T) {
 	_, err = c.Ops(context.Background())
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "nothing listens there") {
 		t.Fatalf("Ops: %v, want ErrUnreachable saying the connection was refused", err)
+	}
+}
+
+// TestBeginRetriedAfterHeldConnectionBreaks: a begin the AM held at its
+// barrier for longer than RetryFor, whose connection then broke (a lossy
+// network, a proxy), is sent again rather than given up: the AM was there.
+func TestBeginRetriedAfterHeldConnectionBreaks(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			time.Sleep(400 * time.Millisecond) // held at the barrier
+			hj, _ := w.(http.Hijacker)
+			conn, _, err := hj.Hijack()
+			if err == nil {
+				conn.Close() // the connection breaks: the client reads EOF
+			}
+			return
+		}
+		w.Write([]byte(`{"id":"1-0-1-0-1"}`))
+	}))
+	defer srv.Close()
+	c := NewClient(srv.URL)
+	c.RetryFor = 300 * time.Millisecond
+	g, err := c.Begin(context.Background(), BeginRequest{Job: 1, Size: 1, Collective: "allreduce", InputFormat: "fp32", VectorLen: 1, Node: "h1"})
+	if err != nil || g.ID != "1-0-1-0-1" || calls.Load() != 2 {
+		t.Fatalf("begin: %+v %v after %d requests, want the grant of the second", g, err, calls.Load())
 	}
 }
