@@ -251,7 +251,7 @@ func TestControlLifecycle(t *testing.T) {
 	}
 	r.w.Engine().HandleData(r.now, int(bs[0].Port), db.Finish(), r.tx)
 	if m := r.w.Engine().Metrics(); m.Frames[parser.ClassData].Load() != 1 {
-		t.Fatalf("rank 0's DATA not admitted (drops %v)", m.Drops)
+		t.Fatalf("rank 0's DATA not admitted (%d DATA frames)", m.Frames[parser.ClassData].Load())
 	}
 	// ABORT tears down; the generation is retired. The active context
 	// first tells each contributor (PROGRESS FAILED, out of its port, to
