@@ -74,8 +74,8 @@ type Metrics struct {
 	OpsInexact atomic.Uint64
 	OpsExpired atomic.Uint64 // removed by Expire: the AM never ended them
 	// OpsAborted counts contexts removed while STAGED or ACTIVE: ABORTed
-	// by their AM (a failure elsewhere, a prepared operation unused), or
-	// RELEASEd unused. Without it an operation the AM ended was counted
+	// by their AM (a failure elsewhere, a prepared operation unused, the
+	// normal end of a persistent collective), or RELEASEd unused. Without it an operation the AM ended was counted
 	// nowhere but staged.
 	OpsAborted   atomic.Uint64
 	ElementsDone atomic.Uint64 // elements completed and handed on
@@ -166,7 +166,7 @@ var (
 	descSent     = prometheus.NewDesc("prismd_engine_frames_sent_total", "New DATA/RESULT frames sent (not retransmissions), by class.", []string{"class"}, nil)
 	descRetx     = prometheus.NewDesc("prismd_engine_retransmits_total", "DATA/RESULT frames retransmitted.", nil, nil)
 	descTxFull   = prometheus.NewDesc("prismd_engine_tx_full_total", "Frames the dataplane refused because its TX queue was full.", nil, nil)
-	descOps      = prometheus.NewDesc("prismd_engine_operations_total", "Operations: outcome staged counts every STAGE; the others count how contexts ended (completed, failed, inexact, expired, aborted: ABORTed or RELEASEd before they completed or failed).", []string{"outcome"}, nil)
+	descOps      = prometheus.NewDesc("prismd_engine_operations_total", "Operations: outcome staged counts every STAGE; the others count how contexts ended (completed, failed, inexact, expired, aborted: ABORTed or RELEASEd before they completed or failed, which is also how a persistent collective ends when its ranks free it).", []string{"outcome"}, nil)
 	descElems    = prometheus.NewDesc("prismd_engine_elements_completed_total", "Vector elements completed and handed on.", nil, nil)
 	descFormats  = prometheus.NewDesc("prismd_engine_frames_encoded_by_format_total", "DATA/RESULT frames this node encoded, by the format of their NumberGroups (a frame counts once for each format it carries).", []string{"format"}, nil)
 	descFailed   = prometheus.NewDesc("prismd_engine_failures_total", "Operations that FAILED here, by Failure Cause (TIMEOUT: a peer was silent; LINK_DOWN: the port toward it was down; PEER_FAILED: a peer reported the failure; INTERNAL).", []string{"cause"}, nil)
