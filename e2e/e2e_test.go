@@ -27,6 +27,7 @@ import (
 	"github.com/prismd/prismd/deploy/labtest"
 	"github.com/prismd/prismd/host"
 	"github.com/prismd/prismd/internal/testlog"
+	"github.com/prismd/prismd/metrics/metricstest"
 )
 
 func soak() bool { return os.Getenv("PRISMD_SOAK") == "1" }
@@ -648,6 +649,7 @@ func TestFaultReorderLab(t *testing.T) {
 	persistentRuns(t, cs, "allreduce", 0, 50, 30, 430, nil)
 	for _, sw := range []string{"s1", "l1", "l2"} {
 		m := scrape(t, e.lab, sw)
+		metricstest.Documented(t, []byte(m), "../docs/metrics.md")
 		for _, dir := range []string{"ingress", "egress"} {
 			held := sumSeries(t, m, "prismd_port_fault_reordered_total", `direction="`+dir+`"`)
 			if held == 0 {

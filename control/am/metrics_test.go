@@ -230,4 +230,5 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 	}
 	metricstest.Promtool(t, body)
+	metricstest.Documented(t, body, "../../docs/metrics.md")
 }

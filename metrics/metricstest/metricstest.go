@@ -9,7 +9,9 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -46,4 +48,26 @@ func Scrape(t testing.TB, url string) []byte {
 		t.Fatalf("GET %s: %s\n%s", url, resp.Status, body)
 	}
 	return body
+}
+
+// Documented fails t for every prismd_* family body serves (its # HELP
+// line) that the metrics reference at doc does not name in backquotes:
+// docs/metrics.md is read by operators, and a family added without it
+// was findable only in its help text.
+func Documented(t testing.TB, body []byte, doc string) {
+	t.Helper()
+	ref, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatalf("metrics reference: %v", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, ok := strings.CutPrefix(line, "# HELP ")
+		if !ok || !strings.HasPrefix(name, "prismd_") {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " ")
+		if !strings.Contains(string(ref), "`"+name+"`") {
+			t.Errorf("%s serves %s, which %s does not list", "/metrics", name, doc)
+		}
+	}
 }
