@@ -266,7 +266,7 @@ func printAMOps(w io.Writer, l *am.OpList) {
 			kind = "persistent " + kind
 		}
 		fmt.Fprintf(w, "op %s  seq %d  %s of %d ranks  %s  tree %s, root %s\n", o.ID, o.Seq, kind, o.Size, o.State, o.Tree, o.Root)
-		fmt.Fprintf(w, "  ranks that reported (done or failed): %s", joinInts(o.RanksDone))
+		fmt.Fprintf(w, "  ranks that reported (done or failed): %s", am.RankRanges(o.RanksDone))
 		if len(o.Forwarders) > 0 {
 			fmt.Fprintf(w, "  forwarders: %s", strings.Join(o.Forwarders, " "))
 		}
@@ -276,7 +276,7 @@ func printAMOps(w io.Writer, l *am.OpList) {
 		}
 		if d := o.Draining; d != nil {
 			fmt.Fprintf(w, "  draining: rank %d failed locally after %d invocations; the ABORT waits for ranks %s to report as many (at most %v more)\n",
-				d.Rank, d.Invocations, joinInts(d.Waiting), time.Duration(d.LeftMS)*time.Millisecond)
+				d.Rank, d.Invocations, am.RankRanges(d.Waiting), time.Duration(d.LeftMS)*time.Millisecond)
 		}
 		if o.Error != nil {
 			fmt.Fprintf(w, "  error (%s): %s\n", o.Error.Code, o.Error.Message)
@@ -374,8 +374,7 @@ func socketForNetNSIn(stateDir, ns string) (string, error) {
 // labNode returns the node of lab (state directory d) whose namespace is
 // ns, as the lab's saved topology lists it, or "".
 func labNode(d, lab, ns string) string {
-	prefix := strings.TrimSuffix(deploy.NetNSName(lab, "x"), "x")
-	node, ok := strings.CutPrefix(ns, prefix)
+	node, ok := strings.CutPrefix(ns, deploy.NetNSName(lab, ""))
 	if !ok || node == "" || deploy.NetNSName(lab, node) != ns {
 		return ""
 	}
@@ -733,6 +732,3 @@ func printMACs(w io.Writer, body []byte) error {
 	fmt.Fprintf(w, "%d learned, %d local MAC table entries (aging %ds)\n", m.Learned, m.Local, m.AgingSeconds)
 	return nil
 }
-
-// joinInts lists rank numbers in ascending runs, "none" for none.
-func joinInts(xs []int) string { return am.RankRanges(xs) }

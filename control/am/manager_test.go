@@ -468,13 +468,7 @@ func TestRankFailureNamesRank(t *testing.T) {
 	r := newRig(t, "spine-leaf", Config{})
 	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
 	// l2 lost rank 3 (h4): it FAILED on that rank's stream.
-	r.nodes["l2"].final = parser.StateFailed
-	r.nodes["l2"].missing = grants[3].Data.StreamID
-	r.nodes["l2"].missFrom = 363
-	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "no RESULT for 5s", Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := r.failedOn(t, grants[0], "l2", grants[3].Data.StreamID, 363)
 	if st.State != "failed" || st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 3 || st.Error.Node != "l2" ||
 		!strings.Contains(st.Error.Message, "rank 3 (h4) stopped contributing") || !strings.Contains(st.Error.Message, "from element 363") {
 		t.Fatalf("status %+v err %+v, want rank 3 blamed and node l2 named", st, st.Error)
@@ -1817,13 +1811,7 @@ func TestRankRanges(t *testing.T) {
 func TestDiagnosisWordsTheStream(t *testing.T) {
 	r := newRig(t, "spine-leaf", Config{})
 	grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
-	r.nodes["l2"].final = parser.StateFailed
-	r.nodes["l2"].missing = grants[3].Result.StreamID
-	r.nodes["l2"].missFrom = 363
-	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "no RESULT for 5s", Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := r.failedOn(t, grants[0], "l2", grants[3].Result.StreamID, 363)
 	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 3 ||
 		!strings.Contains(st.Error.Message, "rank 3 (h4) stopped acknowledging RESULT") ||
 		!strings.Contains(st.Error.Message, "node l2 is FAILED, timed out on rank 3 (h4) acknowledging RESULT from element 363") {
@@ -1836,13 +1824,7 @@ func TestDiagnosisWordsTheStream(t *testing.T) {
 		q[i].Persistent, q[i].VectorLen, q[i].InvocationLen = true, 1000<<10, 1000
 	}
 	grants = r.grantAll(t, q)
-	r.nodes["l2"].final = parser.StateFailed
-	r.nodes["l2"].missing = grants[3].Data.StreamID
-	r.nodes["l2"].missFrom = 153*1000 + 804
-	st, err = r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "no RESULT for 5s", Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st = r.failedOn(t, grants[0], "l2", grants[3].Data.StreamID, 153*1000+804)
 	if st.Error == nil || !strings.Contains(st.Error.Message, "rank 3 (h4) stopped contributing") ||
 		!strings.Contains(st.Error.Message, "timed out on rank 3 (h4) from element 804 of invocation 154 (153804 in the operation)") {
 		t.Fatalf("err %+v, want the element within its invocation", st.Error)
@@ -1879,4 +1861,19 @@ func TestHoldingNamesTheChainsEnd(t *testing.T) {
 	if st, _ = r.m.Op(grants[0].ID); st.Holding != "" {
 		t.Fatalf("root not waiting: holding %q, want none", st.Holding)
 	}
+}
+
+// failedOn makes node FAILED on stream from element from (it timed out on
+// that stream's peer) and has rank 0 report a failure of g, waiting for
+// the AM's diagnosis.
+func (r *rig) failedOn(t *testing.T, g *Grant, node string, stream uint16, from uint32) OpStatus {
+	t.Helper()
+	r.nodes[node].final = parser.StateFailed
+	r.nodes[node].missing = stream
+	r.nodes[node].missFrom = from
+	st, err := r.m.Done(context.Background(), g.ID, DoneRequest{Rank: 0, OK: false, Error: "no RESULT for 5s", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

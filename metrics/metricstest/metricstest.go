@@ -67,7 +67,7 @@ func Documented(t testing.TB, body []byte, doc string) {
 		}
 		name, _, _ = strings.Cut(name, " ")
 		if !strings.Contains(string(ref), "`"+name+"`") {
-			t.Errorf("%s serves %s, which %s does not list", "/metrics", name, doc)
+			t.Errorf("/metrics serves %s, which %s does not list", name, doc)
 		}
 	}
 }
