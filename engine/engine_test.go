@@ -572,6 +572,69 @@ prismd_engine_failures_total{cause="TIMEOUT"} %d
 	}
 }
 
+// TestSwitchPeerOnDownLinkGetsPlainTimeout: a switch peer (a contributor
+// without the RANK flag) gets Timeout + Timeout/4 while its port is up, so
+// that the node next to a silent rank fails first and names it; behind a
+// port that is down it gets the plain Timeout, since nothing beyond the
+// link can fail first and tell this node. With the longer bound a root
+// whose subtree's link went down failed after a rank's own RESULT bound
+// (Timeout + 1 s at 5 s) had fired, and the ranks on this side heard no
+// cause from their leaf.
+func TestSwitchPeerOnDownLinkGetsPlainTimeout(t *testing.T) {
+	key := parser.OpKey{Job: 1, Group: 1, Op: 1, OpGen: 1}
+	for _, down := range []bool{false, true} {
+		spec := singleSpec(key, kulisch.FP32Arrival, 363, 1500, 8192)
+		spec.Role = parser.RoleRoot
+		spec.Bindings[1].Rank, spec.Bindings[3].Rank = false, false // stream 11 and its RESULT: a switch on port 1
+		r := &rig{e: New(Config{Logger: quiet()}), tx: &sink{}, key: key, now: 1e9}
+		if err := r.e.Stage(r.now, &spec, 4); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.e.Commit(r.now, key); err != nil {
+			t.Fatal(err)
+		}
+		// Rank 0 contributes the whole vector; the switch on port 1 sends nothing.
+		v := make([]byte, 4*363)
+		f, err := parser.AppendData(nil, &parser.DataFields{Eth: parser.Eth{Dst: r.tx.PortMAC(0), Src: rank0}, Class: parser.ClassData,
+			Op: key, SrcEP: 1, DstEP: 100, PacketID: 1, First: 0, Stream: 10, Flags: parser.FlagLast},
+			nil, parser.Group{Format: parser.FormatFP32, Count: 363, Values: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.e.HandleData(r.now, 0, f, r.tx)
+		if down {
+			r.tx.down = map[int]bool{1: true}
+			r.tx.downSince = time.Now().Add(-3 * time.Second)
+		}
+		t0 := r.now
+		state := func(at time.Duration) (parser.OpState, parser.FailCause) {
+			r.e.Tick(t0+int64(at), r.tx)
+			s, _ := r.e.Status(key)
+			return s.State, s.FailCause
+		}
+		timeout := spec.Timeout
+		if st, _ := state(timeout - time.Second); st != parser.StateActive {
+			t.Fatalf("port down %v: %v a second before the timeout, want ACTIVE", down, st)
+		}
+		st, cause := state(timeout + time.Second)
+		if down {
+			if st != parser.StateFailed || cause != parser.FailLinkDown {
+				t.Fatalf("port down: %v %v a second after the timeout, want FAILED LINK_DOWN", st, cause)
+			}
+			continue
+		}
+		if st != parser.StateActive {
+			t.Fatalf("port up: %v a second after the timeout, want ACTIVE until Timeout + Timeout/4", st)
+		}
+		if st, _ := state(timeout + timeout/4 - time.Second); st != parser.StateActive {
+			t.Fatalf("port up: %v a second before Timeout + Timeout/4, want ACTIVE", st)
+		}
+		if st, cause := state(timeout + timeout/4 + time.Second); st != parser.StateFailed || cause != parser.FailTimeout {
+			t.Fatalf("port up: %v %v after Timeout + Timeout/4, want FAILED TIMEOUT", st, cause)
+		}
+	}
+}
+
 // TestProgressAheadIgnored: a PROGRESS on a RESULT stream that
 // acknowledges elements never sent (here the whole vector, COMPLETE) is
 // counted progress_ahead and changes nothing: the genuine PROGRESS that

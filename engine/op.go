@@ -1521,6 +1521,22 @@ func (o *op) failTimeout(now int64, b *Binding, from uint32, err error, tx datap
 	o.fail(now, cause, b.Stream, from, err, tx)
 }
 
+// cutOff reports whether the port of stream b is down (set down, or
+// without carrier). A switch peer's longer bound (tick) is there to let
+// the node next to a silent rank fail first and name it; a peer behind a
+// dead link can tell this node nothing, so it gets the plain Timeout, and
+// the nodes on this side hear of the failure (and their ranks with them)
+// before a rank's own RESULT bound, Timeout + 1 s, fires without a cause.
+// Asked only once a stream has been silent for a whole Timeout.
+func (o *op) cutOff(b *Binding, tx dataplane.Sender) bool {
+	lr, ok := tx.(dataplane.LinkReporter)
+	if !ok {
+		return false
+	}
+	_, s, _ := lr.PortLink(int(b.Port))
+	return s != dataplane.LinkUp
+}
+
 // excuse moves o's inactivity clocks on by gap (never past now):
 // Engine.excuse. Every clock, not only those set before the last Tick:
 // frames handled after it and before the process stopped set theirs too.
@@ -1651,12 +1667,13 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 			}
 			idle = now - max(ib.lastActive, ib.heldSince)
 		}
-		if idle > limit {
+		if idle > limit || limit > timeout && idle > timeout && o.cutOff(&ib.b, tx) {
 			o.failTimeout(now, &ib.b, ib.rw.Committed(), o.timeoutErr(now, ib), tx)
 			return
 		}
 	}
-	if r := o.result; r != nil && r.armed && !r.rw.Done() && !o.resultInexact && now-r.lastActive > switchTimeout {
+	if r := o.result; r != nil && r.armed && !r.rw.Done() && !o.resultInexact &&
+		(now-r.lastActive > switchTimeout || now-r.lastActive > timeout && o.cutOff(&r.b, tx)) {
 		o.failTimeout(now, &r.b, r.rw.Committed(), o.timeoutErr(now, r), tx)
 		return
 	}
@@ -1674,7 +1691,7 @@ func (o *op) tick(now int64, tx dataplane.Sender) {
 			if o.owedSince == 0 {
 				o.owedSince = now
 			}
-			if now-max(o.owedSince, r.lastActive) > switchTimeout+timeout/4 {
+			if idle := now - max(o.owedSince, r.lastActive); idle > switchTimeout+timeout/4 || idle > timeout && o.cutOff(&r.b, tx) {
 				// Missing what it handed on: the rest is not owed yet.
 				err := o.silentErr(r, o.emitted, now-max(o.owedSince, r.lastActive))
 				o.failTimeout(now, &r.b, r.rw.Committed(), err, tx)

@@ -19,7 +19,19 @@ import (
 // cannot be reached from the rank (its runtime channel crosses the switch
 // that died), the rank says so within diagnoseReach, instead of waiting the
 // whole diagnosis bound (timeout + 15 s) in silence.
-func TestDiagnosisUnreachableAMIsQuick(t *testing.T) {
+func TestDiagnosisUnreachableAMIsQuick(t *testing.T) { diagnoseUnreachable(t, false) }
+
+// TestDiagnosisUnreachableAMIsQuickPersistent: the same for a call run on
+// a persistent collective (the library's automatic persistence, from the
+// shape's second call). Its failure path also stops the keepalive and
+// tells the AM the rank will not come to the call's barrier; done one
+// after the other, each waiting for the unreachable AM, they took the
+// keepalive's request, the diagnosis's 3 s and the abandonment's 2 s: a
+// rank cut off by a link that went down (behind its leaf's uplink) heard
+// of the failure up to 12 s after its 5 s timeout.
+func TestDiagnosisUnreachableAMIsQuickPersistent(t *testing.T) { diagnoseUnreachable(t, true) }
+
+func diagnoseUnreachable(t *testing.T, persistent bool) {
 	f := newMemFabric(t, "single")
 	m, err := am.New(am.Config{Topology: f.topo, Conn: f.attach("h1"), RTO: 10 * time.Millisecond,
 		CtlTimeout: 3 * time.Second, Logf: testlog.Until(t), DefaultTimeoutMS: 15000})
@@ -47,17 +59,26 @@ func TestDiagnosisUnreachableAMIsQuick(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	rs := openRanks(t, f, srv.URL, 50, n, []string{"h1", "h2"})
 	var wg sync.WaitGroup
+	var calls atomic.Int64
 	for _, rr := range rs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rr.err = rr.comm.AllReduce(context.Background(), rr.send, rr.recv, &Options{Timeout: timeout})
-			rr.ended = time.Now()
+			for {
+				rr.err = rr.comm.AllReduce(context.Background(), rr.send, rr.recv, &Options{Timeout: timeout})
+				rr.ended = time.Now()
+				if rr.err != nil || !persistent {
+					return
+				}
+				calls.Add(1)
+			}
 		}()
 	}
-	// Once granted, the fabric loses every frame and the AM stops answering.
+	// Once granted (persistent: once each rank has run a few calls on
+	// the shape's persistent collective), the fabric loses every frame and
+	// the AM stops answering.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
-		if ops := m.Ops().Ops; len(ops) > 0 && ops[0].State == "active" {
+		if ops := m.Ops().Ops; len(ops) > 0 && ops[len(ops)-1].State == "active" && (!persistent || calls.Load() >= 8) {
 			break
 		}
 		if time.Now().After(deadline) {

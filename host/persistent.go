@@ -233,14 +233,49 @@ func (p *Persistent) abandonInvocation(seq uint64, nth int, err error) {
 	p.c.abandonAt(req, am.AbandonPersistent, reason)
 }
 
+// abandonment is abandonInvocation of one invocation, run at most once in
+// the background: a failed invocation starts it when it fails, before its
+// diagnosis, since both wait for the AM and, run one after the other, a
+// rank cut off from the AM waited for the sum of their bounds (5 s more
+// than the diagnosis alone) before its call returned.
+type abandonment struct {
+	p    *Persistent
+	seq  uint64
+	nth  int
+	once sync.Once
+	done chan struct{}
+}
+
+// start begins telling the AM, with err as the reason, if not begun yet.
+func (a *abandonment) start(err error) {
+	a.once.Do(func() {
+		a.done = make(chan struct{})
+		// Worded now: the diagnosis goes on adding to err meanwhile.
+		reason := errors.New(err.Error())
+		go func() {
+			defer close(a.done)
+			a.p.abandonInvocation(a.seq, a.nth, reason)
+		}()
+	})
+}
+
+// finish starts it if it has not started (err is the reason then) and
+// waits until the AM heard it or its bound passed.
+func (a *abandonment) finish(err error) {
+	a.start(err)
+	<-a.done
+}
+
 // runInvocation runs one reserved invocation over send and recv (the
 // buffers bound at init; a shape's buffers of the call for automatic
 // persistence) and records a failure as the collective's sticky error.
 func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, nth int, send, recv elems) (st Stats, err error) {
+	var ab *abandonment
 	if !renew {
+		ab = &abandonment{p: p, seq: seq, nth: nth}
 		defer func() {
 			if err != nil && !errors.Is(err, ErrClosed) {
-				p.abandonInvocation(seq, nth, err)
+				ab.finish(err)
 			}
 		}()
 	}
@@ -260,7 +295,7 @@ func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, 
 	p.running = true
 	p.send, p.recv = send, recv
 	p.mu.Unlock()
-	st, err = p.invoke(ctx, renew, seq)
+	st, err = p.invoke(ctx, renew, seq, ab)
 	p.mu.Lock()
 	p.running = false
 	if err != nil && p.err == nil {
@@ -282,8 +317,9 @@ func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, 
 }
 
 // invoke runs the next invocation, setting up the operation first if
-// renew.
-func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats, error) {
+// renew. ab, if not nil, is the invocation's abandonment, started as soon
+// as the invocation fails so that it runs alongside the diagnosis.
+func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64, ab *abandonment) (Stats, error) {
 	c := p.c
 	var st Stats
 	if renew {
@@ -359,6 +395,11 @@ func (p *Persistent) invoke(ctx context.Context, renew bool, seq uint64) (Stats,
 	}
 	e := c.opError(p.coll, op.g, res.err)
 	e.Invocation = number
+	if ab != nil && !errors.Is(res.err, ErrClosed) {
+		// Both wait for the AM: side by side, a rank cut off from it
+		// waits for one bound, not their sum.
+		ab.start(e)
+	}
 	p.retire(op, e)
 	return st, e
 }
@@ -436,6 +477,16 @@ func (p *Persistent) keepalive(op *opRun, stop, done chan struct{}) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// A keepalive in flight ends when stop closes: unregister waits for
+	// this goroutine, and a failed invocation's error waited up to a
+	// whole keepalive period (2.5 s at the default timeout) for a request
+	// to an AM the failure had cut off.
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	go func() {
+		<-stop
+		cancelBase()
+	}()
 	for {
 		select {
 		case <-stop:
@@ -443,7 +494,7 @@ func (p *Persistent) keepalive(op *opRun, stop, done chan struct{}) {
 		case <-t.C:
 		case <-op.aliveNow:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
+		ctx, cancel := context.WithTimeout(base, every)
 		n := op.completed.Load()
 		st, err := p.c.client.Alive(ctx, g.ID, am.AliveRequest{Rank: p.c.cfg.Rank, Invocations: n})
 		cancel()

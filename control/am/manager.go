@@ -1335,7 +1335,18 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	m.mu.Lock()
 	diag += m.goneNote(op, skip) // a rank whose process lost its connection (presence.go)
 	m.mu.Unlock()
-	incomplete := m.abortAll(op)
+	var silent map[string]bool
+	op.mu.Lock()
+	for _, n := range op.plan.order {
+		if ns := op.nodes[n]; ns.State == "UNREACHABLE" && !ns.localSend {
+			if silent == nil {
+				silent = map[string]bool{}
+			}
+			silent[n] = true
+		}
+	}
+	op.mu.Unlock()
+	incomplete := m.abortAllBut(op, silent)
 	e := &APIError{Code: CodeOperationFailed, Message: fmt.Sprintf("operation %s failed: %s", op.id.Key(), diag), Rank: culprit, Node: origin, Reason: reason}
 	if len(incomplete) > 0 {
 		e.RollbackIncomplete = incomplete

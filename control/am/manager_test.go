@@ -631,7 +631,12 @@ func TestLinkDownNamed(t *testing.T) {
 		}, "failed: node s1 lost its link to subtree l2; node s1 is FAILED, lost its link to subtree l2 (its port toward it is set down or has no carrier) from element 726; " +
 			"node l1 is FAILED; node l2 does not answer CONTROL, but s1 lost its link to it (LINK_DOWN): probably not at fault itself;", -1},
 	} {
-		r := newRig(t, "spine-leaf", Config{CtlTimeout: 300 * time.Millisecond})
+		cutOff := c.name == "switch link, leaf cut off"
+		cfg := Config{CtlTimeout: 300 * time.Millisecond}
+		if cutOff {
+			cfg.CtlTimeout = time.Second // well above quickAbort, to tell them apart
+		}
+		r := newRig(t, "spine-leaf", cfg)
 		grants := r.grantAll(t, reqsFor(6, 0, "allreduce", "h1", "h2", "h3", "h4"))
 		set := r.failNode
 		r.m.mu.Lock()
@@ -643,9 +648,22 @@ func TestLinkDownNamed(t *testing.T) {
 			}
 		}
 		set(c.node, parser.FailLinkDown, stream, 726)
+		t0 := time.Now()
 		st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "leaf l1 reports the operation FAILED", Wait: true})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if cutOff {
+			// l2 has just failed to answer the diagnosis's COMPLETE for
+			// a whole CONTROL timeout: its ABORT gets quickAbort, not
+			// another CONTROL timeout, before the ranks hear the verdict,
+			// and the rollback is still reported incomplete.
+			if d, most := time.Since(t0), cfg.CtlTimeout+quickAbort+300*time.Millisecond; d > most {
+				t.Errorf("%s: verdict after %v, want at most %v (one CONTROL timeout and a short ABORT)", c.name, d, most)
+			}
+			if st.Error == nil || !strings.Contains(st.Error.Message, "rollback incomplete: no ABORT acknowledgement from [l2]") {
+				t.Errorf("%s: error %+v does not report the incomplete rollback at l2", c.name, st.Error)
+			}
 		}
 		if st.State != "failed" || st.Error == nil || st.Error.Node != c.node || !strings.Contains(st.Error.Message, c.head) ||
 			strings.Contains(st.Error.Message, "stopped contributing") {

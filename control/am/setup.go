@@ -280,10 +280,29 @@ func (m *Manager) rollback(op *operation, code, node, msg string) *APIError {
 
 // abortAll sends ABORT to every node with a bounded context of its own (the
 // caller's may already be cancelled) and returns the nodes that never ACKed.
-func (m *Manager) abortAll(op *operation) []string {
+func (m *Manager) abortAll(op *operation) []string { return m.abortAllBut(op, nil) }
+
+// quickAbort bounds the ABORT of a node that has just failed to answer a
+// whole CONTROL timeout (abortAllBut's short).
+const quickAbort = 300 * time.Millisecond
+
+// abortAllBut is abortAll, giving the nodes in short quickAbort instead of
+// the CONTROL timeout: a failed operation's diagnosis has just asked every
+// node for the whole CONTROL timeout, and one cut off from the AM (behind
+// a link that went down) made the ranks wait that long again for the
+// ABORT it would not answer either before they heard the verdict. A node
+// that does answer in time is ABORTed as usual; one that does not is
+// reported as never acknowledging, as before.
+func (m *Manager) abortAllBut(op *operation, short map[string]bool) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CtlTimeout+time.Second)
 	defer cancel()
 	errs := m.forEach(op.plan.order, func(n string) error {
+		ctx := ctx
+		if short[n] {
+			c, cancel := context.WithTimeout(ctx, quickAbort)
+			defer cancel()
+			ctx = c
+		}
 		a, err := m.ctl.command(ctx, n, op.plan.nodes[n].node.MAC, op.id, parser.CmdAbort, nil)
 		var ne *NodeError
 		if errors.As(err, &ne) && ne.Err == nil {
