@@ -125,6 +125,11 @@ type PortSample struct {
 	LaneSwitches uint64
 	// RingHeld is the port's (PortStats).
 	RingHeld uint64
+	// Link is the port's link as the daemon last reported it
+	// (SetLinkState; LinkUp if never), LinkChanges how many times it
+	// changed: read at sampling time, never per frame.
+	Link        LinkState
+	LinkChanges uint64
 	// Checksum counts received frames with a partial checksum (PortStats).
 	Checksum ChecksumStats
 	// classes is the port's share of Stats.Classes.

@@ -437,6 +437,7 @@ func (d *Dataplane) sample(ps *portState) PortSample {
 	ps2.Fault = ks.Fault
 	ps2.LaneTuned, ps2.LaneAll, ps2.LaneSwitches = ks.LaneTuned, ks.LaneAll, ks.LaneSwitches
 	ps2.Checksum, ps2.RingHeld = ks.Checksum, ks.RingHeld
+	ps2.Link, ps2.LinkChanges = d.linkOf(ps2.Name)
 	for c := range ps2.classes {
 		ps2.classes[c] = ps.ctr.classes[c].Load()
 	}

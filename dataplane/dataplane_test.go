@@ -683,3 +683,40 @@ func TestCountersSurviveReopen(t *testing.T) {
 		t.Fatalf("frame classes summed %d after removing p0, want %d", got, total)
 	}
 }
+
+// TestLinkStateInStats: a port's sample carries the link state the daemon
+// last reported and how many times it changed (prismd_port_up and
+// prismd_port_link_changes_total). A report that repeats the state, and a
+// first report of up (what an unreported port is taken to be), change
+// nothing; the state outlives the port being reopened under its name.
+func TestLinkStateInStats(t *testing.T) {
+	d, _ := setup(t, 2, dataplane.Options{})
+	steps := []struct {
+		name string
+		s    dataplane.LinkState
+	}{
+		{"p0", dataplane.LinkUp}, {"p0", dataplane.LinkNoCarrier}, {"p0", dataplane.LinkNoCarrier},
+		{"p0", dataplane.LinkAdminDown}, {"p0", dataplane.LinkUp}, {"p1", dataplane.LinkGone},
+	}
+	// The oracle: a naive replay of the reports.
+	state := map[string]dataplane.LinkState{}
+	changes := map[string]uint64{}
+	for _, st := range steps {
+		d.SetLinkState(st.name, st.s)
+		if state[st.name] != st.s {
+			changes[st.name]++
+		}
+		state[st.name] = st.s
+		for _, p := range d.Stats().Ports {
+			if p.Link != state[p.Name] || p.LinkChanges != changes[p.Name] {
+				t.Fatalf("after %s %v: port %s link %v, %d changes; want %v, %d", st.name, st.s, p.Name, p.Link, p.LinkChanges, state[p.Name], changes[p.Name])
+			}
+		}
+	}
+	if err := d.SetPorts([]dataplane.Port{porttest.New("p0", porttest.MAC(0x10), 1500), porttest.New("p1", porttest.MAC(0x11), 1500)}); err != nil {
+		t.Fatal(err)
+	}
+	if p := d.Stats().Ports[1]; p.Link != dataplane.LinkGone || p.LinkChanges != 1 {
+		t.Fatalf("p1 reopened: link %v, %d changes; want gone, 1", p.Link, p.LinkChanges)
+	}
+}

@@ -48,8 +48,9 @@ type links struct {
 }
 
 type linkEntry struct {
-	s     LinkState
-	since time.Time
+	s       LinkState
+	since   time.Time
+	changes uint64 // times s changed (the first report counts when it is not up)
 }
 
 // SetLinkState records that interface name's link is now s (the daemon's
@@ -61,10 +62,25 @@ func (d *Dataplane) SetLinkState(name string, s LinkState) {
 	if d.links.m == nil {
 		d.links.m = map[string]linkEntry{}
 	}
-	if e, ok := d.links.m[name]; ok && e.s == s {
+	e, ok := d.links.m[name]
+	if ok && e.s == s || !ok && s == LinkUp {
+		// Unchanged; a first report of up is what was assumed. (Its
+		// time is kept too: "up since" is not asked.)
+		if !ok {
+			d.links.m[name] = linkEntry{s: s, since: time.Now()}
+		}
 		return
 	}
-	d.links.m[name] = linkEntry{s: s, since: time.Now()}
+	d.links.m[name] = linkEntry{s: s, since: time.Now(), changes: e.changes + 1}
+}
+
+// linkOf returns interface name's recorded link state and how many times
+// it changed.
+func (d *Dataplane) linkOf(name string) (LinkState, uint64) {
+	d.links.mu.Lock()
+	defer d.links.mu.Unlock()
+	e := d.links.m[name]
+	return e.s, e.changes
 }
 
 // LinkState returns what SetLinkState last recorded for interface name,

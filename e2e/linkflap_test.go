@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -98,23 +99,45 @@ func TestLinkFlap(t *testing.T) {
 		// link, not a rank that stopped.
 		{32, "h3's eth0 down", "h3", "eth0", [4]string{lost23, lost23, "interface eth0 went down", lost23}, killSlack},
 		{33, "the switch's end (l2:p2) down", "l2", "p2", [4]string{lost23, lost23, "interface eth0 has no carrier", lost23}, killSlack},
-		// A leaf's uplink: s1 and l2 both fail LINK_DOWN. The AM reaches
-		// l2 only over that link, so it says l2 is cut off once its
-		// CONTROL to l2 timed out; h3 and h4 cannot reach the AM at all,
-		// and end after the library's wait for its answer.
+		// A leaf's uplink: s1 and l2 both fail LINK_DOWN at the timeout
+		// (s1's longer bound for a switch peer does not apply behind a
+		// dead port). The AM reaches l2 only over that link, so it says
+		// l2 is cut off once one CONTROL timeout (2 s) passed without
+		// its answer (its ABORT then gets 300 ms); h3 and h4 cannot
+		// reach the AM at all, and end after the library's 3 s wait for
+		// it. Before, s1 failed a quarter timeout later, the AM waited
+		// a second CONTROL timeout for l2's ABORT, and the slack here
+		// was 8 s more.
 		{34, "the leaf's uplink (l2:p1) down", "l2", "p1", [4]string{lostL2, lostL2, "leaf l2 reports the operation FAILED",
-			"leaf l2 reports the operation FAILED"}, killSlack + 8*time.Second},
+			"leaf l2 reports the operation FAILED"}, killSlack + 3*time.Second},
 	} {
 		cs = e.comms(c.job, hosts...)
 		go func() { done <- collective(cs, "allreduce", 0, vec, c.job, &host.Options{Timeout: timeout}) }()
 		var downAt time.Time
+		var whileDown string // l2's /metrics 300 ms after its own port went down
+		var scrapeErr error
 		e.afterGrant(c.job, 50*time.Millisecond, func() {
 			e.setIface(c.node, c.iface, false)
 			downAt = time.Now()
+			if c.node == "l2" {
+				// The switch's own port: prismd_port_up says it is down
+				// (its link watcher hears netlink within milliseconds).
+				time.Sleep(300 * time.Millisecond)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				whileDown, scrapeErr = e.lab.Metrics(ctx, "l2")
+				cancel()
+			}
 		})
 		r = <-done
 		took := time.Since(downAt)
 		e.setIface(c.node, c.iface, true)
+		if c.node == "l2" {
+			if scrapeErr != nil {
+				t.Errorf("%s: l2 /metrics while down: %v", c.what, scrapeErr)
+			} else if up := sumSeries(t, whileDown, "prismd_port_up", `port="`+c.iface+`"`); up != 0 {
+				t.Errorf("%s: l2's prismd_port_up{port=%q} was %v while the port was down, want 0", c.what, c.iface, up)
+			}
+		}
 		for i, err := range r.errs {
 			var oe *host.OpError
 			want := c.wants[i]
@@ -126,6 +149,20 @@ func TestLinkFlap(t *testing.T) {
 		}
 		if took > timeout+c.slack {
 			t.Errorf("%s: ranks failed %v after it; the bound is the timeout (%v) plus %v", c.what, took, timeout, c.slack)
+		}
+	}
+	// Every port is back up, and each one this test took down (or whose
+	// peer it took down) counted at least a change down and one up:
+	// l2:p2 went without carrier three times (h3's flap, h3's eth0, its
+	// own set down), l2:p1 was set down once.
+	time.Sleep(300 * time.Millisecond)
+	m := scrape(t, e.lab, "l2")
+	for port, least := range map[string]float64{"p1": 2, "p2": 6} {
+		if up := sumSeries(t, m, "prismd_port_up", `port="`+port+`"`); up != 1 {
+			t.Errorf("l2's prismd_port_up{port=%q} is %v after the link came back, want 1", port, up)
+		}
+		if n := sumSeries(t, m, "prismd_port_link_changes_total", `port="`+port+`"`); n < least {
+			t.Errorf("l2's prismd_port_link_changes_total{port=%q} is %v, want at least %v", port, n, least)
 		}
 	}
 }

@@ -26,6 +26,7 @@ type Collector struct {
 	faultDrops, faultDups, faultReorders *prometheus.Desc
 	laneAll, laneSwitches, ringHeld      *prometheus.Desc
 	csumCompleted, csumUnfinished        *prometheus.Desc
+	up, linkChanges                      *prometheus.Desc
 }
 
 // Fault injection (config fault:, tests and labs) has its own families,
@@ -81,6 +82,10 @@ func NewCollector(src Source) *Collector {
 		csumUnfinished: d("port_checksum_unfinished_total", "Received frames marked with a partial checksum that prismd could not complete "+
 			"(not TCP/UDP over IPv4 or extension-free IPv6, or an encapsulated inner checksum): forwarded unchanged, "+
 			"so their receiver likely drops them.", port),
+		up: d("port_up", "1 while the port's link is up with carrier, 0 while it is set down, has no carrier or its interface is gone "+
+			"(as the daemon's link watcher last saw it): the link state prismctl show ports prints.", port),
+		linkChanges: d("port_link_changes_total", "Times the port's link state changed (up, set down, no carrier, gone) since the daemon started: "+
+			"a flapping cable or peer shows here even when each outage was shorter than a scrape.", port),
 		frames: d("frames_total", "Received frames by classification.", []string{"class"}),
 		macs:   d("mac_table_entries", "Live (not aged out) entries in the MAC learning table.", nil),
 		macCapacity: d("mac_table_capacity", "Stations the MAC learning table holds (mac_table_size); at capacity new stations are not learned "+
@@ -94,7 +99,7 @@ func NewCollector(src Source) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.macCapacity, c.unlearned, c.moved, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches, c.ringHeld, c.csumCompleted, c.csumUnfinished} {
+	for _, d := range []*prometheus.Desc{c.rxFrames, c.rxBytes, c.txFrames, c.txBytes, c.drops, c.kernelDrops, c.frames, c.macs, c.macCapacity, c.unlearned, c.moved, c.faultDrops, c.faultDups, c.faultReorders, c.ringWaits, c.laneAll, c.laneSwitches, c.ringHeld, c.csumCompleted, c.csumUnfinished, c.up, c.linkChanges} {
 		ch <- d
 	}
 }
@@ -133,6 +138,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		cnt(c.moved, p.Moved, p.Name)
 		cnt(c.csumCompleted, p.Checksum.Completed, p.Name)
 		cnt(c.csumUnfinished, p.Checksum.Unfinished, p.Name)
+		up := 0.0
+		if p.Link == dataplane.LinkUp {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, p.Name)
+		cnt(c.linkChanges, p.LinkChanges, p.Name)
 	}
 	for _, cl := range dataplane.FrameClasses() {
 		cnt(c.frames, st.Classes[cl], cl.String())
