@@ -2,6 +2,7 @@ package control
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -74,5 +75,41 @@ prismd_control_acks_total{status="UNSUPPORTED"} 0
 `
 	if err := testutil.CollectAndCompare(r.w.n.ControlMetrics(), strings.NewReader(want), "prismd_control_acks_total"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestContextMetrics: prismd_engine_contexts counts the contexts every
+// worker holds by state, every held state exported (0 included), as the
+// CONTROL commands this test sends leave them.
+func TestContextMetrics(t *testing.T) {
+	node := NewNode(NodeConfig{AMMACs: [][6]byte{amMAC}, Logger: quietLogger()})
+	w0 := node.NewWorker(0, 2)
+	node.NewWorker(1, 2)
+	tx := &recorder{}
+	other := ruleKey
+	other.Op++
+	w0.Handle(1e9, 2, stageFrame(t, ruleKey, 1, goodCtx(), goodBindings()), tx)
+	w0.Handle(1e9, 2, controlFrame(t, ruleKey, parser.CmdCommit, nil, 2), tx)
+	w0.Handle(1e9, 2, stageFrame(t, other, 3, goodCtx(), goodBindings()), tx)
+	check := func(what string, staged, active int) {
+		t.Helper()
+		w0.Engine().Publish(2e9)
+		want := fmt.Sprintf(`
+# HELP prismd_engine_contexts Operation contexts the switch holds now, by state (STAGED, ACTIVE, COMPLETE, FAILED): a FAILED or COMPLETE context waits for its AM's RELEASE or ABORT, or for its expiry. Read from the workers' introspection snapshots, at most 100 ms old.
+# TYPE prismd_engine_contexts gauge
+prismd_engine_contexts{state="ACTIVE"} %d
+prismd_engine_contexts{state="COMPLETE"} 0
+prismd_engine_contexts{state="FAILED"} 0
+prismd_engine_contexts{state="STAGED"} %d
+`, active, staged)
+		if err := testutil.CollectAndCompare(node.ContextMetrics(), strings.NewReader(want)); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	check("one committed, one staged", 1, 1)
+	w0.Handle(1e9, 2, controlFrame(t, ruleKey, parser.CmdAbort, nil, 4), tx)
+	check("the committed one aborted", 1, 0)
+	if problems, err := testutil.CollectAndLint(node.ContextMetrics()); err != nil || len(problems) != 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
 	}
 }

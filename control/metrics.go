@@ -118,3 +118,43 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	c(descCtlReplay, m.replays.Load())
 	c(descCtlTxFull, m.txFull.Load())
 }
+
+var descContexts = prometheus.NewDesc("prismd_engine_contexts",
+	"Operation contexts the switch holds now, by state (STAGED, ACTIVE, COMPLETE, FAILED): a FAILED or COMPLETE context waits for "+
+		"its AM's RELEASE or ABORT, or for its expiry. Read from the workers' introspection snapshots, at most 100 ms old.",
+	[]string{"state"}, nil)
+
+// contextStates are the states prismd_engine_contexts always exports,
+// zero or not: the states a context is held in.
+var contextStates = []parser.OpState{parser.StateStaged, parser.StateActive, parser.StateComplete, parser.StateFailed}
+
+// contextCollector counts the node's contexts by state at scrape time.
+type contextCollector struct{ n *Node }
+
+// ContextMetrics returns the collector of prismd_engine_contexts: how many
+// operation contexts the node holds, by state. A switch that kept FAILED
+// contexts its AM never released, or whose ACTIVE count only grows, shows
+// it here before its memory does.
+func (n *Node) ContextMetrics() prometheus.Collector { return contextCollector{n} }
+
+// Describe implements prometheus.Collector.
+func (c contextCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descContexts }
+
+// Collect implements prometheus.Collector.
+func (c contextCollector) Collect(ch chan<- prometheus.Metric) {
+	count := map[string]int{}
+	for _, st := range contextStates {
+		count[st.String()] = 0
+	}
+	for _, snap := range c.n.Snapshots() {
+		if snap == nil {
+			continue
+		}
+		for i := range snap.Ops {
+			count[snap.Ops[i].State]++
+		}
+	}
+	for state, v := range count {
+		ch <- prometheus.MustNewConstMetric(descContexts, prometheus.GaugeValue, float64(v), state)
+	}
+}

@@ -40,6 +40,9 @@ func init() {
 		if err := s.Register(node.ControlMetrics()); err != nil {
 			return err
 		}
+		if err := s.Register(node.ContextMetrics()); err != nil {
+			return err
+		}
 		return s.Register(node.BitmapMetrics())
 	}
 	controlRoutes = func(mux *http.ServeMux) {
