@@ -97,6 +97,7 @@ func diagnoseUnreachable(t *testing.T, persistent bool) {
 			!strings.Contains(oe.Diagnosis, "the AM did not answer within 3s") {
 			t.Errorf("rank %d: %v, want a timeout whose diagnosis says the AM did not answer", r, rr.err)
 		}
+		t.Logf("rank %d failed %v after the cut", r, rr.ended.Sub(cutAt))
 		// timeout, then up to 3 s for the AM; 1.5 s for a loaded host.
 		if took := rr.ended.Sub(cutAt); took > timeout+diagnoseReach+1500*time.Millisecond {
 			t.Errorf("rank %d failed %v after the cut", r, took)

@@ -209,7 +209,8 @@ func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h
 		return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd, Err: &localSendError{err: fmt.Errorf("listen for the reply: %w", err), src: c.conn.MAC()}}
 	}
 	defer done()
-	deadline := time.Now().Add(c.timeout)
+	start := time.Now()
+	deadline := start.Add(c.timeout)
 	rto := c.rto
 	cmd := cmdLabel(h.Cmd)
 	c.metrics.ctlTxns.WithLabelValues(cmd).Inc()
@@ -258,6 +259,15 @@ func (c *ctlClient) do(ctx context.Context, node string, dst net.HardwareAddr, h
 				return f, nil
 			case <-ctx.Done():
 				t.Stop()
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					// The caller's bound, not a cancel: no answer came in
+					// it, said as the transaction's own timeout says it
+					// ("context deadline exceeded" reached 'show am').
+					c.metrics.ctlTimeouts.WithLabelValues(cmd).Inc()
+					return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd,
+						Err: &noAckError{attempts: attempt + 1, timeout: time.Since(start).Round(time.Millisecond), txn: h.Txn, dst: dst, src: c.conn.MAC(),
+							localFails: sendFails, localErr: sendErr}}
+				}
 				return ctlFrame{}, &NodeError{Node: node, Cmd: h.Cmd, Err: ctx.Err()}
 			case <-t.C:
 				break waitLoop

@@ -362,8 +362,39 @@ func TestStoppedForwarderNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, diag, _ := strings.Cut(st.Error.Message, " failed: ")
-	if want := "node l2 stopped, or switch m1 on the way to it did (it stopped answering CONTROL after it acknowledged this operation's setup; " +
-		"s1 timed out on its child l2)"; !strings.HasPrefix(diag, want) {
+	if want := "node l2 stopped, or switch m1 on the way to it did, or a link on that way went down (it stopped answering CONTROL after it acknowledged this operation's setup; " +
+		"s1 timed out on its child l2): the AM cannot tell which"; !strings.HasPrefix(diag, want) {
 		t.Errorf("diagnosis %q\nwant it to start with %q", diag, want)
+	}
+}
+
+// TestNoNodeAnswersVerdictIsQuick: when no node of the operation answers
+// (the AM's own leaf died: it reaches none of them), a rank whose own
+// timer fired hears the verdict after one CONTROL timeout and the short
+// ABORT, not after the grace for the switches' verdicts, whose rounds each
+// waited a whole CONTROL timeout for nodes that had just not answered
+// one (6.5 s after the rank's report at the default 2 s, in a
+// walkthrough that killed the AM's leaf).
+func TestNoNodeAnswersVerdictIsQuick(t *testing.T) {
+	cfg := Config{CtlTimeout: time.Second}
+	r := newRig(t, "spine-leaf", cfg)
+	grants := r.grantAll(t, reqsFor(8, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	for _, n := range []string{"s1", "l1", "l2"} {
+		fn := r.nodes[n]
+		fn.mu.Lock()
+		fn.silent[parser.CmdComplete], fn.silent[parser.CmdAbort] = true, true
+		fn.mu.Unlock()
+	}
+	t0 := time.Now()
+	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, TimedOut: true,
+		Error: "host: timeout: no RESULT from leaf l1 for 6s", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, most := time.Since(t0), cfg.CtlTimeout+quickAbort+500*time.Millisecond; d > most {
+		t.Errorf("verdict after %v, want at most %v (one CONTROL timeout and a short ABORT)", d, most)
+	}
+	if st.State != "failed" || st.Error == nil || !strings.Contains(st.Error.Message, "rollback incomplete: no ABORT acknowledgement from [") {
+		t.Fatalf("status %+v, want failed with an incomplete rollback reported", st)
 	}
 }

@@ -614,6 +614,11 @@ func TestLinkDownNamed(t *testing.T) {
 			t.Fatal("no stream from l2 at s1")
 			return 0
 		}, "failed: node s1 lost its link to subtree l2; node s1 is FAILED, lost its link to subtree l2 (its port toward it is set down or has no carrier) from element 726;", -1},
+		// A leaf whose RESULT stream from its parent timed out on a dead
+		// port: the link is to the parent, not to "the RESULT from s1".
+		{"leaf's link to its parent", "l1", func(g []*Grant, r *rig) uint16 {
+			return streamWhere(t, "l1", r.m.ops[g[0].ID].plan.nodes["l1"].owner, "the RESULT from s1")
+		}, "failed: node l1 lost its link to the parent s1; node l1 is FAILED, lost its link to the parent s1 (its port toward it is set down or has no carrier) from element 726;", -1},
 		// The lost link is also the AM's way to l2, which is silent:
 		// cut off, not where the failure began.
 		{"switch link, leaf cut off", "s1", func(g []*Grant, r *rig) uint16 {

@@ -490,7 +490,7 @@ func (m *Manager) goneMessage(k presKey, p *presence) string {
 		return fmt.Sprintf("rank %d (%s) closed its communicator at %s: every rank must make the same collective calls in the same order", k.rank, p.node, at)
 	}
 	return fmt.Sprintf("rank %d (%s) is gone: its process's connection to the AM closed at %s and did not come back within %v "+
-		"(the process exited or crashed, or its host or network went down)", k.rank, p.node, at, m.cfg.PresenceGrace)
+		"(the process exited or crashed, its host went down, or the network between it and the AM failed)", k.rank, p.node, at, m.cfg.PresenceGrace)
 }
 
 // closeFailed wakes the ranks of invocations goneFrom failed.
@@ -588,7 +588,7 @@ func (m *Manager) goneNote(op *operation, skip int) string {
 		if r == skip || p == nil || p.streams > 0 || p.leftAt.IsZero() || p.clean {
 			continue
 		}
-		s += fmt.Sprintf("; rank %d (%s): its process's connection to the AM closed at %s (the process exited or crashed, or its host went down)",
+		s += fmt.Sprintf("; rank %d (%s): its process's connection to the AM closed at %s (the process exited or crashed, its host went down, or the network between it and the AM failed)",
 			r, p.node, p.leftAt.Format("15:04:05.000"))
 	}
 	return s
