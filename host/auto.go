@@ -202,6 +202,7 @@ func (c *Comm) autoStart(ctx context.Context, coll string, sv, rv elems, root in
 		}
 		defer close(next)
 		r.stats, r.err = p.runInvocation(ctx, renew, seq, nth, sv, rv)
+		r.err = ownEnd(ctx, r.err)
 		r.stats.AutoPersistent = true
 		if r.err != nil {
 			c.dropSlot(sh, slot)

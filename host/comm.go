@@ -113,8 +113,17 @@ type Stats struct {
 // used a batch at a time.
 type Conn = am.Conn
 
-// Comm is one rank's communicator. Its methods are safe for concurrent use;
-// collectives started concurrently are matched across ranks in call order.
+// Comm is one rank's communicator. Its methods may be called from several
+// goroutines at once (nothing races), but collectives are matched across
+// ranks in the order each rank makes its calls, as in MPI: goroutines that
+// race to call on one Comm make their calls in a different order on each
+// rank, and calls of one shape are then summed with another goroutine's
+// data on the other ranks without any error (calls of different shapes
+// fail with ErrMismatch, or wait at the AM's barrier). Issue concurrent
+// calls in a fixed order on every rank (one goroutine, or a ticket passed
+// between them) and let them overlap in flight (the Async forms), or give
+// each goroutine its own Comm (another Group of the job). NCCL asks the
+// same of a communicator shared by threads.
 //
 // One goroutine, the event loop, owns the state of every running
 // collective: it reads a batch of frames, applies each where it landed in
@@ -646,6 +655,7 @@ func (c *Comm) start(ctx context.Context, coll string, send, recv any, root int,
 	go func() {
 		defer close(r.done)
 		r.stats, r.err = c.run(ctx, seq, coll, sv, rv, root, o, mark)
+		r.err = ownEnd(ctx, r.err)
 	}()
 	return r
 }

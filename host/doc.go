@@ -96,7 +96,10 @@
 // an *OpError; errors.Is classifies it (ErrTimeout, also for a barrier a
 // rank never reached; ErrMismatch; ErrAbandoned; ErrRankGone; ErrSetup; ErrFailed;
 // ErrInexact; ErrClosed; ErrBusy for a persistent collective still running;
-// context.Canceled for the caller's own cancel), and
+// context.Canceled or DeadlineExceeded whenever the call's own context
+// had ended when it failed, whatever else it matches: ranks that all
+// cancel at once are told that the first of them did, and match
+// ErrFailed too), and
 // errors.As reaches the AM's *am.APIError (its Code and Rank) when the AM
 // refused the call. A link that goes down
 // (ENETDOWN) is ridden out: frames lost meanwhile are retransmitted once it

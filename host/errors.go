@@ -4,6 +4,7 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -43,12 +44,13 @@ var (
 	// its invocations still runs (Wait for it first). Nothing was sent;
 	// the running invocation goes on.
 	ErrBusy = errors.New("host: an invocation is still running")
-	// ErrEarlierCancelled: an earlier call of the same shape, run on the
-	// persistent collective the Comm keeps for it
-	// (Config.PersistentShapes), was cancelled; the other ranks ran that
-	// invocation without this rank,
-	// so the calls queued behind it cannot run in step and fail with this
-	// (not with context.Canceled: their own context was not cancelled).
+	// ErrEarlierCancelled: an earlier invocation of the persistent
+	// collective this call runs on was cancelled (a call of the same
+	// shape, on the collective the Comm keeps for it,
+	// Config.PersistentShapes; or a Start of an explicit Persistent); the
+	// other ranks ran that invocation without this rank, so the calls
+	// after it cannot run in step and fail with this (not with
+	// context.Canceled: their own context was not cancelled).
 	ErrEarlierCancelled = errors.New("host: an earlier call of the same shape was cancelled")
 	// ErrMismatch: the ranks asked for different collectives at one
 	// point of their call sequence (the AM's mismatch: which field, in
@@ -81,6 +83,14 @@ var (
 // ErrMismatch, ErrAbandoned, ErrRankGone, ErrSetup, and ErrTimeout for a barrier that
 // timed out (a rank never arrived) as for a silent peer.
 func (e *OpError) Is(target error) bool {
+	if e.own != nil && errors.Is(e.own, target) {
+		return true
+	}
+	if target == ErrInexact && e.amFailure != nil && e.amFailure.Reason == am.ReasonInexact {
+		// Told by the AM (its presence stream, or the diagnosis) before
+		// this rank's own ACCUMULATION_INEXACT frame arrived.
+		return true
+	}
 	if target == ErrRankGone && e.amFailure != nil && e.amFailure.Reason == am.CodeRankGone {
 		// A granted operation the AM failed because a rank's process
 		// went (its diagnosis, which the failure path fetched).
@@ -126,6 +136,10 @@ type OpError struct {
 	// Reason classifies the error: Is).
 	amFailure *am.APIError
 	Err       error
+	// own is the call's context's error when that context had ended by
+	// the time the call failed of another cause (ownEnd): its caller
+	// cancelled it too, and errors.Is(err, context.Canceled) says so.
+	own error
 }
 
 func (e *OpError) Error() string {
@@ -144,7 +158,28 @@ func (e *OpError) Error() string {
 	if e.Diagnosis != "" {
 		s += "; AM: " + e.Diagnosis
 	}
+	if e.own != nil {
+		s += "; this call's own context ended too (" + e.own.Error() + ")"
+	}
 	return s
+}
+
+// ownEnd marks err, a call's failure, with the call's context's error
+// when that context has ended too: the caller asked it to stop, so
+// errors.Is(err, context.Canceled) (or DeadlineExceeded) holds as the
+// package promises for the caller's own cancel, whichever cause the
+// call's end was put down to. When every rank cancelled at about the same
+// moment, all but the first were told "rank 2 reported failure first:
+// cancelled" and only ErrFailed matched.
+func ownEnd(ctx context.Context, err error) error {
+	cause := ctx.Err()
+	var oe *OpError
+	if err == nil || cause == nil || errors.Is(err, cause) || !errors.As(err, &oe) {
+		return err
+	}
+	c := *oe // a copy: a persistent collective keeps err for its later calls, whose contexts are their own
+	c.own = cause
+	return &c
 }
 
 func (e *OpError) Unwrap() error { return e.Err }

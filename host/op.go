@@ -442,7 +442,8 @@ func (c *Comm) diagnose(g *am.Grant, e *OpError, completed uint32) {
 	// deadline): said so, the AM names this rank rather than whichever
 	// healthy stream the waiting switches were least advanced on.
 	local := errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded)
-	report := am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: e.Err.Error(), Local: local, TimedOut: errors.Is(e.Err, ErrTimeout), Invocations: completed}
+	report := am.DoneRequest{Rank: c.cfg.Rank, OK: false, Error: e.Err.Error(), Local: local, TimedOut: errors.Is(e.Err, ErrTimeout),
+		Inexact: errors.Is(e.Err, ErrInexact), Invocations: completed}
 	// Report first without waiting, on a short deadline: a rank whose
 	// runtime channel crosses the switch that failed (a dead leaf) cannot
 	// reach the AM at all, and waited out the whole diagnosis bound below

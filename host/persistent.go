@@ -126,7 +126,9 @@ func (p *Persistent) Run(ctx context.Context) error { return p.Start(ctx).Wait()
 // the buffers, as an MPI request does: send is read as the send window
 // admits it and recv is written as results arrive. An invocation that
 // fails, or whose context is cancelled, ends the persistent collective:
-// later Starts return that error. A Start on a closed Comm fails at once
+// later Starts return that error, or ErrEarlierCancelled after a
+// cancelled one (their own contexts were not cancelled, so they do not
+// match context.Canceled). A Start on a closed Comm fails at once
 // with ErrClosed, after p.Close with ErrPersistentClosed.
 func (p *Persistent) Start(ctx context.Context) *Request {
 	// A closed Comm refuses the Start before anything is sent (its
@@ -175,6 +177,7 @@ func (p *Persistent) Start(ctx context.Context) *Request {
 	go func() {
 		defer close(r.done)
 		r.stats, r.err = p.runInvocation(ctx, renew, seq, nth, send, recv)
+		r.err = ownEnd(ctx, r.err)
 	}()
 	return r
 }
@@ -300,14 +303,13 @@ func (p *Persistent) runInvocation(ctx context.Context, renew bool, seq uint64, 
 	p.running = false
 	if err != nil && p.err == nil {
 		p.err = err
-		if cause := ctx.Err(); cause != nil && p.auto {
-			// This call's own context ended it: the calls of the shape
-			// after it were not cancelled, and must not look as if they
+		if cause := ctx.Err(); cause != nil {
+			// This call's own context ended it: the calls after it (the
+			// shape's queued calls, or an explicit Persistent's later
+			// Starts) were not cancelled, and must not look as if they
 			// were (errors.Is(err, context.Canceled) would tell a caller
 			// its own context ended). They fail all the same: the other
-			// ranks' invocation failed with this one. (An explicit
-			// Persistent keeps returning the cancellation: its owner
-			// cancelled it.)
+			// ranks' invocation failed with this one.
 			p.err = &OpError{Collective: p.coll, Rank: p.c.cfg.Rank, Stage: "begin",
 				Err: fmt.Errorf("%w: invocation %d was cancelled (%v), which fails it on every rank: the collective cannot go on", ErrEarlierCancelled, nth, cause)}
 		}

@@ -315,8 +315,10 @@ func TestPersistentCancelled(t *testing.T) {
 		if !errors.Is(err, context.Canceled) || time.Since(start) > 5*time.Second {
 			t.Fatalf("cancelled after %v: %v after %v, want context.Canceled at once", delay, err, time.Since(start))
 		}
-		if err2 := p.Run(context.Background()); err2 == nil || !errors.Is(err2, context.Canceled) {
-			t.Fatalf("Run after a cancelled invocation: %v, want the same failure", err2)
+		// Later Runs fail, but their own context was not cancelled:
+		// ErrEarlierCancelled, not context.Canceled.
+		if err2 := p.Run(context.Background()); err2 == nil || errors.Is(err2, context.Canceled) || !errors.Is(err2, ErrEarlierCancelled) {
+			t.Fatalf("Run after a cancelled invocation: %v, want ErrEarlierCancelled and not context.Canceled", err2)
 		}
 		cancel()
 	}

@@ -190,6 +190,13 @@ type DoneRequest struct {
 	// diagnoses (9.2). Any other failure (ACCUMULATION_INEXACT, a FAILED
 	// announcement) is diagnosed at once, unless a node does not answer.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// Inexact says the rank's RESULT was the ACCUMULATION_INEXACT
+	// terminal frame: the exact sum cannot be represented in the output
+	// format. No node or rank is at fault; the AM fails the operation
+	// with reason inexact and says so instead of diagnosing the nodes
+	// (9.2), so a rank the AM tells of the failure before its own
+	// terminal frame arrives knows it for what it is.
+	Inexact bool `json:"inexact,omitempty"`
 	// Wait asks the AM to answer only once the operation is final (released,
 	// failed or aborted), so a failing rank receives the AM's diagnosis.
 	Wait bool `json:"wait,omitempty"`

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/prismd/prismd/parser"
 )
 
@@ -396,5 +398,33 @@ func TestNoNodeAnswersVerdictIsQuick(t *testing.T) {
 	}
 	if st.State != "failed" || st.Error == nil || !strings.Contains(st.Error.Message, "rollback incomplete: no ABORT acknowledgement from [") {
 		t.Fatalf("status %+v, want failed with an incomplete rollback reported", st)
+	}
+}
+
+// TestInexactIsNoFault: a rank that reports its ACCUMULATION_INEXACT
+// RESULT ends the operation with reason inexact at once, with a message
+// that names the output format and blames no node or rank (it read "node
+// l1 is ACTIVE; ranks that had not reported when it failed: 2 (h3)"), and
+// the failure counts under reason inexact.
+func TestInexactIsNoFault(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(9, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	t0 := time.Now()
+	st, err := r.m.Done(context.Background(), grants[1].ID, DoneRequest{Rank: 1, OK: false, Inexact: true,
+		Error: "host: ACCUMULATION_INEXACT: the exact sum cannot be represented in the requested output", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("verdict after %v, want it at once", d)
+	}
+	e := st.Error
+	if st.State != "failed" || e == nil || e.Reason != ReasonInexact || e.Rank != nil || e.Node != "" ||
+		!strings.Contains(e.Message, "cannot be represented in the output format fp32 (ACCUMULATION_INEXACT, received by rank 1 (h2)): no node or rank failed") ||
+		strings.Contains(e.Message, "is ACTIVE") || strings.Contains(e.Message, "had not reported") {
+		t.Fatalf("status %+v error %+v, want reason inexact naming no culprit", st, e)
+	}
+	if got := testutil.ToFloat64(r.m.metrics.failed.WithLabelValues(ReasonInexact)); got != 1 {
+		t.Errorf("operations_failed_total{reason=inexact} = %v, want 1", got)
 	}
 }

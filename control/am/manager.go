@@ -1220,6 +1220,7 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 		anyFail = anyFail || !x.OK
 	}
 	start := !op.finishing && op.state == "active" && (all || anyFail)
+	inexact := anyFail && op.inexactOnly()
 	drainNow := false
 	var nudge []int
 	if start {
@@ -1249,6 +1250,8 @@ func (m *Manager) Done(ctx context.Context, id string, d DoneRequest) (OpStatus,
 	}
 	if start {
 		switch {
+		case inexact:
+			go m.failInexact(op)
 		case anyFail:
 			go m.failOp(op, reasonRankFailed, "")
 		case op.persistent:
@@ -1295,6 +1298,76 @@ func (m *Manager) released(op *operation, incomplete []string, msg string) {
 	close(op.final)
 	m.retire(op)
 	m.ended(op.inv)
+}
+
+// inexactOnly reports (under op.mu) whether every failure reported so far
+// is an ACCUMULATION_INEXACT RESULT.
+func (op *operation) inexactOnly() bool {
+	any := false
+	for _, d := range op.done {
+		if !d.OK {
+			if !d.Inexact {
+				return false
+			}
+			any = true
+		}
+	}
+	return any
+}
+
+// failInexact ends an operation whose sum the output format cannot hold
+// (a rank reported its ACCUMULATION_INEXACT RESULT, 9.2): no node failed
+// and no rank is at fault, so there is nothing to diagnose, and the
+// verdict (reason inexact) is given at once: a rank whose own terminal
+// frame is still on its way, told by its presence stream, knows what it
+// will find. Then, as for a success, the nodes are RELEASEd once COMPLETE
+// (their contexts stay ACTIVE until their terminal frames are
+// acknowledged), and ABORTed if they do not get there.
+func (m *Manager) failInexact(op *operation) {
+	op.mu.Lock()
+	if !op.ended.IsZero() || op.failStarted {
+		op.mu.Unlock()
+		return
+	}
+	op.failStarted = true
+	if op.watchdog != nil {
+		op.watchdog.Stop()
+	}
+	var by []string
+	var tellRanks []int
+	for r := 0; r < op.size; r++ {
+		d, ok := op.done[r]
+		if ok && d.Inexact {
+			by = append(by, fmt.Sprintf("%d (%s)", r, op.tree.Ranks[r].Host))
+		}
+		if !ok {
+			tellRanks = append(tellRanks, r)
+		}
+	}
+	msg := fmt.Sprintf("operation %s failed: the exact sum cannot be represented in the output format %s (ACCUMULATION_INEXACT, received by rank %s): "+
+		"no node or rank failed; sum into a wider output format (Options.Output, prismctl --output fp32)",
+		op.id.Key(), FormatName(op.inv.p.Output), strings.Join(by, ", "))
+	if len(by) > 1 {
+		msg = strings.Replace(msg, "received by rank ", "received by ranks ", 1)
+	}
+	e := &APIError{Code: CodeOperationFailed, Message: msg, Reason: ReasonInexact}
+	op.state, op.err, op.ended = "failed", e, time.Now()
+	op.mu.Unlock()
+	m.metrics.failed.WithLabelValues(ReasonInexact).Inc()
+	m.logf("am: %s", msg)
+	close(op.final)
+	m.tell(op, tellRanks, PresenceFailed)
+	deadline := time.Now().Add(time.Duration(op.inv.p.TimeoutMS)*time.Millisecond + m.cfg.CtlTimeout)
+	left := m.completeAll(op, deadline)
+	if len(left) == 0 {
+		left = m.releaseAll(op)
+	}
+	if len(left) > 0 {
+		if inc := m.abortAll(op); len(inc) > 0 {
+			m.logf("am: operation %s (inexact): no RELEASE or ABORT acknowledgement from %v; contexts may remain installed until their timeout", op.id.Key(), inc)
+		}
+	}
+	m.retire(op)
 }
 
 // failOp diagnoses, ABORTs every node and records the failure; reason is
