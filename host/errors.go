@@ -54,13 +54,18 @@ var (
 	ErrEarlierCancelled = errors.New("host: an earlier call of the same shape was cancelled")
 	// ErrMismatch: the ranks asked for different collectives at one
 	// point of their call sequence (the AM's mismatch: which field, in
-	// the message).
+	// the message). Also a call that ran (the others' persistent
+	// collective's invocation, with no AM round trip) and failed because
+	// a rank made another call instead: it matches ErrFailed too, after
+	// the operation's timeout.
 	ErrMismatch = errors.New("host: ranks disagree")
 	// ErrAbandoned: another rank gave the call up while the AM gathered
 	// the ranks (its caller cancelled it, it ran it on a persistent
 	// collective that failed, or its communicator could not start: the
 	// message says which); every rank's call of that invocation fails, and
-	// the next calls meet again.
+	// the next calls meet again. Also a call another rank cancelled while
+	// it ran (it matches ErrFailed too). A rank that gave up because its
+	// call differs from the others' makes theirs fail with ErrMismatch.
 	ErrAbandoned = errors.New("host: another rank gave up the call")
 	// ErrSetup: the AM could not set the operation up (the topology cannot
 	// place it, no switch supports it, a switch refused or did not answer,
@@ -91,6 +96,13 @@ func (e *OpError) Is(target error) bool {
 		// this rank's own ACCUMULATION_INEXACT frame arrived.
 		return true
 	}
+	if e.amFailure != nil && (target == ErrMismatch && e.amFailure.Reason == am.CodeMismatch ||
+		target == ErrAbandoned && e.amFailure.Reason == am.CodeAbandoned) {
+		// A granted operation that failed because a rank made another
+		// call (it waited at the AM's barrier of it while the others ran
+		// theirs), or because a rank cancelled its own call.
+		return true
+	}
 	if target == ErrRankGone && e.amFailure != nil && e.amFailure.Reason == am.CodeRankGone {
 		// A granted operation the AM failed because a rank's process
 		// went (its diagnosis, which the failure path fetched).
@@ -102,7 +114,8 @@ func (e *OpError) Is(target error) bool {
 	}
 	switch target {
 	case ErrMismatch:
-		return ae.Code == am.CodeMismatch
+		// Also a rank that abandoned the call because its own differs.
+		return ae.Code == am.CodeMismatch || ae.Code == am.CodeAbandoned && ae.Reason == am.CodeMismatch
 	case ErrAbandoned:
 		return ae.Code == am.CodeAbandoned
 	case ErrRankGone:

@@ -145,8 +145,9 @@ func TestAbandonPersistentStage(t *testing.T) {
 		"its call differs from rank 1's: vector_len %d vs %d (rank 0's value first)", q[0].VectorLen, q[1].VectorLen)
 	select {
 	case x := <-got1:
-		if !errors.As(x.err, &ae) || ae.Code != CodeAbandoned || ae.Message != want {
-			t.Fatalf("rank 1: %v\nwant %s: %q", x.err, CodeAbandoned, want)
+		// The calls differ: reason mismatch (the code stays abandoned).
+		if !errors.As(x.err, &ae) || ae.Code != CodeAbandoned || ae.Reason != CodeMismatch || ae.Message != want {
+			t.Fatalf("rank 1: %v\nwant %s, reason %s: %q", x.err, CodeAbandoned, CodeMismatch, want)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("rank 1 still waits 5 s after rank 0 abandoned seq 0")

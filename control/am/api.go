@@ -436,7 +436,9 @@ type APIError struct {
 	RollbackIncomplete []string `json:"rollback_incomplete,omitempty"`
 	// Reason, for operation_failed, is why the AM failed the operation,
 	// as prismd_am_operations_failed_total counts it: rank_failed,
-	// rank_gone, keepalive, watchdog, not_complete.
+	// abandoned, mismatch, inexact, rank_gone, keepalive, watchdog,
+	// not_complete. For abandoned, mismatch says the abandoning rank's
+	// call differs from the others' (9.8).
 	Reason string `json:"reason,omitempty"`
 
 	retry retryCause // why a failed setup may be tried once more (setupOnce)

@@ -428,3 +428,45 @@ func TestInexactIsNoFault(t *testing.T) {
 		t.Errorf("operations_failed_total{reason=inexact} = %v, want 1", got)
 	}
 }
+
+// TestMadeAnotherCallIsMismatch: the rank a failed operation timed out on
+// waits at the AM's barrier of another call of the job (it called another
+// length while the others ran their persistent collective's invocation,
+// which asks the AM nothing): the verdict says so, with the difference,
+// and its reason is mismatch (host.ErrMismatch), not a rank that stopped.
+func TestMadeAnotherCallIsMismatch(t *testing.T) {
+	r := newRig(t, "spine-leaf", Config{})
+	grants := r.grantAll(t, reqsFor(10, 0, "allreduce", "h1", "h2", "h3", "h4"))
+	other := req(10, 1, 3, 4, "h4", "allreduce")
+	other.VectorLen = 1001
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _, _ = r.m.Begin(ctx, other) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.m.mu.Lock()
+		in := false
+		if inv := r.m.invs[invKey{10, 1, 1}]; inv != nil {
+			_, in = inv.arrived[3]
+		}
+		r.m.mu.Unlock()
+		if in {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rank 3's other call never reached the barrier")
+		}
+	}
+	r.failNode("l2", parser.FailTimeout, grants[3].Data.StreamID, 0)
+	for _, n := range []string{"l1", "s1"} {
+		r.failNode(n, parser.FailPeer, 0xFFFF, 0)
+	}
+	st, err := r.m.Done(context.Background(), grants[0].ID, DoneRequest{Rank: 0, OK: false, Error: "leaf l1 reports the operation FAILED", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := st.Error
+	if e == nil || e.Reason != CodeMismatch || e.Rank == nil || *e.Rank != 3 ||
+		!strings.Contains(e.Message, "rank 3 (h4) made another call instead (seq 1, waiting at the AM's barrier): vector_len 1001 vs 1000 (its value first)") {
+		t.Fatalf("error %+v, want reason mismatch naming rank 3's other call", e)
+	}
+}

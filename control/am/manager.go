@@ -707,15 +707,21 @@ func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
 			msg += " (" + r.Reason + ")"
 		}
 	}
+	why := ""
 	if !fresh && !inv.p.same(p) {
 		// The ranks waiting here asked for another collective than the
 		// one the rank gave up: say how, since that is usually why (one
 		// rank's call of another length, run on its persistent
-		// collective of the length the others had before).
+		// collective of the length the others had before). The calls
+		// differ: reason mismatch (host.ErrMismatch). The code stays
+		// abandoned: a rank library forgets the shapes it has seen on a
+		// mismatch code only, which every rank of a barrier mismatch
+		// gets alike; here the abandoning rank got none.
 		msg += fmt.Sprintf("; its call differs from rank %d's: %s (rank %d's value first)", inv.first.Rank, p.differences(inv.p), r.Rank)
+		why = CodeMismatch
 	}
 	rank := r.Rank
-	inv.err = &APIError{Code: CodeAbandoned, Rank: &rank, Message: msg}
+	inv.err = &APIError{Code: CodeAbandoned, Rank: &rank, Message: msg, Reason: why}
 	by := r.BeginRequest
 	inv.abandonedBy = &by
 	m.mu.Unlock()
@@ -1300,6 +1306,48 @@ func (m *Manager) released(op *operation, incomplete []string, msg string) {
 	m.ended(op.inv)
 }
 
+// madeAnotherCall says, for rank r that a failed operation waited for,
+// whether it waits at the AM's barrier of another call of the job and
+// group instead: "; rank 3 (h4) made another call instead (seq 7, at the
+// barrier since 12:00:01.234): vector_len 2001 vs 2000 (its value
+// first)". A rank that called another length while the others ran their
+// persistent collective's invocation (no AM round trip) left them to
+// time out on it, named as one that stopped contributing. "" if not.
+func (m *Manager) madeAnotherCall(op *operation, r int) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, inv := range m.invs {
+		if key.job != op.inv.key.job || key.group != op.inv.key.group || inv == op.inv || inv.started || inv.err != nil {
+			continue
+		}
+		req, ok := inv.arrived[r]
+		if !ok {
+			continue
+		}
+		rp, aerr := m.normalize(req)
+		if aerr != nil {
+			continue
+		}
+		// One call each, as the ranks made them: a persistent
+		// collective's invocation against an ordinary call of the
+		// same shape is the same call.
+		mine, theirs := callShape(rp), callShape(op.inv.p)
+		if mine.same(theirs) {
+			continue
+		}
+		return fmt.Sprintf("; rank %d (%s) made another call instead (seq %d, waiting at the AM's barrier): %s (its value first)",
+			r, op.tree.Ranks[r].Host, key.seq, mine.differences(theirs))
+	}
+	return ""
+}
+
+// callShape is p as one call of it: a persistent operation's invocation,
+// not its whole vector.
+func callShape(p params) params {
+	p.VectorLen, p.InvocationLen, p.Persistent = p.invocationLen(), 0, false
+	return p
+}
+
 // inexactOnly reports (under op.mu) whether every failure reported so far
 // is an ACCUMULATION_INEXACT RESULT.
 func (op *operation) inexactOnly() bool {
@@ -1396,11 +1444,27 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 		op.drain = nil
 	}
 	op.mu.Unlock()
-	m.metrics.failed.WithLabelValues(reason).Inc()
 	diag, culprit, origin := m.diagnose(op, blame)
 	if why != "" {
 		diag = why + "; " + diag
 	}
+	if reason == reasonRankFailed && culprit != nil {
+		op.mu.Lock()
+		first := op.firstFail
+		op.mu.Unlock()
+		if first != nil && *first == *culprit {
+			// The rank cancelled its own call (its context ended): the
+			// others' calls end as a call abandoned at the barrier does
+			// (ErrAbandoned), not as a fault of the network.
+			reason = CodeAbandoned
+		} else if note := m.madeAnotherCall(op, *culprit); note != "" {
+			// It did not contribute because it called something else:
+			// the ranks' calls differ (ErrMismatch), whatever timed out.
+			diag += note
+			reason = CodeMismatch
+		}
+	}
+	m.metrics.failed.WithLabelValues(reason).Inc()
 	skip := -1
 	if reason == CodeRankGone && blame != nil {
 		skip = *blame // why already says it is gone

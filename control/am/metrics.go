@@ -66,7 +66,7 @@ func newAMMetrics(m *Manager) *amMetrics {
 			Help: "Rank processes whose presence stream closed and did not come back within the grace, or that closed their communicator, by effect: waited_for (an invocation gathering its ranks, or a running operation, had it as a rank) or none."}, []string{"effect"}),
 		failed: vec("operations_failed_total", "Operations that failed, by reason: the setup error code every rank received "+
 			"(bad_request, topology, unsupported, setup_failed, rollback_incomplete; mismatch and abandoned at the barrier), rank_gone (a rank's process went away), "+
-			"or after the grant rank_failed, inexact (the sum does not fit the output format), watchdog, not_complete or keepalive.", "reason"),
+			"or after the grant rank_failed, abandoned (the rank named cancelled its call), mismatch (the rank named made another call instead), inexact (the sum does not fit the output format), watchdog, not_complete or keepalive.", "reason"),
 		rollbacks: vec("rollbacks_total", "ABORT rounds over every node of an operation, by result: complete (every node acknowledged) or incomplete.", "result"),
 		ctlTxns:   vec("control_transactions_total", "CONTROL transactions (requests) the AM sent, by command.", "command"),
 		ctlRetrans: vec("control_retransmissions_total", "CONTROL requests sent again (same Transaction ID, same bytes) because no answer came "+

@@ -661,14 +661,15 @@ func TestPersistentLocalFailureDrains(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fin.State != "failed" || fin.Error == nil || fin.Error.Rank == nil || *fin.Error.Rank != 0 || fin.Draining != nil || fin.Error.Reason != reasonRankFailed {
-				t.Fatalf("final status %q error %+v draining %+v, want failed naming rank 0", fin.State, fin.Error, fin.Draining)
+			if fin.State != "failed" || fin.Error == nil || fin.Error.Rank == nil || *fin.Error.Rank != 0 || fin.Draining != nil || fin.Error.Reason != CodeAbandoned {
+				// Rank 0 cancelled its own call: reason abandoned.
+				t.Fatalf("final status %q error %+v draining %+v, want failed naming rank 0, reason abandoned", fin.State, fin.Error, fin.Draining)
 			}
 			if n := aborts(); n != 3 {
 				t.Errorf("%d ABORTs, want one per node (3)", n)
 			}
-			if x := testutil.ToFloat64(r.m.metrics.failed.WithLabelValues(reasonRankFailed)); x != 1 {
-				t.Errorf("failed{rank_failed} = %v, want 1", x)
+			if x := testutil.ToFloat64(r.m.metrics.failed.WithLabelValues(CodeAbandoned)); x != 1 {
+				t.Errorf("failed{abandoned} = %v, want 1", x)
 			}
 			// The log tells the drain's story: its start (whom it waits
 			// for) and why it ended.

@@ -223,13 +223,19 @@ func (p params) differences(q params) string {
 			d = append(d, fmt.Sprintf("%s %v vs %v", name, a, b))
 		}
 	}
+	// Size first: the Kulisch width follows from it (278 + ceil(log2
+	// size) bits), so a size mismatch listed "kulisch_width 280 vs 288"
+	// first, a field no rank set.
+	add("size", p.Size, q.Size)
 	add("collective", p.Collective, q.Collective)
 	add("root_rank", p.RootRank, q.RootRank)
 	add("input_format", p.Input, q.Input)
 	add("acc_policy", p.Acc, q.Acc)
 	add("partial_policy", p.Partial, q.Partial)
 	add("output_format", p.Output, q.Output)
-	add("kulisch_width", p.KulischWidth, q.KulischWidth)
+	if p.Size == q.Size {
+		add("kulisch_width", p.KulischWidth, q.KulischWidth)
+	}
 	if p.VectorLen != q.VectorLen && p.invocationLen() != q.invocationLen() {
 		// (The same length per invocation on both sides: the lengths
 		// differ only because one is persistent, which follows. Said,
@@ -239,7 +245,6 @@ func (p params) differences(q params) string {
 	}
 	add("mtu", p.MTU, q.MTU)
 	add("timeout_ms", p.TimeoutMS, q.TimeoutMS)
-	add("size", p.Size, q.Size)
 	add("persistent", p.Persistent, q.Persistent)
 	return strings.Join(d, ", ")
 }
