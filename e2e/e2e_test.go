@@ -1170,7 +1170,7 @@ func TestPrismctl(t *testing.T) {
 	if err != nil {
 		t.Fatalf("prismctl show am: %v\n%s", err, show)
 	}
-	for _, want := range []string{"persistent allreduce of 4 ranks", "tree TREE, root s1", "l1  ", "LEAF", "ROOT"} {
+	for _, want := range []string{"persistent allreduce of 4 ranks", "on a tree rooted at s1", "l1  ", "LEAF", "ROOT"} {
 		if !strings.Contains(string(show), want) {
 			t.Errorf("prismctl show am lacks %q:\n%s", want, show)
 		}

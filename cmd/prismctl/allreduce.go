@@ -461,9 +461,16 @@ func (r *repetitions) run(ctx context.Context) int {
 				tree = "switch " + s.Grant.Leaf + " alone"
 			}
 		}
-		fmt.Fprintf(r.out, "rank %d: %s of %d %s op %v on %v: %v (setup %v, transfer %v), %.3f MB/s, %d frames, %d retransmitted, %d dropped by the kernel%s\n",
+		// The call's rate includes the wait at the AM's barrier for the
+		// slowest rank (setup): a REDUCE's non-root ranks read 0.6 MB/s
+		// next to their root's 12 for the same transfer. Both are said.
+		xfer := "-"
+		if s.Transfer > 0 {
+			xfer = fmt.Sprintf("%.3f", bytes/s.Transfer.Seconds()/1e6)
+		}
+		fmt.Fprintf(r.out, "rank %d: %s of %d %s op %v on %v: %v (setup %v, transfer %v), %.3f MB/s (%s over the transfer alone), %d frames, %d retransmitted, %d dropped by the kernel%s\n",
 			r.rank, r.coll, r.count, r.what, op, tree, el.Round(time.Microsecond),
-			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, s.Frames, s.Retransmits, s.KernelDrops, how)
+			s.Setup.Round(time.Microsecond), s.Transfer.Round(time.Microsecond), bytes/el.Seconds()/1e6, xfer, s.Frames, s.Retransmits, s.KernelDrops, how)
 		if r.ref == nil {
 			continue
 		}

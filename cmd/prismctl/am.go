@@ -5,6 +5,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -113,6 +114,14 @@ func runAM(args []string) int {
 		_ = srv.Shutdown(sctx)
 	}()
 	log.Printf("prismctl am: topology %s, CONTROL on %s (%s), runtime channel on http://%s", t.Name, *iface, conn.MAC(), ln.Addr())
+	if !macIn(conn.MAC(), t.HostMACs()) {
+		// The switches take CONTROL only from host interfaces of their
+		// topology (am_sources): said at start, not at the first
+		// collective's setup two seconds of retransmissions later.
+		log.Printf("prismctl am: WARNING: %s (%s) is no host interface of topology %s: its switches will drop this AM's CONTROL "+
+			"unless their am_sources name this MAC. A lab's MACs follow its name: give the AM the topology file 'prismctl lab up' wrote "+
+			"(STATE_DIR/LAB/topology.yaml), and run it in a host namespace of that lab", *iface, conn.MAC(), t.Name)
+	}
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		fmt.Fprintf(os.Stderr, "prismctl am: %v\n", err)
 		return 1
@@ -138,4 +147,14 @@ func listenHint(err error) string {
 		return "no interface in this network namespace has that address; use one it has, or 0.0.0.0:PORT"
 	}
 	return "write --listen as HOST:PORT, e.g. 10.0.0.1:7000"
+}
+
+// macIn reports whether mac is one of macs.
+func macIn(mac net.HardwareAddr, macs [][6]byte) bool {
+	for _, m := range macs {
+		if bytes.Equal(mac, m[:]) {
+			return true
+		}
+	}
+	return false
 }

@@ -300,7 +300,9 @@ func runBench(args []string) int {
 		bytes := float64(count) * float64(w)
 		alg := bytes / avg.Seconds() / 1e6
 		link := float64(wire) / float64(*iters) / 1e6
-		fmt.Printf("  %12d %12d %6s %12.1f %11.3f %11.3f %10.3f %8.0f %8d %5s %d\n", count*int(w), count, rf.format,
+		// link(MB) to 4 significant digits: a small size's few hundred
+		// bytes read 0.000 at a fixed 3 decimals.
+		fmt.Printf("  %12d %12d %6s %12.1f %11.3f %11.3f %10.4g %8.0f %8d %5s %d\n", count*int(w), count, rf.format,
 			float64(avg.Microseconds()), alg, alg*busFactor, link, float64((setup / time.Duration(*iters)).Microseconds()), retrans, ok, drops)
 		fmt.Print(cpuLine)
 		fmt.Printf("# times(us): %s\n", strings.Join(times, " "))

@@ -60,16 +60,17 @@ var demoSteps = []demoStep{
 	{"start the Aggregation Manager on h1 and one rank on every host", demoStartRanks},
 	{"ALLREDUCE of FP32 (1M default) with KULISCH_FIXED, verified bit for bit", demoAllReduceKulisch},
 	{"REDUCE of FP32 to h2 with KULISCH_FIXED, verified bit for bit", demoReduceKulisch},
-	{"ALLREDUCE of FP32 with FP32_ARRIVAL, checked against the error bound", demoAllReduceArrival},
+	{"ALLREDUCE of FP32 with FP32_ARRIVAL, checked against the error bound; REDUCE to h3 with FP32_ARRIVAL, verified bit for bit", demoAllReduceArrival},
 	{"small ALLREDUCEs: ordinary, repeated (kept persistent by the Comm) and persistent, verified bit for bit", demoPersistent},
 }
 
 func runDemo(args []string) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	topoName := fs.String("topology", "spine-leaf", "shipped topology name or topology file")
+	topoName := fs.String("topology", "spine-leaf", "shipped topology name or topology file; the lab is renamed demoXXXX (4 random hex digits, said in the first line) "+
+		"so that a demo never collides with a running lab of that name")
 	prismd := fs.String("prismd", "", "prismd binary (default: $PRISMD_BIN, next to prismctl, then $PATH)")
 	stateDir := fs.String("state-dir", deploy.DefaultStateDir, "parent of the lab's state directory")
-	count := fs.Int("count", demoVector, "elements per rank of the collective steps")
+	count := fs.Int("count", demoVector, "elements per rank of the collective steps (1M: 1048576)")
 	keep := fs.Bool("keep", false, "leave the lab up at the end (prismctl lab down to remove it)")
 	if rc, ok := parseFlags(fs, args); !ok {
 		return rc

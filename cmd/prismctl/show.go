@@ -265,7 +265,13 @@ func printAMOps(w io.Writer, l *am.OpList) {
 		if o.Persistent {
 			kind = "persistent " + kind
 		}
-		fmt.Fprintf(w, "op %s  seq %d  %s of %d ranks  %s  tree %s, root %s\n", o.ID, o.Seq, kind, o.Size, o.State, o.Tree, o.Root)
+		// "tree TREE, root s1" named the kind where a reader looked for
+		// a switch.
+		shape := "a tree rooted at " + o.Root
+		if o.Tree == "SINGLE" {
+			shape = "switch " + o.Root + " alone"
+		}
+		fmt.Fprintf(w, "op %s  seq %d  %s of %d ranks  %s  on %s\n", o.ID, o.Seq, kind, o.Size, o.State, shape)
 		fmt.Fprintf(w, "  ranks that reported (done or failed): %s", am.RankRanges(o.RanksDone))
 		if len(o.Forwarders) > 0 {
 			fmt.Fprintf(w, "  forwarders: %s", strings.Join(o.Forwarders, " "))
@@ -315,7 +321,7 @@ func printAMOps(w io.Writer, l *am.OpList) {
 				// never asked how far its invocations went: what the last
 				// keepalive COMPLETE said (1.87M of 2M, "waiting for rank
 				// 1") read as a job that had not finished.
-				state, completed, waiting = "ABORTED (its end)", "-", "-"
+				state, completed, waiting = "ENDED (freed by every rank: its ABORT is a persistent collective's normal end)", "-", "-"
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\n", n.Name, n.Role, parent, state, completed, waiting)
 		}
@@ -413,6 +419,12 @@ func getUnix(sock, path string) ([]byte, error) {
 		// process that does not run) and nothing answered.
 		return nil, fmt.Errorf("%s: prismd took the connection but did not answer in %v: it is stopped (SIGSTOP, a debugger) or hung; "+
 			"'prismctl lab status' or 'ps -o stat -p PID' says which (T: stopped; resume it with kill -CONT PID)", sock, c.Timeout)
+	}
+	if errors.Is(err, os.ErrPermission) {
+		// The socket is there: prismd runs, and this user may not talk
+		// to it ("is prismd running?" sent a non-root user looking for
+		// a dead daemon).
+		return nil, fmt.Errorf("%s: %w: the control socket is for root and prismd's group (mode 0660): run prismctl as root (sudo) or as a member of that group", sock, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w (is prismd running with control_listen: %s?)", sock, err, sock)
@@ -640,7 +652,7 @@ func printPorts(w io.Writer, body []byte) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tNAME\tMAC\tMTU\tLINK\tRX\tTX\tRX_PATH\tDROPS\t")
+	fmt.Fprintln(tw, "INDEX\tNAME\tMAC\tMTU\tLINK\tRX_FRAMES\tTX_FRAMES\tRX_PATH\tDROPS\t")
 	for _, p := range s.Ports {
 		var ds []string
 		for r, n := range p.Drops {

@@ -158,7 +158,7 @@ func TestShowAM(t *testing.T) {
 	printAMOps(&b, got)
 	out := b.String()
 	for _, want := range []string{
-		"op 7-0-1-3-100  seq 4  persistent allreduce of 4 ranks  active  tree TREE, root s1",
+		"op 7-0-1-3-100  seq 4  persistent allreduce of 4 ranks  active  on a tree rooted at s1",
 		"ranks that reported (done or failed): 1",
 		"l2    LEAF  s1      FAILED",
 		"timed out on rank 3 (h4) from element 100 of invocation 2 (600 in the operation)",
@@ -167,7 +167,7 @@ func TestShowAM(t *testing.T) {
 		"op 7-0-1-4-100  seq 5  reduce of 2 ranks  failed",
 		"error (operation_failed): rank 1 (h2) sent no keepalive for 7.5s",
 		"barrier job 9 group 1 seq 2  allreduce of 4 ranks  waiting 3.1s for ranks 1 3 (arrived: 0 2)",
-		"sw9   SINGLE  -       ABORTED (its end)  -", // a persistent operation's end looked like a failure
+		"sw9   SINGLE  -       ENDED (freed by every rank: its ABORT is a persistent collective's normal end)  -", // a persistent operation's end looked like a failure
 		"op 7-0-1-6-100  seq 7  persistent allreduce of 3 ranks  draining",
 		"draining: rank 0 failed locally after 12 invocations; the ABORT waits for ranks 1-2 to report as many (at most 1.25s more)",
 		"furthest behind: rank 2 (h3) at sw9 (the waits from the root lead there",

@@ -192,7 +192,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			}
 			// Not the AM's JSON error: something else answers there (a
 			// prismd's metrics port, another service).
-			return fmt.Errorf("coordinator %s: %s %s: HTTP %d: %s (not an answer of 'prismctl am': is --coordinator the AM's --listen address?)",
+			return fmt.Errorf("coordinator %s: %s %s: HTTP %d: %s (not an answer of 'prismctl am': is --coordinator the AM's --listen address, and is this command run where that address is the AM's? In a lab, run it in a host's namespace: ip netns exec pl-LAB-h1 prismctl ...)",
 				c.URL, method, path, resp.StatusCode, strings.TrimSpace(string(b)))
 		}
 		if out != nil {

@@ -17,7 +17,7 @@ func TestClientNotAnAM(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	defer srv.Close()
 	_, err := NewClient(srv.URL).Ops(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "HTTP 404") || !strings.Contains(err.Error(), "is --coordinator the AM's --listen address?") {
+	if err == nil || !strings.Contains(err.Error(), "HTTP 404") || !strings.Contains(err.Error(), "is --coordinator the AM's --listen address") || !strings.Contains(err.Error(), "run it in a host's namespace") {
 		t.Fatalf("err %v, want the status and the hint", err)
 	}
 }
