@@ -105,7 +105,12 @@ type presence struct {
 	leftAt time.Time
 	gone   bool
 	clean  bool
-	timer  *time.Timer // the grace; once gone, the record's expiry
+	// wasGone: it was gone once already, and a stream came back (a
+	// process alive after all, or the kernel of a dead one delivering
+	// its last queued request once a partition healed). Gone again, it is
+	// said once more but not counted twice.
+	wasGone bool
+	timer   *time.Timer // the grace; once gone, the record's expiry
 	// nudges holds a channel per open stream: a request line sent on it
 	// (tell) is written on the stream. Every stream gets it: of a
 	// client's streams, the oldest may be the dead one it is replacing.
@@ -301,6 +306,7 @@ func (m *Manager) presenceOpen(k presKey, req PresenceRequest, nudge chan string
 	if p.gone {
 		// Given up (its connection was lost) but alive: it counts again.
 		delete(m.pres.gone[grpKey{k.job, k.group}], k)
+		p.wasGone = true
 	}
 	p.streams++
 	p.nudges[nudge] = struct{}{}
@@ -414,6 +420,14 @@ func (m *Manager) markGone(k presKey, p *presence) {
 	effect := "none"
 	if len(failed)+running > 0 {
 		effect = "waited_for"
+	}
+	if p.wasGone && effect == "none" {
+		// The same process, gone a second time, waited for by nobody: a
+		// walkthrough saw its notice repeated 10 s after the first, when
+		// a healed link delivered the dead process's last request.
+		m.logf("am: job %d group %d: rank %d (%s): a connection of the process already said to be gone came back and closed again at %s",
+			k.job, k.group, k.rank, p.node, p.leftAt.Format("15:04:05.000"))
+		return
 	}
 	m.metrics.ranksGone.WithLabelValues(effect).Inc()
 	switch {

@@ -3,11 +3,15 @@ package am
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/prismd/prismd/parser"
 )
@@ -644,5 +648,41 @@ func TestGoneRankFailsRestingPersistent(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if st, _ := p.m.Op(g2[0].ID); st.State != "active" {
 		t.Fatalf("a persistent operation whose gone rank had freed it: state %s (%+v), want active", st.State, st.Error)
+	}
+}
+
+// TestGoneTwiceCountedOnce: a process said to be gone whose connection
+// comes back and closes again (a healed link delivering the dead process's
+// last queued request) is counted in ranks_gone_total once, and its second
+// end is logged as such, not as a second death.
+func TestGoneTwiceCountedOnce(t *testing.T) {
+	var mu sync.Mutex
+	var logs []string
+	cfg := Config{Logf: func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() }}
+	p := newPresenceRig(t, "spine-leaf", cfg)
+	q := withSessions(reqsFor(24, 0, "allreduce", "h1", "h2", "h3"), 1)
+	kill := p.presentAll(t, q)
+	kill()
+	p.waitGone(t, q[2])
+	p.present(t, q[2])() // back, and closed again at once
+	time.Sleep(2 * presenceGrace)
+	p.waitGone(t, q[2])
+	total := testutil.ToFloat64(p.m.metrics.ranksGone.WithLabelValues("none")) + testutil.ToFloat64(p.m.metrics.ranksGone.WithLabelValues("waited_for"))
+	if total != 1 {
+		t.Errorf("ranks_gone_total %v, want 1: one process went", total)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	gone, again := 0, 0
+	for _, l := range logs {
+		if strings.Contains(l, "rank 2 (h3) is gone") {
+			gone++
+		}
+		if strings.Contains(l, "rank 2 (h3): a connection of the process already said to be gone came back and closed again") {
+			again++
+		}
+	}
+	if gone != 1 || again != 1 {
+		t.Errorf("log said 'is gone' %d times and 'came back' %d times, want 1 and 1:\n%s", gone, again, strings.Join(logs, "\n"))
 	}
 }
