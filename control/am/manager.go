@@ -1308,8 +1308,8 @@ func (m *Manager) released(op *operation, incomplete []string, msg string) {
 
 // madeAnotherCall says, for rank r that a failed operation waited for,
 // whether it waits at the AM's barrier of another call of the job and
-// group instead: "; rank 3 (h4) made another call instead (seq 7, at the
-// barrier since 12:00:01.234): vector_len 2001 vs 2000 (its value
+// group instead: "; rank 3 (h4) made another call instead (seq 7,
+// waiting at the AM's barrier): vector_len 2001 vs 2000 (its value
 // first)". A rank that called another length while the others ran their
 // persistent collective's invocation (no AM round trip) left them to
 // time out on it, named as one that stopped contributing. "" if not.
