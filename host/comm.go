@@ -695,7 +695,13 @@ func GiveUpFirstCall(ctx context.Context, cfg Config, coll string, send any, roo
 		cfg.Node, _ = os.Hostname()
 	}
 	if err := cfg.Validate(); err != nil {
-		return err
+		// A rank outside its own size (its --size wrong, most likely)
+		// can still say it will not come: the AM takes a refusal whose
+		// body it would not take as a call (9.8) and tells the others
+		// what was wrong with this one.
+		if cfg.Coordinator == "" || cfg.Rank < 0 || cfg.Size < 1 || cfg.Rank < cfg.Size {
+			return err
+		}
 	}
 	sv, err := view(send)
 	if err != nil || sv.n == 0 {

@@ -754,6 +754,40 @@ func TestGiveUpFirstCall(t *testing.T) {
 	}
 }
 
+// TestGiveUpRankOutsideSize: a rank whose own settings are wrong (rank 1
+// of a size it says is 1, where the other says 2) cannot make a request
+// the AM takes, and its give-up is taken all the same: the other rank's
+// first call fails at once naming it and what was wrong, instead of
+// waiting the barrier timeout (prismctl with a mistyped --size).
+func TestGiveUpRankOutsideSize(t *testing.T) {
+	f := newMemFabric(t, "single")
+	url := f.startAM("h1")
+	c0, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 214, Coordinator: url, Node: "h1"}, f.attach("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c0.Close()
+	q := c0.AllReduceAsync(context.Background(), vecFor(1, 0, 50), make([]float32, 50), nil)
+	time.Sleep(50 * time.Millisecond) // at the barrier
+	start := time.Now()
+	if err := GiveUpFirstCall(context.Background(), Config{Rank: 1, Size: 1, Iface: "eth0", Job: 214, Coordinator: url, Node: "h2"},
+		"allreduce", make([]float32, 50), 0, nil, "it could not start: --rank 1 is outside 0..0 (--size 1)"); err != nil {
+		t.Fatal(err)
+	}
+	err = q.Wait()
+	if !errors.Is(err, ErrAbandoned) || !strings.Contains(err.Error(), "rank 1 (h2) will not come to the barrier: it could not start: --rank 1 is outside 0..0 (--size 1); its own request is invalid") {
+		t.Fatalf("rank 0: %v, want the abandon quoting rank 1's flags", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("rank 0 failed %v after the give-up, want at once", el)
+	}
+	// A rank whose settings are wrong some other way still is refused.
+	if err := GiveUpFirstCall(context.Background(), Config{Rank: 0, Size: 2, Iface: "eth0", Job: 214, Node: "h2"},
+		"allreduce", make([]float32, 50), 0, nil, "x"); err == nil {
+		t.Error("a config without a coordinator was taken")
+	}
+}
+
 // TestCancelledBeforeCallFailsOthersPromptly: a call made with a context
 // that is already cancelled fails at once on its rank, and the rank that
 // made the call with a live context, which sent everything and waits for

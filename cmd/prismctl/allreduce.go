@@ -216,6 +216,20 @@ func (f *rankFlags) config() host.Config {
 		Notify: func(msg string) { fmt.Fprintf(os.Stderr, "prismctl: %s\n", msg) }}
 }
 
+// onlyRankOutside reports whether check refused the flags for --rank
+// outside 0..--size-1 alone, with what the AM needs to hear of it (its
+// coordinator and node) right: the rank can still say it will not come,
+// and the other ranks, whose --size is probably the right one, fail at
+// once naming it instead of waiting the barrier timeout (2 minutes).
+func (f *rankFlags) onlyRankOutside() bool {
+	if f.envErr != nil || f.coordinator == "" || f.node == "" || f.size < 1 || f.rank < 0 || f.rank < f.size {
+		return false
+	}
+	g := *f
+	g.size = f.rank + 1 // the same flags with a size that holds the rank: nothing else wrong?
+	return g.check() == nil
+}
+
 // giveUp tells the AM, for a rank whose communicator could not start, that
 // it will not come to its first call (coll of n elements of the input
 // format, to root): the other ranks fail at once, quoting why, instead of
@@ -311,7 +325,15 @@ func runAllReduce(args []string) int {
 		return flagErr(fs, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0)))
 	}
 	if err := rf.check(); err != nil {
-		return flagErr(fs, err)
+		rc := flagErr(fs, err)
+		if rf.onlyRankOutside() && *count >= 1 && *count <= math.MaxUint32 {
+			coll := "allreduce"
+			if *root >= 0 {
+				coll = "reduce"
+			}
+			rf.giveUp(context.Background(), coll, *count, *root, err)
+		}
+		return rc
 	}
 	if *count < 1 || *count > math.MaxUint32 {
 		return flagErr(fs, fmt.Errorf("--count %d: use 1..%d", *count, uint32(math.MaxUint32)))

@@ -331,3 +331,31 @@ func TestNamesInAnyCase(t *testing.T) {
 		t.Fatalf("--acc fp23: %v", err)
 	}
 }
+
+// TestOnlyRankOutside: a rank whose flags fail for --rank outside its
+// --size alone tells the AM it will not come (the others then fail at
+// once); one with any other mistake, or without the AM's address, does not.
+func TestOnlyRankOutside(t *testing.T) {
+	base := rankFlags{coordinator: "http://x", iface: "eth0", node: "h4", size: 3, rank: 3, format: "fp32", acc: "kulisch", mtu: 1500}
+	for _, c := range []struct {
+		what string
+		edit func(*rankFlags)
+		want bool
+	}{
+		{"rank 3 of size 3", func(*rankFlags) {}, true},
+		{"valid flags", func(f *rankFlags) { f.size = 4 }, false},
+		{"no coordinator", func(f *rankFlags) { f.coordinator = "" }, false},
+		{"no node", func(f *rankFlags) { f.node = "" }, false},
+		{"a bad format too", func(f *rankFlags) { f.format = "fp23" }, false},
+		{"a negative rank", func(f *rankFlags) { f.rank = -1 }, false},
+	} {
+		f := base
+		c.edit(&f)
+		if f.check() == nil && c.want {
+			t.Fatalf("%s: check passed", c.what)
+		}
+		if got := f.onlyRankOutside(); got != c.want {
+			t.Errorf("%s: onlyRankOutside %v, want %v", c.what, got, c.want)
+		}
+	}
+}

@@ -114,6 +114,10 @@ type invocation struct {
 	// abandonedBy is the request of the rank whose POST /v1/abandon failed the
 	// invocation (under m.mu; nil: none did).
 	abandonedBy *BeginRequest
+	// unchecked: the invocation was created by a refused abandon whose
+	// body no AM takes (the rank's own settings were wrong): p is not a
+	// call to compare later arrivals with.
+	unchecked bool
 	// failedBy is the request that failed the invocation before every
 	// rank arrived (a mismatch, a rank the topology cannot place): not an
 	// arrival, but a new process of its rank (another session) is a new
@@ -476,7 +480,7 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 		// ranks disagree on, and whether it was told depended on which
 		// request reached the AM first). How the requests differ follows.
 		e := *inv.err
-		if !inv.p.same(p) {
+		if !inv.unchecked && !inv.p.same(p) {
 			e.Message += fmt.Sprintf("; this call differs from it: %s (rank %d's value first)", p.differences(inv.p), r.Rank)
 		}
 		m.mu.Unlock()
@@ -658,8 +662,19 @@ func (m *Manager) withdraw(inv *invocation, r BeginRequest) {
 // failed otherwise is left as it is.
 func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
 	p, aerr := m.normalize(r.BeginRequest)
+	unchecked := false
 	if aerr != nil {
-		return AbandonResponse{}, aerr
+		// A rank that gives up its first call because its own settings
+		// are wrong (prismctl with --rank 3 --size 3 where the others say
+		// 4) cannot send a request the AM would take; the others waited
+		// the whole barrier timeout (2 minutes) for it. Its refusal is
+		// taken with what identifies it (job, group, seq, rank, node),
+		// and its invalid body is said, not compared (9.8).
+		if r.Stage != AbandonRefused || r.Rank < 0 || r.Rank >= MaxRanks || r.Node == "" {
+			return AbandonResponse{}, aerr
+		}
+		unchecked = true
+		r.Reason = strings.TrimPrefix(r.Reason+"; its own request is invalid: "+aerr.Message, "; ")
 	}
 	switch r.Stage {
 	case "", AbandonBarrier, AbandonPersistent, AbandonRefused:
@@ -690,7 +705,7 @@ func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
 		// cancelled, came first): the others must still find the failure
 		// when they arrive.
 		inv = &invocation{key: key, first: r.BeginRequest, p: p, arrived: map[int]BeginRequest{}, ready: make(chan struct{}), created: time.Now(),
-			waiting: map[int]int{}}
+			waiting: map[int]int{}, unchecked: unchecked}
 		m.invs[key] = inv
 		inv.timer = time.AfterFunc(m.cfg.BarrierTimeout, func() { m.barrierTimeout(inv) })
 	}
@@ -708,7 +723,7 @@ func (m *Manager) Abandon(r AbandonRequest) (AbandonResponse, error) {
 		}
 	}
 	why := ""
-	if !fresh && !inv.p.same(p) {
+	if !fresh && !unchecked && !inv.p.same(p) {
 		// The ranks waiting here asked for another collective than the
 		// one the rank gave up: say how, since that is usually why (one
 		// rank's call of another length, run on its persistent
