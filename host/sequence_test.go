@@ -731,9 +731,21 @@ func TestDivergentMarksConverge(t *testing.T) {
 // first call fails at once quoting why, instead of waiting out the AM's
 // barrier timeout (2 minutes) for it; the job run again meets.
 func TestGiveUpFirstCall(t *testing.T) {
+	err := giveUpAgainstRank0(t, 213, Config{Rank: 1, Size: 2, Iface: "eth9", Node: "h2"}, "it could not start: no interface eth9")
+	if !errors.Is(err, ErrAbandoned) || !strings.Contains(err.Error(), "rank 1 (h2) will not come to the barrier: it could not start: no interface eth9") {
+		t.Fatalf("rank 0: %v, want the abandon quoting rank 1's reason", err)
+	}
+}
+
+// giveUpAgainstRank0 has rank 0 of job make its first call, rank 1 give
+// its first call up with GiveUpFirstCall (cfg, its Job and Coordinator
+// filled in) quoting reason, and returns rank 0's error, which must come
+// at once, not after the AM's barrier timeout.
+func giveUpAgainstRank0(t *testing.T, job uint64, cfg Config, reason string) error {
+	t.Helper()
 	f := newMemFabric(t, "single")
 	url := f.startAM("h1")
-	c0, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 213, Coordinator: url, Node: "h1"}, f.attach("h1"))
+	c0, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: job, Coordinator: url, Node: "h1"}, f.attach("h1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,17 +753,15 @@ func TestGiveUpFirstCall(t *testing.T) {
 	q := c0.AllReduceAsync(context.Background(), vecFor(1, 0, 50), make([]float32, 50), nil)
 	time.Sleep(50 * time.Millisecond) // at the barrier
 	start := time.Now()
-	if err := GiveUpFirstCall(context.Background(), Config{Rank: 1, Size: 2, Iface: "eth9", Job: 213, Coordinator: url, Node: "h2"},
-		"allreduce", make([]float32, 50), 0, nil, "it could not start: no interface eth9"); err != nil {
+	cfg.Job, cfg.Coordinator = job, url
+	if err := GiveUpFirstCall(context.Background(), cfg, "allreduce", make([]float32, 50), 0, nil, reason); err != nil {
 		t.Fatal(err)
 	}
 	err = q.Wait()
-	if !errors.Is(err, ErrAbandoned) || !strings.Contains(err.Error(), "rank 1 (h2) will not come to the barrier: it could not start: no interface eth9") {
-		t.Fatalf("rank 0: %v, want the abandon quoting rank 1's reason", err)
-	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("rank 0 failed %v after the give-up, want at once", el)
 	}
+	return err
 }
 
 // TestGiveUpRankOutsideSize: a rank whose own settings are wrong (rank 1
@@ -760,26 +770,9 @@ func TestGiveUpFirstCall(t *testing.T) {
 // first call fails at once naming it and what was wrong, instead of
 // waiting the barrier timeout (prismctl with a mistyped --size).
 func TestGiveUpRankOutsideSize(t *testing.T) {
-	f := newMemFabric(t, "single")
-	url := f.startAM("h1")
-	c0, err := NewCommConn(context.Background(), Config{Rank: 0, Size: 2, Iface: "mem0", Job: 214, Coordinator: url, Node: "h1"}, f.attach("h1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c0.Close()
-	q := c0.AllReduceAsync(context.Background(), vecFor(1, 0, 50), make([]float32, 50), nil)
-	time.Sleep(50 * time.Millisecond) // at the barrier
-	start := time.Now()
-	if err := GiveUpFirstCall(context.Background(), Config{Rank: 1, Size: 1, Iface: "eth0", Job: 214, Coordinator: url, Node: "h2"},
-		"allreduce", make([]float32, 50), 0, nil, "it could not start: --rank 1 is outside 0..0 (--size 1)"); err != nil {
-		t.Fatal(err)
-	}
-	err = q.Wait()
+	err := giveUpAgainstRank0(t, 214, Config{Rank: 1, Size: 1, Iface: "eth0", Node: "h2"}, "it could not start: --rank 1 is outside 0..0 (--size 1)")
 	if !errors.Is(err, ErrAbandoned) || !strings.Contains(err.Error(), "rank 1 (h2) will not come to the barrier: it could not start: --rank 1 is outside 0..0 (--size 1); its own request is invalid") {
 		t.Fatalf("rank 0: %v, want the abandon quoting rank 1's flags", err)
-	}
-	if el := time.Since(start); el > 3*time.Second {
-		t.Errorf("rank 0 failed %v after the give-up, want at once", el)
 	}
 	// A rank whose settings are wrong some other way still is refused.
 	if err := GiveUpFirstCall(context.Background(), Config{Rank: 0, Size: 2, Iface: "eth0", Job: 214, Node: "h2"},
