@@ -1,10 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netns"
 
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/internal/netnstest"
@@ -110,5 +115,35 @@ func TestCarrierLogged(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("log:\n%s", logs.String())
+	}
+}
+
+// TestEnterNetnsSkipsOwnNamespace: the link watcher enters the daemon's
+// namespace only when its thread is elsewhere. Under the shipped systemd
+// unit (RestrictNamespaces=yes) every setns fails with EPERM, also into
+// the thread's own namespace, and the watcher (link lines, reopens, the
+// rate-limited drop warnings) was off for good.
+func TestEnterNetnsSkipsOwnNamespace(t *testing.T) {
+	old := setNetns
+	t.Cleanup(func() { setNetns = old })
+	setNetns = func(netns.NsHandle) error { return syscall.EPERM } // as seccomp makes it
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	here, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer here.Close()
+	if err := enterNetns(here); err != nil {
+		t.Fatalf("entering the thread's own namespace: %v, want nothing to do", err)
+	}
+	env := netnstest.New(t, "w3n")
+	other, err := netns.GetFromName(env.Namespace("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := enterNetns(other); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("entering another namespace: %v, want the refused setns", err)
 	}
 }

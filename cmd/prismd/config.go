@@ -347,6 +347,11 @@ func parseUnicastMAC(s string) ([6]byte, error) {
 	if m[0]&1 != 0 {
 		return m, fmt.Errorf("%s is a group (multicast/broadcast) MAC; use a unicast one (first octet even)", s)
 	}
+	if m == ([6]byte{}) {
+		// The bridge drops frames from it as bad_src_mac: an AM at it
+		// could never be heard.
+		return m, fmt.Errorf("%s is the all-zero MAC, which no frame may come from; give the interface's real MAC", s)
+	}
 	return m, nil
 }
 

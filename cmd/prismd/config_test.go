@@ -95,6 +95,8 @@ func TestConfigErrors(t *testing.T) {
 		{"metrics", "metrics_listen: nope\nports: [{name: a}]\n", "metrics_listen: \"nope\" is not host:port"},
 		{"control", "control_listen: rel.sock\nports: [{name: a}]\n", "control_listen: \"rel.sock\" must be an absolute path"},
 		{"am source", "am_sources: [\"ff:ff:ff:ff:ff:ff\"]\nports: [{name: a}]\n", "am_sources[0]: ff:ff:ff:ff:ff:ff is a group"},
+		{"am source zero", "am_sources: [\"00:00:00:00:00:00\"]\nports: [{name: a}]\n", "am_sources[0]: 00:00:00:00:00:00 is the all-zero MAC"},
+		{"node mac zero", "node_mac: \"00:00:00:00:00:00\"\nports: [{name: a}]\n", "node_mac: 00:00:00:00:00:00 is the all-zero MAC"},
 		{"two docs", "ports: [{name: a}]\n---\nports: [{name: b}]\n", "second YAML document"},
 		// Syntax errors name the line with the problem: the library said
 		// "line 1" (where the ports list began) for a key on line 3, and

@@ -489,6 +489,23 @@ func warnNoAM(log *slog.Logger, cfg *Config) {
 	}
 }
 
+// setNetns is netns.Set (tests replace it).
+var setNetns = netns.Set
+
+// enterNetns moves the calling, locked thread into ns unless it is there
+// already: setns can be refused (systemd's RestrictNamespaces=yes makes
+// it EPERM) even into the namespace the thread is in.
+func enterNetns(ns netns.NsHandle) error {
+	if cur, err := netns.Get(); err == nil {
+		same := cur.Equal(ns)
+		cur.Close()
+		if same {
+			return nil
+		}
+	}
+	return setNetns(ns)
+}
+
 // linkCheckEvery is how often the link watcher looks at the ports'
 // interfaces: a re-created interface is back in service within it.
 var linkCheckEvery = 2 * time.Second
@@ -501,10 +518,15 @@ var linkCheckEvery = 2 * time.Second
 func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 	defer close(d.done)
 	runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-	err := netns.Set(ns)
+	// Entered only when this thread is elsewhere: under the shipped
+	// systemd unit (RestrictNamespaces=yes) setns fails with EPERM even
+	// into the namespace the thread is already in, and the watcher, with
+	// every link line, reopen and rate-limited warning it runs, was off.
+	err := enterNetns(ns)
 	ns.Close()
 	if err != nil {
-		d.log.Error("link watcher: cannot enter the daemon's network namespace; re-created interfaces need a restart", "err", err)
+		d.log.Error("link watcher: cannot enter the daemon's network namespace: link states, the reopening of re-created interfaces "+
+			"and the rate-limited drop warnings (loops, oversize, a full MAC table) are off until a restart", "err", err)
 		<-d.quit
 		return
 	}
@@ -682,6 +704,19 @@ func (d *daemon) startServers(cfg *Config) error {
 				return err
 			}
 			_ = os.Remove(cfg.ControlListen)
+		}
+		if fi, err := os.Lstat(cfg.ControlListen); err == nil && fi.Mode()&os.ModeSocket == 0 {
+			// "address already in use (does the directory exist?)" sent
+			// an operator whose path was a file or a directory looking
+			// for a missing directory.
+			what := "a " + fi.Mode().Type().String()
+			switch {
+			case fi.Mode().IsRegular():
+				what = "a regular file"
+			case fi.IsDir():
+				what = "a directory"
+			}
+			return fmt.Errorf("control_listen %q exists and is %s, not a socket: remove it or choose another path", cfg.ControlListen, what)
 		}
 		ln, err := net.Listen("unix", cfg.ControlListen)
 		if err != nil {

@@ -123,10 +123,14 @@ func (m *Manager) Handler() http.Handler {
 func parseOpsFilter(q url.Values) (OpsFilter, *APIError) {
 	var f OpsFilter
 	num := func(key string, bits int) (*uint64, *APIError) {
-		v := q.Get(key)
-		if v == "" {
+		vs, given := q[key]
+		if !given {
 			return nil, nil
 		}
+		if len(vs) > 1 {
+			return nil, badReq("query %s given %d times: give it once (9.3)", key, len(vs))
+		}
+		v := vs[0] // "?job=" is a value too, and no number: before, it selected everything
 		n, err := strconv.ParseUint(v, 10, bits)
 		if err != nil {
 			return nil, badReq("query %s=%q: want a decimal number below 2^%d (9.3)", key, v, bits)
@@ -148,12 +152,13 @@ func parseOpsFilter(q url.Values) (OpsFilter, *APIError) {
 	if f.Seq, aerr = num("seq", 64); aerr != nil {
 		return f, aerr
 	}
-	switch q.Get("ops") {
-	case "", "1":
-	case "0":
+	switch vs, given := q["ops"]; {
+	case !given:
+	case len(vs) == 1 && vs[0] == "1":
+	case len(vs) == 1 && vs[0] == "0":
 		f.NoOps = true
 	default:
-		return f, badReq("query ops=%q: 0 (barriers only) or 1 (9.3)", q.Get("ops"))
+		return f, badReq("query ops=%q: 0 (barriers only) or 1, once (9.3)", strings.Join(vs, ","))
 	}
 	return f, nil
 }

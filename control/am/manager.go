@@ -11,6 +11,7 @@ import (
 	"log"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -490,10 +491,12 @@ func (m *Manager) Begin(ctx context.Context, r BeginRequest) (*Grant, error) {
 	switch prev, ok := inv.arrived[r.Rank]; {
 	case unplaced != nil:
 		mismatch = unplaced // not an arrival: the rank cannot take part
-	case !inv.p.same(p) || inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID:
+	case !inv.p.same(p) || !sameOpID(inv.first.OpID, r.OpID):
 		diff := p.differences(inv.p)
-		if inv.first.OpID != nil && r.OpID != nil && *inv.first.OpID != *r.OpID {
-			diff = strings.TrimPrefix(diff+fmt.Sprintf(", op_id %d vs %d", *r.OpID, *inv.first.OpID), ", ")
+		if !sameOpID(inv.first.OpID, r.OpID) {
+			// One rank pinning an op_id the other leaves out differs too:
+			// the ranks that pinned one got another.
+			diff = strings.TrimPrefix(diff+fmt.Sprintf(", op_id %s vs %s", opIDText(r.OpID), opIDText(inv.first.OpID)), ", ")
 		}
 		mismatch = &APIError{Code: CodeMismatch, Rank: &r.Rank,
 			Message: fmt.Sprintf("rank %d's request for job %d group %d seq %d differs from rank %d's: %s "+
@@ -825,6 +828,18 @@ func (m *Manager) ended(inv *invocation) {
 	}
 }
 
+// sameOpID reports whether two requests pin the same Operation ID (or
+// neither pins one).
+func sameOpID(a, b *uint16) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
+
+// opIDText is a request's op_id as a mismatch names it ("none": not pinned).
+func opIDText(id *uint16) string {
+	if id == nil {
+		return "none"
+	}
+	return strconv.Itoa(int(*id))
+}
+
 // allocate picks the Operation ID and a strictly newer generation.
 func (m *Manager) allocate(inv *invocation, retryID *uint16) OpIdentity {
 	m.mu.Lock()
@@ -924,6 +939,26 @@ func (m *Manager) runInvocation(inv *invocation) {
 			hosts[r].MAC = mac
 		}
 	}
+	if id := inv.first.OpID; id != nil {
+		// A pinned Operation ID that one of this AM's own operations still
+		// runs under: set up again under a newer generation, its STAGE
+		// retired the running operation on the switches (the retry meant
+		// for contexts a stopped AM left), and that operation's ranks
+		// were failed mid-transfer. It is refused instead.
+		m.mu.Lock()
+		holder := m.byID[genKey{inv.key.job, inv.key.group, *id}]
+		m.mu.Unlock()
+		if holder != nil {
+			holder.mu.Lock()
+			live := holder.ended.IsZero()
+			holder.mu.Unlock()
+			if live {
+				fail(badReq("job %d group %d seq %d: op_id %d is in use by operation %s, which still runs: pin another op_id, "+
+					"or leave it out and the AM picks one not in use", inv.key.job, inv.key.group, inv.key.seq, *id, holder.id.Key()))
+				return
+			}
+		}
+	}
 	start := time.Now()
 	op := m.takePrepared(inv, hosts)
 	how := "active (prepared ahead)"
@@ -938,7 +973,7 @@ func (m *Manager) runInvocation(inv *invocation) {
 	for r := range grants {
 		rp := tree.Ranks[r]
 		grants[r] = Grant{ID: op.id.Key(), Op: op.id, Rank: r, Size: inv.p.Size,
-			Collective: inv.first.Collective, RootRank: inv.p.RootRank,
+			Collective: strings.ToLower(inv.first.Collective), RootRank: inv.p.RootRank,
 			InputFormat: FormatName(inv.p.Input), AccPolicy: AccName(inv.p.Acc),
 			PartialPolicy: FormatName(inv.p.Partial), OutputFormat: FormatName(inv.p.Output),
 			KulischWidth: inv.p.KulischWidth, VectorLen: inv.p.VectorLen, MTU: inv.p.MTU, TimeoutMS: inv.p.TimeoutMS,

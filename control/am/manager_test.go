@@ -347,6 +347,44 @@ func TestIdempotentArrivalAndGenerations(t *testing.T) {
 	}
 }
 
+// TestPinnedOpIDInUseRefused: an invocation that pins the Operation ID of
+// this AM's own operation that still runs is refused (400, naming it) and
+// the running operation is left alone; pinned by one rank and left out by
+// the other is a mismatch (the rank that pinned it got another). Before,
+// the second setup retired the running operation on the switch.
+func TestPinnedOpIDInUseRefused(t *testing.T) {
+	r := newRig(t, "single", Config{})
+	id := uint16(50)
+	pin := func(q []BeginRequest) []BeginRequest {
+		for i := range q {
+			q[i].OpID = &id
+		}
+		return q
+	}
+	grants := r.grantAll(t, pin(reqsFor(3, 0, "allreduce", "h1", "h2")))
+	stages := r.nodes["sw1"].count(parser.CmdStage)
+	for i, x := range r.beginAll(pin(reqsFor(3, 1, "allreduce", "h1", "h2"))) {
+		var ae *APIError
+		if !errors.As(x.err, &ae) || ae.Code != CodeBadRequest || !strings.Contains(ae.Message, "op_id 50 is in use by operation "+grants[0].ID+", which still runs") {
+			t.Fatalf("rank %d: %v, want bad_request naming the running operation", i, x.err)
+		}
+	}
+	if n := r.nodes["sw1"].count(parser.CmdStage); n != stages {
+		t.Errorf("%d STAGEs after the refused invocation, want %d: nothing staged", n, stages)
+	}
+	if st, _ := r.m.Op(grants[0].ID); st.State != "active" {
+		t.Errorf("the running operation is %q, want active", st.State)
+	}
+	q := reqsFor(3, 2, "allreduce", "h1", "h2")
+	q[0].OpID = &id
+	for i, x := range r.beginAll(q) {
+		var ae *APIError
+		if !errors.As(x.err, &ae) || ae.Code != CodeMismatch || !strings.Contains(ae.Message, "op_id") {
+			t.Fatalf("one rank pins op_id, the other not: rank %d: %v, want a mismatch naming op_id", i, x.err)
+		}
+	}
+}
+
 func TestUnsupportedTupleNoStage(t *testing.T) {
 	r := newRig(t, "spine-leaf", Config{})
 	// l2 only knows FP32_ARRIVAL.
@@ -1753,7 +1791,7 @@ func TestOpsFilter(t *testing.T) {
 			t.Errorf("filter %+v: ops %v barriers %v, want %v %v", f, gotOps, gotB, wantOps, wantB)
 		}
 	}
-	for _, q := range []string{"job=x", "group=70000", "seq=-1", "ops=2"} {
+	for _, q := range []string{"job=x", "group=70000", "seq=-1", "ops=2", "job=", "job=1&job=2", "ops=0&ops=1"} {
 		resp, err := http.Get(srv.URL + APIVersion + "/ops?" + q)
 		if err != nil {
 			t.Fatal(err)
