@@ -224,6 +224,9 @@ func TestMetricsPromtool(t *testing.T) {
 // the likely cause, at most once a minute per port.
 func TestOversizeWarned(t *testing.T) {
 	fastLinkChecks(t)
+	old := oversizeWarnEvery
+	oversizeWarnEvery = 2 * time.Second // a minute in production
+	t.Cleanup(func() { oversizeWarnEvery = old })
 	env := netnstest.New(t, "pv")
 	sw, h := env.Namespace("sw"), env.Namespace("h")
 	a, b := env.Veth(h, sw)
@@ -246,13 +249,37 @@ func TestOversizeWarned(t *testing.T) {
 			t.Fatalf("no warning of oversize frames:\n%s", logs.String())
 		}
 	}
+	first := time.Now()
 	if !strings.Contains(logs.String(), "port="+b+" mtu=1000") || !strings.Contains(logs.String(), "ethtool -K IF tso off gso off") {
 		t.Errorf("the warning names neither the port and its MTU nor the fix:\n%s", logs.String())
 	}
 	send()
 	time.Sleep(5 * linkCheckEvery)
 	if c := strings.Count(logs.String(), warning); c != 1 {
-		t.Errorf("%d warnings within a minute, want 1", c)
+		t.Errorf("%d warnings within the period, want 1", c)
+	}
+	// The next warning counts every drop since the first, those of the
+	// quiet looks too: it said only its last look's.
+	for range 3 {
+		time.Sleep(2 * linkCheckEvery)
+		send() // three more each, in looks of their own
+	}
+	time.Sleep(time.Until(first.Add(oversizeWarnEvery + 200*time.Millisecond)))
+	send()
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(logs.String(), warning) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second warning:\n%s", logs.String())
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	var second string
+	for _, l := range lines {
+		if strings.Contains(l, warning) {
+			second = l
+		}
+	}
+	if !strings.Contains(second, "dropped=15") {
+		t.Errorf("second warning %q, want dropped=15 (every frame sent after the first warning: 3 + 3x3 + 3)", second)
 	}
 }
 
