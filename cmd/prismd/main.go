@@ -404,20 +404,20 @@ var dropWarnings = []dropWarning{
 		func(d *daemon, port string, mtu int, n uint64) {
 			d.log.Warn("port dropped frames longer than its MTU: a sender with segmentation offload on (TSO/GSO, the default on a veth: "+
 				"frames up to 64 KB) or a larger MTU across the link; turn offload off on the sender (ethtool -K IF tso off gso off) "+
-				"or match the MTUs (prismd_port_drops_total{reason=\"oversize\"} counts them; this repeats at most every minute, counting every drop since the last time)",
+				"or match the MTUs (prismd_port_drops_total{reason=\"oversize\"} counts them; this repeats at most every minute, counting every one since the last time)",
 				"port", port, "mtu", mtu, "dropped", n)
 		}},
 	{"tx_oversize", func(p dataplane.PortSample) uint64 { return p.Drops[dataplane.DropTxOversize] }, 0,
 		func(d *daemon, port string, mtu int, n uint64) {
 			d.log.Warn("port could not send frames longer than its MTU that came in on a port with a larger one: "+
 				"give the ports one MTU, or the hosts behind the larger one this port's "+
-				"(prismd_port_drops_total{reason=\"tx_oversize\"} counts them; this repeats at most every minute, counting every drop since the last time)",
+				"(prismd_port_drops_total{reason=\"tx_oversize\"} counts them; this repeats at most every minute, counting every one since the last time)",
 				"port", port, "mtu", mtu, "dropped", n)
 		}},
 	{"tx_error", func(p dataplane.PortSample) uint64 { return p.Drops[dataplane.DropTxError] }, 0,
 		func(d *daemon, port string, mtu int, n uint64) {
 			d.log.Warn("sending on the port failed: the kernel refused the frames (ip -s link show "+port+" may say why) "+
-				"(prismd_port_drops_total{reason=\"tx_error\"} counts them; this repeats at most every minute, counting every drop since the last time)",
+				"(prismd_port_drops_total{reason=\"tx_error\"} counts them; this repeats at most every minute, counting every one since the last time)",
 				"port", port, "mtu", mtu, "dropped", n)
 		}},
 	{"unlearned", func(p dataplane.PortSample) uint64 { return p.Unlearned }, 0,
@@ -425,7 +425,7 @@ var dropWarnings = []dropWarning{
 			st := d.dp.Stats()
 			d.log.Warn("the MAC table is full: stations behind this port are not learned and frames to them are flooded to every port; "+
 				"raise mac_table_size (a restart), shorten mac_aging, or find what sends from so many MACs "+
-				"(prismd_port_mac_unlearned_total counts the frames; this repeats at most every minute, counting every drop since the last time)",
+				"(prismd_port_mac_unlearned_total counts the frames; this repeats at most every minute, counting every one since the last time)",
 				"port", port, "stations", st.MACEntries, "capacity", st.MACCapacity, "frames", n)
 		}},
 	// A frame of this switch's own coming back, or stations that keep
@@ -436,14 +436,14 @@ var dropWarnings = []dropWarning{
 		func(d *daemon, port string, _ int, n uint64) {
 			d.log.Warn("frames sent by this switch came back in on the port: the network loops back to it, and prismd runs no spanning tree; "+
 				"remove the loop, or run STP on a neighbouring bridge "+
-				"(prismd_port_drops_total{reason=\"loopback\"} counts them; this repeats at most every minute, counting every drop since the last time)",
+				"(prismd_port_drops_total{reason=\"loopback\"} counts them; this repeats at most every minute, counting every one since the last time)",
 				"port", port, "frames", n)
 		}},
 	{"moves", func(p dataplane.PortSample) uint64 { return p.Moved }, 100,
 		func(d *daemon, port string, _ int, n uint64) {
 			d.log.Warn("stations keep moving to this port from others: most likely a loop through this switch, which runs no spanning tree "+
 				"(every broadcast circulates for ever); remove the loop, or run STP on a neighbouring bridge "+
-				"(prismd_port_mac_moves_total counts them; this repeats at most every minute, counting every drop since the last time)",
+				"(prismd_port_mac_moves_total counts them; this repeats at most every minute, counting every one since the last time)",
 				"port", port, "moves", n)
 		}},
 }
