@@ -185,6 +185,16 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 		t.Errorf("the reload does not list the removed port and the new order (want %s):\n%s", want, logs.String())
 	}
 
+	// Replace the port at index 1 by another interface: no port moved,
+	// and what the AM set up for index 1 breaks all the same: warned.
+	writeCfg(ports(names[2], names[1]))
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitPorts(names[2], names[1])
+	waitLog(1, "port index now names another interface")
+	if !strings.Contains(logs.String(), "index=1 port="+names[1]+" was="+names[0]) {
+		t.Errorf("the replaced index's warning does not name the index and both interfaces:\n%s", logs.String())
+	}
+
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
 	select {
 	case c := <-rc:
@@ -198,7 +208,7 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 		t.Fatalf("control socket left behind: %v", err)
 	}
 	// Its last word: every port's counters.
-	for _, n := range []string{names[2], names[0]} {
+	for _, n := range []string{names[2], names[1]} {
 		if !strings.Contains(logs.String(), `msg="port totals" port=`+n+" rx_frames=") {
 			t.Errorf("no totals for %s at shutdown:\n%s", n, logs.String())
 		}

@@ -343,8 +343,10 @@ func (d *daemon) applyPorts(cfg *Config) error {
 		}
 	}
 	before := map[string]int{}
+	var beforeNames []string
 	for i, p := range d.dp.Ports() {
 		before[p.Name()] = i
+		beforeNames = append(beforeNames, p.Name())
 	}
 	if err := d.dp.SetPorts(list); err != nil {
 		undo()
@@ -358,6 +360,13 @@ func (d *daemon) applyPorts(cfg *Config) error {
 			d.log.Warn("port moved to another index: operations set up by the AM refer to ports by index, "+
 				"so the AM's topology must list this switch's ports in the new order, and operations in flight here will fail",
 				"port", pc.Name, "index", i, "was", j)
+		}
+		if _, existed := before[pc.Name]; !existed && i < len(beforeNames) {
+			// A new interface at an index another one held: the same
+			// break, and no port moved to say it.
+			d.log.Warn("port index now names another interface: operations set up by the AM refer to ports by index, "+
+				"so the AM's topology must name this interface at this index, and operations in flight here will fail",
+				"index", i, "port", pc.Name, "was", beforeNames[i])
 		}
 	}
 	for name, o := range d.ports {
