@@ -146,15 +146,18 @@ func demoAllReduceKulisch(d *demo) error {
 }
 
 func demoReduceKulisch(d *demo) error {
-	root := 1 // h2 in the shipped topologies
+	return d.collective("reduce", d.rankOn("h2", 1), "kulisch", "", 12)
+}
+
+// rankOn is the rank that runs on host h, or fallback (its rank in the
+// shipped topologies) when no rank does or the ranks did not start.
+func (d *demo) rankOn(h string, fallback int) int {
 	if d.coll != nil {
-		for i, h := range d.coll.hosts {
-			if h == "h2" {
-				root = i
-			}
+		if i := slices.Index(d.coll.hosts, h); i >= 0 {
+			return i
 		}
 	}
-	return d.collective("reduce", root, "kulisch", "", 12)
+	return fallback
 }
 
 func demoAllReduceArrival(d *demo) error {
@@ -163,13 +166,7 @@ func demoAllReduceArrival(d *demo) error {
 	}
 	// A REDUCE with FP32_ARRIVAL too, on integers: exact in any order,
 	// so checked bit for bit like KULISCH_FIXED.
-	root := len(d.coll.comms) - 1
-	for i, h := range d.coll.hosts {
-		if h == "h3" {
-			root = i
-		}
-	}
-	return d.collective("reduce", root, "fp32", "integral", 15)
+	return d.collective("reduce", d.rankOn("h3", len(d.coll.comms)-1), "fp32", "integral", 15)
 }
 
 // collective runs one collective on every rank and checks it: exact

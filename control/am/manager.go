@@ -1432,14 +1432,9 @@ func (m *Manager) failInexact(op *operation) {
 		op.watchdog.Stop()
 	}
 	var by []string
-	var tellRanks []int
 	for r := 0; r < op.size; r++ {
-		d, ok := op.done[r]
-		if ok && d.Inexact {
+		if d, ok := op.done[r]; ok && d.Inexact {
 			by = append(by, fmt.Sprintf("%d (%s)", r, op.tree.Ranks[r].Host))
-		}
-		if !ok {
-			tellRanks = append(tellRanks, r)
 		}
 	}
 	msg := fmt.Sprintf("operation %s failed: the exact sum cannot be represented in the output format %s (ACCUMULATION_INEXACT, received by rank %s): "+
@@ -1448,13 +1443,10 @@ func (m *Manager) failInexact(op *operation) {
 	if len(by) > 1 {
 		msg = strings.Replace(msg, "received by rank ", "received by ranks ", 1)
 	}
-	e := &APIError{Code: CodeOperationFailed, Message: msg, Reason: ReasonInexact}
-	op.state, op.err, op.ended = "failed", e, time.Now()
 	op.mu.Unlock()
 	m.metrics.failed.WithLabelValues(ReasonInexact).Inc()
 	m.logf("am: %s", msg)
-	close(op.final)
-	m.tell(op, tellRanks, PresenceFailed)
+	m.publishFailure(op, &APIError{Code: CodeOperationFailed, Message: msg, Reason: ReasonInexact})
 	deadline := time.Now().Add(time.Duration(op.inv.p.TimeoutMS)*time.Millisecond + m.cfg.CtlTimeout)
 	left := m.completeAll(op, deadline)
 	if len(left) == 0 {
@@ -1540,6 +1532,16 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 		e.Message += "; rollback incomplete: no ABORT acknowledgement from " + fmt.Sprint(incomplete)
 	}
 	m.logf("am: %v", e.Message)
+	m.publishFailure(op, e)
+	m.retire(op)
+}
+
+// publishFailure records e as op's verdict (state failed), answers the
+// ranks waiting for it (op.final) and tells those that have not reported
+// on their presence stream: a rank that has sent everything and waits for
+// RESULT hears nothing from its ABORTed leaf, and learned of the failure
+// only at its own RESULT timeout.
+func (m *Manager) publishFailure(op *operation, e *APIError) {
 	op.mu.Lock()
 	op.state, op.err, op.ended = "failed", e, time.Now()
 	var tell []int
@@ -1550,11 +1552,7 @@ func (m *Manager) failOpBlaming(op *operation, reason, why string, blame *int) {
 	}
 	op.mu.Unlock()
 	close(op.final)
-	// A rank that has sent everything and waits for RESULT hears nothing
-	// from its ABORTed leaf: it learned of the failure only at its own
-	// RESULT timeout. Its process's presence stream tells it now.
 	m.tell(op, tell, PresenceFailed)
-	m.retire(op)
 }
 
 // Op is GET /v1/ops/{id}.
