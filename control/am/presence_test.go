@@ -85,6 +85,19 @@ func (p *presenceRig) waitGone(t *testing.T, q BeginRequest) {
 	})
 }
 
+// waitSeries scrapes series until it reads want, for up to 5 s, and
+// returns what it read last: the AM counts a gone process after it has
+// marked it gone and failed what waited for it, so a test that saw either
+// may scrape a moment before the count.
+func waitSeries(t *testing.T, m *Manager, series string, want float64) float64 {
+	t.Helper()
+	v := scrape(t, m)[series]
+	for deadline := time.Now().Add(5 * time.Second); v != want && time.Now().Before(deadline); v = scrape(t, m)[series] {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return v
+}
+
 // leave sends q's process's goodbye (POST /v1/presence/leave).
 func (p *presenceRig) leave(t *testing.T, q BeginRequest) {
 	t.Helper()
@@ -150,7 +163,7 @@ func TestRankGoneFailsBarrier(t *testing.T) {
 	if el := time.Since(start); el < presenceGrace || el > presenceGrace+time.Second {
 		t.Errorf("the barrier failed %v after rank 2's connection closed, want after the grace (%v) and within a second of it", el, presenceGrace)
 	}
-	if v := scrape(t, p.m)[`prismd_am_ranks_gone_total{effect="waited_for"}`]; v != 1 {
+	if v := waitSeries(t, p.m, `prismd_am_ranks_gone_total{effect="waited_for"}`, 1); v != 1 {
 		t.Errorf(`prismd_am_ranks_gone_total{effect="waited_for"} = %v, want 1`, v)
 	}
 	// The job run again: rank 2's new process starts seq 0 afresh.
@@ -587,7 +600,7 @@ func TestDrainAsksAndEndsByPresence(t *testing.T) {
 	before := scrape(t, p.m)[`prismd_am_ranks_gone_total{effect="none"}`]
 	s2.stop() // rank 2 of the ended operation
 	p.waitGone(t, q[2])
-	if v := scrape(t, p.m)[`prismd_am_ranks_gone_total{effect="none"}`]; v != before+1 {
+	if v := waitSeries(t, p.m, `prismd_am_ranks_gone_total{effect="none"}`, before+1); v != before+1 {
 		t.Errorf(`ranks_gone_total{effect="none"} went %v -> %v when a rank of an ended operation went, want +1`, before, v)
 	}
 }
