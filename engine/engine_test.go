@@ -744,6 +744,72 @@ func TestPeerFailedFailsOp(t *testing.T) {
 	}
 }
 
+// TestFailureOriginCarried: the PROGRESS FAILED a context announces says
+// where its failure began (section 7, Failure Cause and Failure Hops): its
+// own cause with 0 hops when it failed on its own, the cause a FAILED peer
+// announced with one hop more (saturating at 255) when it failed on that,
+// nothing when that peer said nothing; COMPLETE's cause stays PEER_FAILED.
+func TestFailureOriginCarried(t *testing.T) {
+	type tc struct {
+		name      string
+		st        parser.ProgressStatus
+		cause     parser.FailCause
+		hops      uint8
+		wantCause parser.FailCause
+		wantHops  uint8
+	}
+	for _, c := range []tc{
+		{"FAILED LINK_DOWN 1 hop", parser.ProgressStatusFailed, parser.FailLinkDown, 1, parser.FailLinkDown, 2},
+		{"FAILED TIMEOUT at the peer", parser.ProgressStatusFailed, parser.FailTimeout, 0, parser.FailTimeout, 1},
+		{"FAILED saturates", parser.ProgressStatusFailed, parser.FailTimeout, 255, parser.FailTimeout, 255},
+		{"FAILED without a cause", parser.ProgressStatusFailed, parser.FailNone, 0, parser.FailNone, 0},
+		{"UNKNOWN_OPERATION", parser.ProgressStatusUnknownOperation, 0, 0, parser.FailPeer, 0},
+		{"INVALID", parser.ProgressStatusInvalid, 0, 0, parser.FailPeer, 0},
+	} {
+		r := newRig(t, kulisch.FP32Arrival, 1<<20)
+		r.tx.keep = true
+		p := append([]byte(nil), r.prog[0]...)
+		h := parser.ProgressHeader(p[parser.HdrOff : parser.HdrOff+parser.ProgressHdrLen])
+		h.SetStatus(c.st)
+		h.SetFailCause(c.cause)
+		h.SetFailHops(c.hops)
+		r.e.HandleProgress(r.now, 0, p, r.tx)
+		s, _ := r.e.Status(r.key)
+		if s.State != parser.StateFailed || s.FailCause != parser.FailPeer {
+			t.Fatalf("%s: state %v cause %v, want FAILED with PEER_FAILED", c.name, s.State, s.FailCause)
+		}
+		n := 0
+		for _, f := range r.tx.frames {
+			var g parser.Progress
+			if g.Decode(f, parser.Limits{VectorLen: 1 << 20}) != nil || g.Status != parser.ProgressStatusFailed {
+				continue
+			}
+			n++
+			if g.FailCause != c.wantCause || g.FailHops != c.wantHops {
+				t.Fatalf("%s: announced cause %v hops %d, want %v hops %d", c.name, g.FailCause, g.FailHops, c.wantCause, c.wantHops)
+			}
+		}
+		if n == 0 {
+			t.Fatalf("%s: no PROGRESS FAILED announced", c.name)
+		}
+		if c.cause != parser.FailNone && !strings.Contains(s.Err.Error(), c.cause.String()) {
+			t.Fatalf("%s: error %q does not name the cause where the failure began", c.name, s.Err)
+		}
+	}
+	// A context that fails on its own timeout announces TIMEOUT, 0 hops.
+	r := newRig(t, kulisch.FP32Arrival, 1<<20)
+	r.tx.keep = true
+	r.e.HandleData(r.now, 0, r.data[0], r.tx)
+	r.tx.frames = nil
+	r.now += int64(2 * time.Hour)
+	r.e.Tick(r.now, r.tx)
+	var g parser.Progress
+	if len(r.tx.frames) == 0 || g.Decode(r.tx.frames[0], parser.Limits{VectorLen: 1 << 20}) != nil ||
+		g.Status != parser.ProgressStatusFailed || g.FailCause != parser.FailTimeout || g.FailHops != 0 {
+		t.Fatalf("own timeout: %d frames, first %+v; want PROGRESS FAILED with TIMEOUT, 0 hops", len(r.tx.frames), g)
+	}
+}
+
 // TestUnknownOperationAnswered: DATA for an identity the engine does not
 // know (here a newer generation of a staged operation) is answered with
 // PROGRESS UNKNOWN_OPERATION to its source, out of its ingress port, with

@@ -130,6 +130,11 @@ type op struct {
 	failCause  parser.FailCause
 	failStream uint16
 	failFrom   uint32
+	// Where the failure began, for the PROGRESS FAILED this context
+	// sends (section 7): the cause there and how many FAILED hops it
+	// crossed to get here. A rank cut off from the AM has nothing else.
+	originCause parser.FailCause
+	originHops  uint8
 	// announceLeft counts the FAILED announcements still to send (see
 	// announceFailure); announcedAt is when the last one went.
 	announceLeft int
@@ -1285,14 +1290,25 @@ func (o *op) handleProgress(now int64, in int, frame []byte, p *parser.Progress,
 		// frames as invalid (it can never take that range from us):
 		// nothing sent on it can complete, so fail now, naming it,
 		// rather than when the stream's own timer gives up.
-		what := "FAILED"
+		// The peer that refused or lost the operation is where the
+		// failure began; a FAILED peer passes on where it began there.
+		what, oc, oh := "FAILED", parser.FailPeer, uint8(0)
 		switch p.Status {
+		case parser.ProgressStatusFailed:
+			oc, oh = p.FailCause, 0
+			if oc != parser.FailNone {
+				oh = p.FailHops
+				if oh < 255 {
+					oh++
+				}
+				what = "FAILED (the failure began " + hopsText(p.FailHops) + ": " + oc.String() + ")"
+			}
 		case parser.ProgressStatusUnknownOperation:
 			what = "UNKNOWN_OPERATION"
 		case parser.ProgressStatusInvalid:
 			what = "INVALID for packet " + itoa(int(p.PacketID))
 		}
-		o.fail(now, parser.FailPeer, ob.b.Stream, ob.sw.Committed(), fmt.Errorf("%s stream %d: peer %s answered %s", ob.b.Kind, ob.b.Stream,
+		o.failAt(now, parser.FailPeer, oc, oh, ob.b.Stream, ob.sw.Committed(), fmt.Errorf("%s stream %d: peer %s answered %s", ob.b.Kind, ob.b.Stream,
 			mac(ob.b.PeerMAC), what), tx)
 		return
 	}
@@ -1412,6 +1428,10 @@ func (o *op) sendProgress(now int64, ib *inbound, pid uint32, st parser.Progress
 	p.Op, p.SrcEP, p.DstEP, p.Stream, p.PacketID = o.spec.Op, ib.b.LocalEP, ib.b.PeerEP, ib.b.Stream, pid
 	p.Committed, p.IntervalCredits, p.ByteCredits = ib.rw.Committed(), uint16(min(ci, 0xFFFF)), cb
 	p.Status, p.Flags, p.NHoles = st, flags, nh
+	p.FailCause, p.FailHops = parser.FailNone, 0
+	if st == parser.ProgressStatusFailed {
+		p.FailCause, p.FailHops = o.originCause, o.originHops
+	}
 	for i := 0; i < nh; i++ {
 		p.Holes[i] = parser.Hole(e.holes[i])
 	}
@@ -1475,6 +1495,13 @@ func (o *op) checkDone(now int64) {
 // on with that stream's first missing element, are what COMPLETE reports;
 // then it tells every peer (announceFailure).
 func (o *op) fail(now int64, cause parser.FailCause, stream uint16, from uint32, err error, tx dataplane.Sender) {
+	o.failAt(now, cause, cause, 0, stream, from, err, tx)
+}
+
+// failAt is fail for a failure that began elsewhere: origin is the cause
+// where it began, hops how many FAILED announcements it crossed to get
+// here (section 7, Failure Cause and Failure Hops).
+func (o *op) failAt(now int64, cause, origin parser.FailCause, hops uint8, stream uint16, from uint32, err error, tx dataplane.Sender) {
 	if o.state != parser.StateActive {
 		return
 	}
@@ -1482,6 +1509,7 @@ func (o *op) fail(now int64, cause parser.FailCause, stream uint16, from uint32,
 	o.err = err
 	o.failedAt = now
 	o.failCause, o.failStream, o.failFrom = cause, stream, from
+	o.originCause, o.originHops = origin, hops
 	o.e.m.OpsFailed.Add(1)
 	if int(cause) < len(o.e.m.FailedBy) {
 		o.e.m.FailedBy[cause].Add(1)
@@ -1759,3 +1787,15 @@ var errNoProgress = errors.New("engine: encoding plan carries no value")
 
 // errNoCredit cannot escape emit: it checks credits before encoding.
 var errNoCredit = errors.New("engine: no send credit")
+
+// hopsText says where a failure that crossed hops FAILED announcements
+// before reaching the sender began, seen from that sender.
+func hopsText(hops uint8) string {
+	switch hops {
+	case 0:
+		return "at that peer"
+	case 1:
+		return "1 hop beyond it"
+	}
+	return itoa(int(hops)) + " hops beyond it"
+}

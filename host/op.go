@@ -679,7 +679,7 @@ func (op *opRun) handle(now int64, f []byte, tx *txQueue) error {
 		op.wireRx += uint64(len(f))
 		switch p.Status {
 		case parser.ProgressStatusFailed:
-			return fmt.Errorf("%w: leaf %s reports the operation FAILED", ErrFailed, g.Leaf)
+			return fmt.Errorf("%w: leaf %s reports the operation FAILED%s", ErrFailed, g.Leaf, failedWhere(g.Leaf, p.FailCause, p.FailHops))
 		case parser.ProgressStatusUnknownOperation:
 			return fmt.Errorf("%w: leaf %s does not know the operation (aborted?)", ErrFailed, g.Leaf)
 		case parser.ProgressStatusInvalid:
@@ -852,3 +852,29 @@ func (e *optionsError) Unwrap() error { return e.err }
 // on the rank is; Unwrap keeps the *am.APIError and ErrSetup for code
 // that reads the AM's code.
 func (e *optionsError) Is(target error) bool { return target == ErrType }
+
+// failedWhere says where a failure a leaf announced began, from the
+// PROGRESS FAILED's Failure Cause and Failure Hops (protocol section 7):
+// a rank the failure cut off from the AM has no other clue.
+func failedWhere(leaf string, cause parser.FailCause, hops uint8) string {
+	var what string
+	switch cause {
+	case parser.FailTimeout:
+		what = "a peer went silent past the timeout (TIMEOUT)"
+	case parser.FailLinkDown:
+		what = "a switch's port toward a peer went down (LINK_DOWN)"
+	case parser.FailPeer:
+		what = "a peer no longer had the operation, or refused a frame as invalid (PEER_FAILED)"
+	case parser.FailInternal:
+		what = "a switch could not encode a result (INTERNAL)"
+	default:
+		return ""
+	}
+	switch hops {
+	case 0:
+		return fmt.Sprintf("; it began at %s: %s", leaf, what)
+	case 1:
+		return fmt.Sprintf("; it began 1 hop beyond %s: %s", leaf, what)
+	}
+	return fmt.Sprintf("; it began %d hops beyond %s: %s", hops, leaf, what)
+}

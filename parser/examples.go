@@ -251,5 +251,14 @@ func Examples() []Example {
 			"Word, no state bytes, 40 value bytes and no padding. As plain KULISCH-280 the same values take 184 body bytes.",
 		mustData(&h, nil, Group{Format: FormatKulischF64, Count: 5,
 			Values: f64s(1, -1.5*math.Ldexp(1, -148), 0, math.Ldexp(1, -149), math.Inf(-1))}), exLim)
+
+	g = Progress{Op: exOp, SrcEP: 0x0010, DstEP: 0x0100, Stream: 1, Committed: 300,
+		IntervalCredits: 6, ByteCredits: 9000, Status: ProgressStatusFailed, FailCause: FailLinkDown, FailHops: 1}
+	pf := make([]byte, EthLen+g.Len())
+	g.Encode(pf, exEth)
+	add("progress-failed", "PROGRESS FAILED with its cause",
+		"A failure announcement (Packet ID 0) from a leaf to a rank: the leaf failed because its parent announced "+
+			"FAILED (one hop), and the failure began at that parent when its port toward a peer went down.",
+		pf, exLim)
 	return ex
 }

@@ -20,6 +20,12 @@ type Progress struct {
 	Flags           uint8
 	NHoles          int
 	Holes           [MaxHoles]Hole
+	// FailCause and FailHops travel with status FAILED only (zero
+	// otherwise): the cause where the failure began, and how many
+	// FAILED hops it has crossed since (0: the sender's own context
+	// failed on it). FailNone means the sender did not say.
+	FailCause FailCause
+	FailHops  uint8
 
 	err FieldError // what Decode returns on rejection (see Decode)
 }
@@ -72,8 +78,14 @@ func (g *Progress) decode1(p []byte, lim *Limits) error {
 	}
 	h := ProgressHeader(p[CWLen : CWLen+ProgressHdrLen])
 	switch {
-	case h.Reserved() != 0:
-		return fe.set(C, "reserved", HdrOff+prgReserved, ErrReserved)
+	case h.Status() != ProgressStatusFailed && h.FailCause() != 0:
+		return fe.set(C, "fail_cause", HdrOff+prgFailCause, ErrReserved)
+	case h.Status() != ProgressStatusFailed && h.FailHops() != 0:
+		return fe.set(C, "fail_hops", HdrOff+prgFailHops, ErrReserved)
+	case h.FailCause() > FailLinkDown:
+		return fe.set(C, "fail_cause", HdrOff+prgFailCause, ErrRange)
+	case h.FailCause() == FailNone && h.FailHops() != 0:
+		return fe.set(C, "fail_hops", HdrOff+prgFailHops, ErrReserved)
 	case h.Flags()&progressFlagsReserved != 0:
 		return fe.set(C, "flags", HdrOff+prgFlags, ErrReserved)
 	case h.Status() > ProgressStatusFailed:
@@ -105,6 +117,7 @@ func (g *Progress) decode1(p []byte, lim *Limits) error {
 	g.PacketID, g.Committed = h.PacketID(), committed
 	g.IntervalCredits, g.ByteCredits = h.IntervalCredits(), h.ByteCredits()
 	g.Status, g.Flags, g.NHoles = h.Status(), h.Flags(), nh
+	g.FailCause, g.FailHops = h.FailCause(), h.FailHops()
 	return nil
 }
 
@@ -143,7 +156,13 @@ func (g *Progress) EncodePRISM(p []byte) (int, error) {
 	h.SetStatus(g.Status)
 	h.SetFlags(g.Flags)
 	h.SetHoleCount(uint16(g.NHoles))
-	h.SetReserved(0)
+	if g.Status == ProgressStatusFailed && g.FailCause != FailNone {
+		h.SetFailCause(g.FailCause)
+		h.SetFailHops(g.FailHops)
+	} else {
+		h.SetFailCause(FailNone)
+		h.SetFailHops(0)
+	}
 	for i := 0; i < g.NHoles; i++ {
 		o := CWLen + ProgressHdrLen + i*HoleLen
 		be.PutUint32(p[o:], g.Holes[i].Start)

@@ -52,7 +52,7 @@ var specNames = map[string]string{
 	"AccPolicy": "Accumulator Policy", "VectorLen": "Vector Length", "TimeoutMs": "Timeout (ms)",
 	"SetCount": "Set Record Count", "Tenant": "Tenant ID", "LocalEP": "Local Endpoint", "PeerEP": "Peer Endpoint",
 	"Stream": "Stream ID", "SrcEP": "Source Endpoint", "DstEP": "Destination Endpoint", "AckedCmd": "Acked Command",
-	"State": "Operation State", "FailCause": "Failure Cause", "Completed": "Completed Elements",
+	"State": "Operation State", "FailCause": "Failure Cause", "FailHops": "Failure Hops", "Completed": "Completed Elements",
 	"MaxVectorLen": "Max Vector Length", "MaxReplayDepth": "Max Replay Depth", "Committed": "Committed Element",
 	"NHoles": "Hole Count", "KulischWidth": "Kulisch Width",
 }

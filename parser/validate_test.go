@@ -73,6 +73,17 @@ const (
 func setB(off int, v byte) func([]byte) []byte {
 	return func(b []byte) []byte { b[off] = v; return b }
 }
+
+// setBs sets several bytes: offset, value, offset, value...
+func setBs(ov ...int) func([]byte) []byte {
+	return func(b []byte) []byte {
+		for i := 0; i+1 < len(ov); i += 2 {
+			b[ov[i]] = byte(ov[i+1])
+		}
+		return b
+	}
+}
+
 func set16(off int, v uint16) func([]byte) []byte {
 	return func(b []byte) []byte { put16(b, off, v); return b }
 }
@@ -328,7 +339,12 @@ var rules = []rule{
 	{"progress truncated header", "progress-holes", cut(ProgressHoleOff - 1), nil, ErrTruncated, "header"},
 	{"progress holes truncated", "progress-holes", cut(ProgressHoleOff + 15), nil, ErrTruncated, "hole_count"},
 	{"progress over mtu", "progress-holes", nil, lim(Limits{MTU: 50}), ErrMTU, "frame"},
-	{"progress reserved", "progress-holes", setB(pOff+prgReserved, 1), nil, ErrReserved, "reserved"},
+	{"progress cause without FAILED", "progress-holes", setB(pOff+prgFailCause, 1), nil, ErrReserved, "fail_cause"},
+	{"progress hops without FAILED", "progress-holes", setB(pOff+prgFailHops, 1), nil, ErrReserved, "fail_hops"},
+	{"progress FAILED cause 5", "progress-holes", setBs(pOff+prgStatus, 5, pOff+prgFailCause, 5), nil, ErrRange, "fail_cause"},
+	{"progress FAILED hops without cause", "progress-holes", setBs(pOff+prgStatus, 5, pOff+prgFailHops, 1), nil, ErrReserved, "fail_hops"},
+	{"progress FAILED LINK_DOWN 3 hops", "progress-holes", setBs(pOff+prgStatus, 5, pOff+prgFailCause, 4, pOff+prgFailHops, 3), nil, nil, ""},
+	{"progress FAILED no cause", "progress-holes", setB(pOff+prgStatus, 5), nil, nil, ""},
 	{"progress flags reserved", "progress-holes", setB(pOff+prgFlags, 0x04), nil, ErrReserved, "flags"},
 	{"progress status 6", "progress-holes", setB(pOff+prgStatus, 6), nil, ErrRange, "status"},
 	{"progress hole count 33", "progress-holes", set16(pOff+prgHoles, 33), nil, ErrCount, "hole_count"},

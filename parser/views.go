@@ -204,7 +204,8 @@ const (
 	prgStatus    = 38
 	prgFlags     = 39
 	prgHoles     = 40
-	prgReserved  = 42
+	prgFailCause = 42
+	prgFailHops  = 43
 )
 
 func (h ProgressHeader) Op() OpKey                   { return OpIdentity(h).Key() }
@@ -218,7 +219,8 @@ func (h ProgressHeader) ByteCredits() uint32         { return be.Uint32(h[prgByt
 func (h ProgressHeader) Status() ProgressStatus      { return ProgressStatus(h[prgStatus]) }
 func (h ProgressHeader) Flags() uint8                { return h[prgFlags] }
 func (h ProgressHeader) HoleCount() uint16           { return be.Uint16(h[prgHoles:]) }
-func (h ProgressHeader) Reserved() uint16            { return be.Uint16(h[prgReserved:]) }
+func (h ProgressHeader) FailCause() FailCause        { return FailCause(h[prgFailCause]) }
+func (h ProgressHeader) FailHops() uint8             { return h[prgFailHops] }
 func (h ProgressHeader) SetOp(k OpKey)               { OpIdentity(h).SetKey(k) }
 func (h ProgressHeader) SetSrcEP(v uint16)           { be.PutUint16(h[prgSrcEP:], v) }
 func (h ProgressHeader) SetDstEP(v uint16)           { be.PutUint16(h[prgDstEP:], v) }
@@ -230,7 +232,8 @@ func (h ProgressHeader) SetByteCredits(v uint32)     { be.PutUint32(h[prgByteCre
 func (h ProgressHeader) SetStatus(v ProgressStatus)  { h[prgStatus] = uint8(v) }
 func (h ProgressHeader) SetFlags(v uint8)            { h[prgFlags] = v }
 func (h ProgressHeader) SetHoleCount(v uint16)       { be.PutUint16(h[prgHoles:], v) }
-func (h ProgressHeader) SetReserved(v uint16)        { be.PutUint16(h[prgReserved:], v) }
+func (h ProgressHeader) SetFailCause(v FailCause)    { h[prgFailCause] = uint8(v) }
+func (h ProgressHeader) SetFailHops(v uint8)         { h[prgFailHops] = v }
 
 // ExtHeader is the fixed 16 bytes of the endpoint-set extension.
 //

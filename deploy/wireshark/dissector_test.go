@@ -706,6 +706,14 @@ func validCases(t *testing.T) []tcase {
 			eqU(t, p, "prismd.prog.hole.start", 1036, 1100, 2000)
 			eqU(t, p, "prismd.prog.hole.end", 1100, 1101, 4096)
 		}})
+	cs = append(cs, tcase{name: "PROGRESS-failed-cause", valid: true,
+		frame: encProgress(t, parser.Progress{Stream: 7, Committed: 300, Status: parser.ProgressStatusFailed,
+			FailCause: parser.FailLinkDown, FailHops: 2}),
+		check: func(t *testing.T, p *packet) {
+			eqL(t, p, "prismd.prog.status", "FAILED")
+			eqL(t, p, "prismd.prog.fail_cause", "LINK_DOWN")
+			eqU(t, p, "prismd.prog.fail_hops", 2)
+		}})
 	cs = append(cs, tcase{name: "PROGRESS-complete", valid: true,
 		frame: encProgress(t, parser.Progress{Stream: 6, Committed: 4096, Status: parser.ProgressStatusOK, Flags: parser.ProgressFlagComplete}),
 		check: func(t *testing.T, p *packet) {
@@ -791,6 +799,18 @@ func malformedCases(t *testing.T, valid []tcase) []tcase {
 	add("PROGRESS-hole-count-past-end", handProgress(10, 5, [2]uint32{12, 15}, [2]uint32{20, 30}), "prismd.expert.truncated")
 	add("PROGRESS-holes-not-ascending", handProgress(10, 2, [2]uint32{20, 30}, [2]uint32{12, 15}), "prismd.expert.rule")
 	add("PROGRESS-hole-below-committed", handProgress(100, 1, [2]uint32{12, 15}), "prismd.expert.rule")
+	addMsg("PROGRESS-cause-without-FAILED", "Failure Cause without status FAILED", mut("PROGRESS-complete", func(b []byte) []byte {
+		b[parser.HdrOff+42] = 4
+		return b
+	}), "prismd.expert.reserved")
+	addMsg("PROGRESS-hops-without-cause", "Failure Hops without a Failure Cause", mut("PROGRESS-failed-cause", func(b []byte) []byte {
+		b[parser.HdrOff+42] = 0
+		return b
+	}), "prismd.expert.reserved")
+	add("PROGRESS-cause-unassigned", mut("PROGRESS-failed-cause", func(b []byte) []byte {
+		b[parser.HdrOff+42] = 9
+		return b
+	}), "prismd.expert.unknown")
 	add("KULISCH-zero-bytes", append(handDataHdr(2, 0, 1, 1, 0, 8, 1), group(1, 5, 0, []byte{1})...), "prismd.expert.malformed")
 	add("FP16-odd-body", append(handDataHdr(2, 0, 3, 1, 0, 8, 1), group(3, 2, 0, make([]byte, 6))[:8]...), "prismd.expert.length")
 	addMsg("EXT-PARTIAL-with-INSTALL", "never rides on an INSTALL", mut("RESULT-ext-LIST", func(b []byte) []byte {

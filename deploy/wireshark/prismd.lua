@@ -314,7 +314,8 @@ f.p_flags_result     = flag("prismd.prog.flags.result", "RESULT", 8, PF_RESULT)
 f.p_flags_complete   = flag("prismd.prog.flags.complete", "COMPLETE", 8, PF_COMPLETE)
 f.p_flags_res        = uint8("prismd.prog.flags.reserved", "Reserved flags", nil, PF_RESERVED, base.HEX)
 f.p_holes            = uint16("prismd.prog.holes", "Hole Count")
-f.p_reserved         = hex16("prismd.prog.reserved", "Reserved")
+f.p_fail_cause       = uint8("prismd.prog.fail_cause", "Failure Cause", vs_fail_cause)
+f.p_fail_hops        = uint8("prismd.prog.fail_hops", "Failure Hops")
 f.p_hole             = ProtoField.none("prismd.prog.hole", "Hole")
 f.p_hole_start       = uint32("prismd.prog.hole.start", "Start")
 f.p_hole_end         = uint32("prismd.prog.hole.end", "End")
@@ -1286,11 +1287,23 @@ local function dissect_progress(c, tree, off)
     check_reserved(c, fr, flags - flags % 4, "reserved PROGRESS flags")
     local nholes = u16(c, off + 40)
     local hi = ht:add(f.p_holes, c.tvb(off + 40, 2))
-    local ri = ht:add(f.p_reserved, c.tvb(off + 42, 2))
-    check_reserved(c, ri, u16(c, off + 42), "PROGRESS reserved field")
+    -- Failure Cause and Hops say where a FAILED announcement's failure
+    -- began; with any other status both are zero.
+    local cause, hops = u8(c, off + 42), u8(c, off + 43)
+    local ci = add_enum(c, ht, f.p_fail_cause, off + 42, vs_fail_cause, "failure cause")
+    local hi2 = ht:add(f.p_fail_hops, c.tvb(off + 43, 1))
+    if status ~= 5 then
+        check_reserved(c, ci, cause, "Failure Cause without status FAILED")
+        check_reserved(c, hi2, hops, "Failure Hops without status FAILED")
+    elseif cause == 0 then
+        check_reserved(c, hi2, hops, "Failure Hops without a Failure Cause")
+    end
     local committed = u32(c, off + 28)
     local info = string.format("PROGRESS %s %s stream=%d committed=%d holes=%d%s", vs_name(vs_prog_status, status), id,
         u16(c, off + 22), committed, nholes, has_bit(flags, PF_COMPLETE) and " [COMPLETE]" or "")
+    if status == 5 and cause ~= 0 then
+        info = info .. string.format(" began=%s hops=%d", vs_name(vs_fail_cause, cause), hops)
+    end
     if nholes > MAX_HOLES then
         malformed(c, hi, e.malformed, string.format("Hole Count %d exceeds %d", nholes, MAX_HOLES))
     end
