@@ -126,7 +126,7 @@ const untrustedLogEvery = int64(10 * time.Second)
 
 // logUntrusted warns, at most once per untrustedLogEvery, that CONTROL
 // from src was dropped because src is not a configured AM.
-func (n *Node) logUntrusted(now int64, in int, src [6]byte) {
+func (n *Node) logUntrusted(now int64, in int, src [6]byte, tx dataplane.Sender) {
 	last := n.untrustedAt.Load()
 	if last != 0 && now-last < untrustedLogEvery || !n.untrustedAt.CompareAndSwap(last, max(now, 1)) {
 		return
@@ -139,7 +139,19 @@ func (n *Node) logUntrusted(now int64, in int, src [6]byte) {
 	}
 	n.cfg.Logger.Warn("CONTROL dropped: its source is not a configured AM (am_sources); if it is your AM, add its MAC "+
 		"(prismd_control_drops_total{reason=\"untrusted_source\"} counts every one; this warning repeats at most every 10s)",
-		"src", net.HardwareAddr(src[:]).String(), "port", in, "am_sources", trusted)
+		"src", net.HardwareAddr(src[:]).String(), "port", portName(tx, in), "am_sources", trusted)
+}
+
+// portName is port in's interface name where the dataplane can say it
+// (an operator reads names in logs; indexes only in the config's order),
+// else its index.
+func portName(tx dataplane.Sender, in int) any {
+	if lr, ok := tx.(dataplane.LinkReporter); ok {
+		if name, _, _ := lr.PortLink(in); name != "" {
+			return name
+		}
+	}
+	return in
 }
 
 // NewHandlerFactory is NewNode(cfg).Factory().
@@ -356,7 +368,7 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 	src := [6]byte(frame[6:12])
 	if !w.trusted(src) {
 		cm.drop(reasonUntrusted)
-		w.n.logUntrusted(now, in, src)
+		w.n.logUntrusted(now, in, src, tx)
 		return
 	}
 	if len(frame) < parser.ControlBodyOff {

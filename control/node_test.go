@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/engine"
 	"github.com/prismd/prismd/engine/bitmap"
 	"github.com/prismd/prismd/kulisch"
@@ -27,6 +29,11 @@ type recorder struct {
 
 // PortMTU implements dataplane.MTUReporter.
 func (r *recorder) PortMTU(int) int { return r.mtu }
+
+// PortLink implements dataplane.LinkReporter: port i is "swp<i>", up.
+func (r *recorder) PortLink(port int) (string, dataplane.LinkState, time.Time) {
+	return "swp" + strconv.Itoa(port), dataplane.LinkUp, time.Time{}
+}
 
 func (r *recorder) Send(port int, frame []byte) bool {
 	r.ports = append(r.ports, port)
@@ -746,7 +753,8 @@ func TestAbandonedBitmapContextsExpire(t *testing.T) {
 // TestUntrustedSourceLogged: CONTROL from a MAC that is not a configured AM
 // was only counted; an operator whose am_sources lacked the AM's MAC saw
 // setups time out with nothing in the log. It is logged, naming the
-// source and the trusted MACs, at most once per 10 s however many arrive.
+// source, the port it came in on (by interface name) and the trusted
+// MACs, at most once per 10 s however many arrive.
 func TestUntrustedSourceLogged(t *testing.T) {
 	var logs bytes.Buffer
 	n := NewNode(NodeConfig{AMMACs: [][6]byte{amMAC}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -759,8 +767,9 @@ func TestUntrustedSourceLogged(t *testing.T) {
 		r.do(evil)
 	}
 	if c := strings.Count(logs.String(), "CONTROL dropped: its source is not a configured AM"); c != 1 ||
-		!strings.Contains(logs.String(), "src=02:ee:00:00:00:01") || !strings.Contains(logs.String(), net.HardwareAddr(amMAC[:]).String()) {
-		t.Fatalf("%d warnings in 100 ms, want 1 naming the source and am_sources:\n%s", c, logs.String())
+		!strings.Contains(logs.String(), "src=02:ee:00:00:00:01") || !strings.Contains(logs.String(), net.HardwareAddr(amMAC[:]).String()) ||
+		!strings.Contains(logs.String(), "port=swp2") {
+		t.Fatalf("%d warnings in 100 ms, want 1 naming the source, its port by name and am_sources:\n%s", c, logs.String())
 	}
 	r.now += int64(10 * time.Second)
 	r.do(evil)

@@ -185,14 +185,40 @@ func mtuAbove(pc PortConfig, ifMTU int) string {
 
 // warnMTUs warns, at start and on every reload, of each port whose
 // configured mtu is above its interface's (mtuAbove).
+// Callers hold d.mu (or run before any goroutine that takes it).
 func (d *daemon) warnMTUs(cfg *Config) {
 	ifaces := currentIfaces()
 	for _, pc := range cfg.Ports {
 		if ifMTU := ifaces[pc.Name].mtu; mtuAbove(pc, ifMTU) != "" {
+			d.mtuLow[pc.Name] = ifMTU
 			d.log.Warn("port's mtu is above its interface's MTU: frames longer than the interface's MTU cannot be sent on it and are dropped as tx_error",
 				"port", pc.Name, "mtu", pc.MTU, "interface_mtu", ifMTU,
 				"fix", fmt.Sprintf("ip link set %s mtu %d, or leave mtu out to follow the interface", pc.Name, pc.MTU))
+		} else {
+			delete(d.mtuLow, pc.Name)
 		}
+	}
+}
+
+// watchMTU says when a running port's interface MTU falls below its
+// configured mtu, and when it is back: without it, lowering an
+// interface's MTU under a running prismd was said only by tx_error
+// counts. (A port without mtu follows its interface and is reopened.)
+// Callers hold d.mu.
+func (d *daemon) watchMTU(pc PortConfig, ifMTU int) {
+	low, said := d.mtuLow[pc.Name]
+	switch {
+	case mtuAbove(pc, ifMTU) != "":
+		if said && low == ifMTU {
+			return
+		}
+		d.mtuLow[pc.Name] = ifMTU
+		d.log.Warn("port's interface MTU changed to below its mtu: frames longer than the interface's MTU cannot be sent on it and are dropped as tx_error",
+			"port", pc.Name, "mtu", pc.MTU, "interface_mtu", ifMTU,
+			"fix", fmt.Sprintf("ip link set %s mtu %d, or lower mtu in the configuration and reload", pc.Name, pc.MTU))
+	case said && ifMTU != 0:
+		delete(d.mtuLow, pc.Name)
+		d.log.Info("port's interface MTU is back at or above its mtu", "port", pc.Name, "mtu", pc.MTU, "interface_mtu", ifMTU)
 	}
 }
 
@@ -216,6 +242,9 @@ type daemon struct {
 	// watcher's reopening of a re-created interface.
 	mu   sync.Mutex
 	gone map[string]bool // ports whose interface is missing, said once
+	// mtuLow holds each port whose interface MTU was said to be below its
+	// configured mtu, with that MTU (warnMTUs, watchMTU).
+	mtuLow map[string]int
 	// link is the state of each port's interface the log last said, or
 	// found at start (carrier).
 	link map[string]linkState
@@ -241,7 +270,7 @@ func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{file: file, log: log, cfg: cfg, dp: dp, ports: map[string]openPort{}, gone: map[string]bool{}, link: map[string]linkState{},
+	d := &daemon{file: file, log: log, cfg: cfg, dp: dp, ports: map[string]openPort{}, gone: map[string]bool{}, mtuLow: map[string]int{}, link: map[string]linkState{},
 		oversize: map[string]uint64{}, oversizeAt: map[string]time.Time{}, oversizeSaid: map[string]uint64{}, quit: make(chan struct{}), done: make(chan struct{})}
 	if err := d.applyPorts(cfg); err != nil {
 		dp.Close()
@@ -266,8 +295,8 @@ func startDaemon(file string, cfg *Config, log *slog.Logger) (*daemon, error) {
 	for _, pc := range cfg.Ports {
 		d.carrier(pc.Name, ifaces[pc.Name], true)
 	}
+	d.warnMTUs(cfg) // before the watcher, which shares its state
 	go d.watchLinks(ns, linkCheckEvery)
-	d.warnMTUs(cfg)
 	warnNoAM(log, cfg)
 	log.Info("prismd running", "version", version, "ports", len(cfg.Ports), "workers", cfg.Workers,
 		"metrics", cfg.MetricsListen, "control", cfg.ControlListen)
@@ -594,6 +623,7 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 				d.log.Info("port's interface is back", "port", name)
 			}
 			d.carrier(name, cur, false)
+			d.watchMTU(o.cfg, cur.mtu)
 			stale = stale || cur.index != o.iface.index || o.cfg.MTU == 0 && cur.mtu != o.iface.mtu
 		}
 		if stale {

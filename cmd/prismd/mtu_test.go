@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/dataplane/porttest"
@@ -43,8 +44,10 @@ func TestCheckConfigInterfaces(t *testing.T) {
 
 // TestMTUAboveInterfaceWarned: the daemon warns of such a port at start
 // ("port opened mtu=9000" was all it said) and again on each reload that
-// keeps it so, and not once the interface is raised.
+// keeps it so, and not once the interface is raised; an interface MTU
+// lowered under a running port is said when the link watcher sees it.
 func TestMTUAboveInterfaceWarned(t *testing.T) {
+	fastLinkChecks(t)
 	env := netnstest.New(t, "w3m")
 	sw, h := env.Namespace("sw"), env.Namespace("h")
 	_, b := env.Veth(h, sw)
@@ -71,6 +74,31 @@ func TestMTUAboveInterfaceWarned(t *testing.T) {
 	env.Do(sw, d.reload)
 	if c := strings.Count(logs.String(), warning); c != 2 {
 		t.Fatalf("%d warnings after a reload with the interface at 9000, want still 2:\n%s", c, logs.String())
+	}
+	// At run time, without a reload: the interface's MTU lowered under
+	// the running port is said once (not at every look), and so is its
+	// return.
+	const dropped, back = "port's interface MTU changed to below its mtu", "port's interface MTU is back at or above its mtu"
+	env.MustExec(sw, "ip", "link", "set", b, "mtu", "4000")
+	waitLog(t, &logs, dropped)
+	if !strings.Contains(logs.String(), "port="+b+" mtu=9000 interface_mtu=4000") {
+		t.Fatalf("the warning does not name the port and both MTUs:\n%s", logs.String())
+	}
+	time.Sleep(3 * linkCheckEvery)
+	env.MustExec(sw, "ip", "link", "set", b, "mtu", "9000")
+	waitLog(t, &logs, back+`" port=`+b+` mtu=9000 interface_mtu=9000`)
+	if c, r := strings.Count(logs.String(), dropped), strings.Count(logs.String(), back); c != 1 || r != 1 {
+		t.Fatalf("%d warnings and %d notes of its return, want 1 each:\n%s", c, r, logs.String())
+	}
+}
+
+// waitLog waits up to 5 s for logs to hold want.
+func waitLog(t *testing.T, logs *syncBuf, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in 5 s:\n%s", want, logs.String())
+		}
 	}
 }
 

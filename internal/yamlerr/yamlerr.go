@@ -3,6 +3,7 @@ package yamlerr
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -67,5 +68,40 @@ func Describe(src []byte, line int, msg string) string {
 	if k == "" {
 		return ""
 	}
+	if quoted(src, line, k, full) && fits(full, want) {
+		// "false" in quotes is a string to YAML: the value is right,
+		// the quotes are not.
+		return fmt.Sprintf("%s: %q is in quotes, which makes it a string, not %s; remove the quotes", k, full, want)
+	}
 	return fmt.Sprintf("%s: %q is not %s", k, full, want)
+}
+
+// quoted reports whether key's value full is written in quotes on line.
+func quoted(src []byte, line int, key, full string) bool {
+	l := strings.Split(string(src), "\n")[line-1]
+	for _, q := range []string{`"`, `'`} {
+		// Compile, not MustCompile: a value that is not UTF-8 makes no
+		// regexp (see Key).
+		re, err := regexp.Compile(regexp.QuoteMeta(key) + `:\s*` + q + regexp.QuoteMeta(full) + q)
+		if err == nil && re.MatchString(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// fits reports whether v, unquoted, would be what want names.
+func fits(v, want string) bool {
+	switch want {
+	case "true or false":
+		_, err := strconv.ParseBool(v)
+		return err == nil
+	case "a whole number":
+		_, err := strconv.ParseInt(v, 0, 64)
+		return err == nil
+	case "a number":
+		_, err := strconv.ParseFloat(v, 64)
+		return err == nil
+	}
+	return false
 }

@@ -27,6 +27,9 @@ func TestDescribe(t *testing.T) {
 		{"ring: maybe\n", `ring: "maybe" is not true or false`},
 		{"ports:\n  - {name: eth0, mtu: big}\n", `mtu: "big" is not a whole number`},
 		{"mtu: 1500\nring: 'sure'\n", `ring: "sure" is not true or false`},
+		// Right value, in quotes: the quotes are what is wrong.
+		{"ring: \"false\"\n", `ring: "false" is in quotes, which makes it a string, not true or false; remove the quotes`},
+		{"ports:\n  - {name: eth0, mtu: '9000'}\n", `mtu: "9000" is in quotes, which makes it a string, not a whole number; remove the quotes`},
 		// The library shortens a long value in its message ("02:00:0...").
 		{"mtu: 02:00:00:00:00:aa\n", `mtu: "02:00:00:00:00:aa" is not a whole number`},
 	} {
