@@ -39,8 +39,13 @@ type Options struct {
 	// whole call with ErrInexact (no wrapping, no clamping); sum INT8 into
 	// Output "fp32" to keep such sums.
 	Acc string
-	// Partial is the switch-to-switch partial format ("" = kulisch: auto,
-	// fp32: fp32).
+	// Partial is the switch-to-switch partial format: "" takes the
+	// accumulator's default ("auto" under "kulisch", "fp32" under
+	// "fp32"). Under "kulisch" prismd's switches take "auto" or
+	// "kulisch"; under "fp32" only "fp32". Any other name the protocol
+	// lists ("int8", "fp16", "bf16", or "auto" with "fp32") is a tuple no
+	// prismd switch advertises, and the AM refuses the call with ErrSetup
+	// once every rank has arrived.
 	Partial string
 	// Output is the RESULT format ("" = the input format): "int8", "fp16",
 	// "bf16" or "fp32", the element type recv must have. Every rank sets
