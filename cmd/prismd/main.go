@@ -152,6 +152,26 @@ func checkInterfaces(file string, cfg *Config, stdout, stderr io.Writer) int {
 			if w := mtuAbove(pc, ifaces[pc.Name].mtu); w != "" {
 				fmt.Fprintf(stderr, "prismd: warning: %s: port %q: %s\n", file, pc.Name, w)
 			}
+			// Held now is a warning, not a failure: the check also
+			// runs beside the prismd a reload of this file is for.
+			if ln, err := claimPort(pc.Name); err != nil {
+				fmt.Fprintf(stderr, "prismd: warning: %s: %v (a new prismd with this configuration would refuse to start now; a reload of that one is fine)\n", file, err)
+			} else {
+				ln.Close()
+			}
+		}
+	}
+	if cfg.MetricsListen != "" {
+		if ln, err := net.Listen("tcp", cfg.MetricsListen); err != nil {
+			fmt.Fprintf(stderr, "prismd: warning: %s: metrics_listen %q cannot be bound now: %v (a new prismd with this configuration would refuse to start; "+
+				"see who holds it with 'ss -ltnp', or choose another port)\n", file, cfg.MetricsListen, err)
+		} else {
+			ln.Close()
+		}
+	}
+	if cfg.ControlListen != "" {
+		if _, err := checkControlSocket(cfg.ControlListen); err != nil {
+			fmt.Fprintf(stderr, "prismd: warning: %s: %v (a new prismd with this configuration would refuse to start now; a reload of that one is fine)\n", file, err)
 		}
 	}
 	if cfg.ControlListen != "" {

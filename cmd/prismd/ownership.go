@@ -28,6 +28,19 @@ func claimName(iface string) string { return "@prismd/port/" + iface }
 func claimPort(iface string) (net.Listener, error) {
 	ln, err := net.Listen("unix", claimName(iface))
 	if err == nil {
+		// A refused prismd connects to learn the holder's PID: accept and
+		// close at once, or each one stays queued on the listener (and
+		// once its backlog is full, the next refused one cannot say who
+		// holds the port).
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
 		return ln, nil
 	}
 	if !errors.Is(err, syscall.EADDRINUSE) {

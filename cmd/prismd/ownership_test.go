@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -81,6 +82,47 @@ func TestSecondDaemonRefused(t *testing.T) {
 	}
 	if _, err := statusOf(sock); err != nil {
 		t.Errorf("the first daemon's control socket: %v", err)
+	}
+}
+
+// TestCheckConfigBesideRunningDaemon: --check-config of a file whose
+// port, control_listen and metrics_listen a running prismd holds passed
+// without a word, and the start then failed. It warns of each, naming
+// the holder, and still exits 0 (it also runs before a reload of that
+// same prismd). Many refused probes leave the holder able to say who
+// it is (the claim socket accepts and closes them; they stayed queued).
+func TestCheckConfigBesideRunningDaemon(t *testing.T) {
+	env := netnstest.New(t, "pk")
+	sw, h := env.Namespace("sw"), env.Namespace("h")
+	_, x := env.Veth(h, sw)
+	sock := filepath.Join(t.TempDir(), "a.sock")
+	body := fmt.Sprintf("ports: [{name: %s}]\ncontrol_listen: %s\nmetrics_listen: 127.0.0.1:19417\n", x, sock)
+	var logs syncBuf
+	if _, err := startIn(t, env, sw, parseCfg(t, body), &logs); err != nil {
+		t.Fatalf("daemon: %v\n%s", err, logs.String())
+	}
+	f := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 4200 { // refused probes, each asking the holder's PID: more than the backlog (somaxconn, 4096 by default)
+		env.Do(sw, func() { claimPort(x) })
+	}
+	var out, errb bytes.Buffer
+	rc := -1
+	env.Do(sw, func() { rc = run([]string{"--config", f, "--check-config"}, &out, &errb) })
+	pid := fmt.Sprintf("pid %d", os.Getpid())
+	for _, want := range []string{
+		fmt.Sprintf("port %q: another prismd (%s) already switches this interface", x, pid),
+		fmt.Sprintf("control_listen %q: another process (%s", sock, pid),
+		`metrics_listen "127.0.0.1:19417" cannot be bound now`,
+	} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr does not warn %q:\n%s", want, errb.String())
+		}
+	}
+	if rc != 0 || !strings.Contains(out.String(), "is valid") {
+		t.Errorf("rc=%d stdout %q, want 0 and valid (warnings only)", rc, out.String())
 	}
 }
 
