@@ -616,8 +616,20 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 				continue
 			}
 			d.mu.Lock()
-			if a := u.Attrs(); a != nil && u.Header.Type == unix.RTM_NEWLINK && d.ports[a.Name].port != nil && !d.gone[a.Name] {
-				d.carrier(a.Name, ifaceState{up: a.RawFlags&unix.IFF_UP != 0, running: a.RawFlags&unix.IFF_RUNNING != 0}, false)
+			if a := u.Attrs(); a != nil && d.ports[a.Name].port != nil && !d.gone[a.Name] {
+				cur := ifaceState{up: a.RawFlags&unix.IFF_UP != 0, running: a.RawFlags&unix.IFF_RUNNING != 0}
+				switch {
+				case u.Header.Type == unix.RTM_DELLINK:
+					d.markGone(a.Name)
+				case u.Header.Type != unix.RTM_NEWLINK:
+				case !cur.up && !ifaceExists(a.Name):
+					// Deleting an interface first sets it down: said
+					// as "set down" and then "gone", it was two link
+					// changes for one deletion.
+					d.markGone(a.Name)
+				default:
+					d.carrier(a.Name, cur, false)
+				}
 			}
 			d.mu.Unlock()
 			continue
@@ -630,13 +642,7 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 			cur, present := ifaces[name]
 			switch {
 			case !present:
-				delete(d.link, name) // said again of the new one, if so
-				if !d.gone[name] {
-					d.gone[name] = true
-					d.dp.SetLinkState(name, dataplane.LinkGone) // not "set down": show ports and LINK_DOWN say what happened
-					d.log.Warn("port's interface is gone: its frames are lost until an interface of that name exists again, and prismd then reopens it",
-						"port", name)
-				}
+				d.markGone(name)
 				continue
 			case d.gone[name]:
 				delete(d.gone, name)
@@ -654,6 +660,26 @@ func (d *daemon) watchLinks(ns netns.NsHandle, every time.Duration) {
 		d.warnDrops(time.Now())
 		d.mu.Unlock()
 	}
+}
+
+// markGone says once that port name's interface is gone. Callers hold
+// d.mu.
+func (d *daemon) markGone(name string) {
+	delete(d.link, name) // said again of the new one, if so
+	if d.gone[name] {
+		return
+	}
+	d.gone[name] = true
+	d.dp.SetLinkState(name, dataplane.LinkGone) // not "set down": show ports and LINK_DOWN say what happened
+	d.log.Warn("port's interface is gone: its frames are lost until an interface of that name exists again, and prismd then reopens it",
+		"port", name)
+}
+
+// ifaceExists reports whether this network namespace has an interface
+// called name.
+func ifaceExists(name string) bool {
+	_, err := net.InterfaceByName(name)
+	return err == nil
 }
 
 // carrier says when port name's link loses its carrier and when it has

@@ -187,8 +187,13 @@ func TestRecreatedInterfaceReopened(t *testing.T) {
 			t.Fatalf("no word of the interface gone:\n%s", logs.String())
 		}
 	}
-	// Its link is said to be gone, not set down (show ports' LINK).
+	// Its link is said to be gone, not set down (show ports' LINK), and
+	// the log says so once: a deletion sets the interface down first,
+	// which was logged as "set down" and counted a second link change.
 	waitPort("interface deleted", func(p portStatus) bool { return p.Link == "gone (interface deleted)" })
+	if strings.Contains(logs.String(), "set down") || strings.Count(logs.String(), "port's interface is gone") != 1 {
+		t.Errorf("a deleted interface was logged other than gone, once:\n%s", logs.String())
+	}
 	env.MustExec(sw, "ip", "link", "add", b, "type", "veth", "peer", "name", a, "netns", h)
 	env.MustExec(sw, "ip", "link", "set", b, "up")
 	env.MustExec(h, "ip", "link", "set", a, "up")
