@@ -166,6 +166,9 @@ func TestDaemonReloadAndShutdown(t *testing.T) {
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		waitLog(3+i, "configuration reloaded")
 	}
+	if c := strings.Count(logs.String(), ` awaiting_restart=kulisch_partials`+"\n"); c != 2 {
+		t.Errorf("%d reload summaries name kulisch_partials as awaiting a restart, want 2 (it said changed=nothing after the warning):\n%s", c, logs.String())
+	}
 	if c, back := strings.Count(logs.String(), "running=\"f64 (the default)\" configured=scaled"), strings.Count(logs.String(), "configured=f64"); c != 2 || back != 0 {
 		t.Errorf("kulisch_partials warnings for scaled, scaled, f64 while the default (f64) runs: %d for scaled, %d for f64; want 2 and 0\n%s",
 			c, back, logs.String())

@@ -931,20 +931,27 @@ func (d *daemon) reload() {
 		d.log.Error("reload rejected; keeping the running configuration", "err", err)
 		return
 	}
+	// What needs a restart: warned each, and named in the summary too (it
+	// said changed=nothing right after these warnings).
+	var restart []string
+	needsRestart := func(key string, running, configured any) {
+		restart = append(restart, key)
+		d.log.Warn(key+" changed; takes effect only after a restart", "running", running, "configured", configured)
+	}
 	if cfg.Workers != d.cfg.Workers {
-		d.log.Warn("workers changed; takes effect only after a restart", "running", d.cfg.Workers, "configured", cfg.Workers)
+		needsRestart("workers", d.cfg.Workers, cfg.Workers)
 	}
 	if cfg.WorkerHandoff != d.cfg.WorkerHandoff {
-		d.log.Warn("worker_handoff changed; takes effect only after a restart", "running", d.cfg.WorkerHandoff, "configured", cfg.WorkerHandoff)
+		needsRestart("worker_handoff", d.cfg.WorkerHandoff, cfg.WorkerHandoff)
 	}
 	if cfg.MetricsListen != d.cfg.MetricsListen {
-		d.log.Warn("metrics_listen changed; takes effect only after a restart", "running", d.cfg.MetricsListen, "configured", cfg.MetricsListen)
+		needsRestart("metrics_listen", d.cfg.MetricsListen, cfg.MetricsListen)
 	}
 	if cfg.ControlListen != d.cfg.ControlListen {
-		d.log.Warn("control_listen changed; takes effect only after a restart", "running", d.cfg.ControlListen, "configured", cfg.ControlListen)
+		needsRestart("control_listen", d.cfg.ControlListen, cfg.ControlListen)
 	}
 	if cfg.MACTableSize != d.cfg.MACTableSize {
-		d.log.Warn("mac_table_size changed; takes effect only after a restart", "running", d.cfg.MACTableSize, "configured", cfg.MACTableSize)
+		needsRestart("mac_table_size", d.cfg.MACTableSize, cfg.MACTableSize)
 	}
 	if cfg.PlainKulischPartials() != d.cfg.PlainKulischPartials() || cfg.CompactKulischPartials() != d.cfg.CompactKulischPartials() {
 		named := func(v string) string {
@@ -953,7 +960,7 @@ func (d *daemon) reload() {
 			}
 			return v
 		}
-		d.log.Warn("kulisch_partials changed; takes effect only after a restart", "running", named(d.cfg.KulischPartials), "configured", named(cfg.KulischPartials))
+		needsRestart("kulisch_partials", named(d.cfg.KulischPartials), named(cfg.KulischPartials))
 	}
 	if err := d.applyPorts(cfg); err != nil {
 		d.log.Error("reload rejected; keeping the running configuration", "err", err)
@@ -987,7 +994,12 @@ func (d *daemon) reload() {
 	if len(changed) == 0 {
 		changed = []string{"nothing"}
 	}
-	d.log.Info("configuration reloaded", "ports", len(cfg.Ports), "changed", strings.Join(changed, "; "))
+	if len(restart) == 0 {
+		d.log.Info("configuration reloaded", "ports", len(cfg.Ports), "changed", strings.Join(changed, "; "))
+		return
+	}
+	d.log.Info("configuration reloaded", "ports", len(cfg.Ports), "changed", strings.Join(changed, "; "),
+		"awaiting_restart", strings.Join(restart, ", "))
 }
 
 // portChanges lists, for the reload summary, the ports the new list adds,
