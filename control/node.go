@@ -5,6 +5,7 @@ package control
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -428,6 +429,8 @@ func (w *Worker) control(now int64, in int, frame []byte, tx dataplane.Sender) {
 		if bytes.Equal(rec.req, req) {
 			cm.replays.Add(1)
 			w.resend(in, frame, rec.ack, tx)
+			ah := parser.ControlHeader(rec.ack[parser.HdrOff:parser.ControlBodyOff])
+			w.debugAnswer("CONTROL retransmission answered with its recorded ACK", in, frame, h, ah.Status(), parser.OpState(rec.ack[parser.ControlBodyOff+1]), tx)
 			return
 		}
 		// The identity's state as it is (5.2: every field filled): a
@@ -708,7 +711,21 @@ func (w *Worker) respond(now int64, in int, frame []byte, h parser.ControlHeader
 	if !tx.Send(in, w.buf[:n]) {
 		w.n.cm.txFull.Add(1)
 	}
+	w.debugAnswer("CONTROL answered", in, frame, h, r.st, r.ack.State, tx)
 	return w.buf[:n]
+}
+
+// debugAnswer logs, at debug level, a CONTROL request and the answer it
+// got: with --log-level debug an operator sees every setup step the AM
+// took on this switch (CONTROL is a few frames per operation, never the
+// per-frame path).
+func (w *Worker) debugAnswer(msg string, in int, frame []byte, h parser.ControlHeader, st parser.Status, state parser.OpState, tx dataplane.Sender) {
+	l := w.n.cfg.Logger
+	if !l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	l.Debug(msg, "cmd", h.Command().String(), "op", h.Op().String(), "txn", h.Txn(), "status", st.String(), "state", state.String(),
+		"from", net.HardwareAddr(frame[6:12]).String(), "port", portName(tx, in))
 }
 
 // replySrc is the source MAC of a reply to request frame: the MAC the

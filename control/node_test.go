@@ -781,6 +781,40 @@ func TestUntrustedSourceLogged(t *testing.T) {
 	}
 }
 
+// TestControlDebugLog: with debug logging each CONTROL request and its
+// answer is one line (command, operation, transaction, status, state, the
+// AM's MAC and the port by name); a retransmission says it got the
+// recorded ACK. --log-level debug said next to nothing of the setup.
+func TestControlDebugLog(t *testing.T) {
+	var logs bytes.Buffer
+	n := NewNode(NodeConfig{AMMACs: [][6]byte{amMAC}, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	r := &nodeRig{t: t, w: n.NewWorker(0, 1), tx: &recorder{}, now: 1e9}
+	f := stageFrame(t, ruleKey, 7, goodCtx(), goodBindings())
+	r.do(f)
+	r.do(f)
+	r.do(r.cmd(ruleKey, parser.CmdRelease))
+	am := net.HardwareAddr(amMAC[:]).String()
+	for _, want := range []string{
+		`msg="CONTROL answered" cmd=STAGE op=42-1-1-5-10 txn=7 status=OK state=STAGED from=` + am + ` port=swp2`,
+		`msg="prism operation removed" op=42-1-1-5-10 role=`,
+		`state=STAGED elements=`,
+		`msg="CONTROL answered" cmd=RELEASE op=42-1-1-5-10 txn=`,
+		`msg="CONTROL retransmission answered with its recorded ACK" cmd=STAGE op=42-1-1-5-10 txn=7 status=OK state=STAGED from=` + am + ` port=swp2`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no %q in:\n%s", want, logs.String())
+		}
+	}
+	// At info level, nothing.
+	var quiet bytes.Buffer
+	n = NewNode(NodeConfig{AMMACs: [][6]byte{amMAC}, Logger: slog.New(slog.NewTextHandler(&quiet, nil))})
+	r = &nodeRig{t: t, w: n.NewWorker(0, 1), tx: &recorder{}, now: 1e9}
+	r.do(f)
+	if quiet.Len() != 0 {
+		t.Errorf("logged at info level: %s", quiet.String())
+	}
+}
+
 // TestAbortOfUntouchedContextIsSilent: ABORT of an ACTIVE context that
 // never accepted a frame (an operation the AM prepared ahead and gave up
 // unused) tells no peer FAILED: its neighbours, whose own ABORT was on

@@ -5,6 +5,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -394,6 +395,16 @@ func (e *Engine) Remove(key parser.OpKey) bool {
 		return false
 	}
 	o.logFailure() // a failure Tick had no time to log yet
+	if e.log.Enabled(context.Background(), slog.LevelDebug) {
+		// One line per context at its end: what an operator following a
+		// job on this switch wants next to the CONTROL lines.
+		took := "-"
+		if o.doneAt != 0 && o.activeAt != 0 {
+			took = time.Duration(o.doneAt - o.activeAt).String()
+		}
+		e.log.Debug("prism operation removed", "op", opName(key), "role", o.spec.Role.String(), "state", o.state.String(),
+			"elements", o.spec.VectorLen, "completed_in", took)
+	}
 	if (o.state == parser.StateStaged || o.state == parser.StateActive) && !o.expired {
 		// Neither completed nor failed here: ABORTed (by its AM, or a
 		// newer generation's ABORT), or a STAGED one RELEASEd.

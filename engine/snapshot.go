@@ -220,9 +220,6 @@ func (o *op) snapshot(now int64) OpSnapshot {
 // opName is an operation as the AM, the ranks and 'prismctl show ops' name
 // it (Job-Group-GroupGen-Op-OpGen, am.OpID's form), so that a switch's log
 // line can be found from a rank's error and back.
-func opName(k parser.OpKey) string {
-	return strconv.FormatUint(k.Job, 10) + "-" + itoa(int(k.Group)) + "-" + itoa(int(k.GroupGen)) + "-" +
-		itoa(int(k.Op)) + "-" + strconv.FormatUint(uint64(k.OpGen), 10)
-}
+func opName(k parser.OpKey) string { return k.String() }
 
 func itoa(i int) string { return strconv.Itoa(i) }

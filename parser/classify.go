@@ -3,6 +3,8 @@
 
 package parser
 
+import "strconv"
+
 // OpKey is the operation identity of section 3: one execution of one
 // operation. Generations distinguish a reused numeric ID from delayed frames.
 type OpKey struct {
@@ -11,6 +13,13 @@ type OpKey struct {
 	GroupGen uint16
 	Op       uint16
 	OpGen    uint32
+}
+
+// String is the identity as the AM, the ranks, 'prismctl show ops' and
+// the switches' logs name it: Job-Group-GroupGen-Op-OpGen.
+func (k OpKey) String() string {
+	return strconv.FormatUint(k.Job, 10) + "-" + strconv.Itoa(int(k.Group)) + "-" + strconv.Itoa(int(k.GroupGen)) + "-" +
+		strconv.Itoa(int(k.Op)) + "-" + strconv.FormatUint(uint64(k.OpGen), 10)
 }
 
 // PeekOpKey reads the operation identity from prism, the bytes after the
