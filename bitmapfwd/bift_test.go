@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // copyRec records what Replicate emitted, copying each subset (emit may not
@@ -402,7 +404,7 @@ func TestReplicateAllocs(t *testing.T) {
 	n := 0
 	emit := func(port int, sub *Set) { n += sub.Count() }
 	var ctr ReplicateCounters
-	allocs := testing.AllocsPerRun(200, func() {
+	allocs := alloctest.PerRun(200, func() {
 		ctr.Add(tables[6].Replicate(d, -1, scratch, emit))
 		ctr.Add(tables[4].Replicate(d, 0, scratch, emit))
 	})

@@ -3,6 +3,8 @@ package bitmapfwd
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // TestFig1AllReduceCompletion is bitmap-framework Fig. 1: s1 aggregates w1,w2
@@ -151,7 +153,7 @@ func TestAdmitAllocs(t *testing.T) {
 	}
 	p := NewSet(n)
 	p.Add(17)
-	allocs := testing.AllocsPerRun(200, func() {
+	allocs := alloctest.PerRun(200, func() {
 		c.Reset(target)
 		_ = c.Admit(p)
 		_ = c.Admit(p)

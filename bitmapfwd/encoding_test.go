@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 func unhex(t testing.TB, s string) []byte {
@@ -337,7 +339,7 @@ func TestDecodeAllocs(t *testing.T) {
 	l, _ := AppendList(nil, small, 8)
 	into := NewSet(4096)
 	buf := make([]byte, 0, 1<<14)
-	allocs := testing.AllocsPerRun(50, func() {
+	allocs := alloctest.PerRun(50, func() {
 		_ = DecodeFlat(f, into)
 		_ = DecodeHier(h, into)
 		_ = DecodeList(l, into, 8)

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 var testCaps = []int{1, 7, 8, 63, 64, 65, 128, 200, 256, 512, 1000, 1024, 4096, 65536}
@@ -160,7 +162,7 @@ func TestSetOpsAllocs(t *testing.T) {
 	a, b := fromOracle(t, n, randOracle(r, n, 0.5)), fromOracle(t, n, randOracle(r, n, 0.5))
 	dst := NewSet(n)
 	sink := 0
-	allocs := testing.AllocsPerRun(100, func() {
+	allocs := alloctest.PerRun(100, func() {
 		dst.And(a, b)
 		dst.Or(a, b)
 		dst.AndNot(a, b)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // fig2 is the Fig. 2 tree: the token's home node (src) under a branch
@@ -368,7 +370,7 @@ func TestSoftTableSteadyStateAllocs(t *testing.T) {
 	tok := uint64(0)
 	now := int64(0)
 	fn := func(int, uint64, uint64, *Set, *Set) {}
-	allocs := testing.AllocsPerRun(500, func() {
+	allocs := alloctest.PerRun(500, func() {
 		tok++
 		now++
 		if _, err := st.Install(1, tok, cbm, now); err != nil {

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // A host's list of global endpoint IDs becomes a pod's local bitmap: the pod
@@ -84,7 +86,7 @@ func TestTranslateAllocs(t *testing.T) {
 	body := oracleList(oracleFromInts([]int{7, 700, 7000, 28000}))
 	local := NewSet(4096)
 	buf := make([]byte, 0, 64)
-	allocs := testing.AllocsPerRun(100, func() {
+	allocs := alloctest.PerRun(100, func() {
 		_ = tr.Translate(body, local, 8)
 		buf, _ = tr.AppendGlobalList(buf[:0], local, 8)
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/prismd/prismd/dataplane"
 	"github.com/prismd/prismd/engine"
 	"github.com/prismd/prismd/engine/bitmap"
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/kulisch"
 	"github.com/prismd/prismd/parser"
 )
@@ -562,7 +563,7 @@ func TestHandleAllocs(t *testing.T) {
 	if m.Frames[parser.ClassData].Load() != 1 {
 		t.Fatalf("DATA not admitted: %d unknown stream, %d wrong port", m.Drops[engine.DropUnknownStream].Load(), m.Drops[engine.DropWrongPort].Load())
 	}
-	if a := testing.AllocsPerRun(1000, func() { r.w.Handle(r.now, 0, f, discard{}) }); a != 0 {
+	if a := alloctest.PerRun(1000, func() { r.w.Handle(r.now, 0, f, discard{}) }); a != 0 {
 		t.Fatalf("%v allocations per duplicate DATA", a)
 	}
 	if m.Duplicates.Load() < 1000 {

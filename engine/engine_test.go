@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/prismd/prismd/dataplane"
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/kulisch"
 	"github.com/prismd/prismd/parser"
 )
@@ -196,7 +197,7 @@ func TestDataPathAllocs(t *testing.T) {
 		}
 		m := r.e.Metrics()
 		before := m.FramesSent[parser.ClassResult].Load()
-		if a := testing.AllocsPerRun(2000, r.step); a != 0 {
+		if a := alloctest.PerRun(2000, r.step); a != 0 {
 			t.Fatalf("%v: %v allocations per DATA+DATA+PROGRESS+PROGRESS", acc, a)
 		}
 		if m.FramesSent[parser.ClassResult].Load() == before || m.Drops[DropNoCredit].Load() != 0 {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/kulisch"
 	"github.com/prismd/prismd/parser"
 )
@@ -687,7 +688,7 @@ func TestScaledPathAllocs(t *testing.T) {
 				lr.step()
 			}
 			before := lr.tx.sent[2]
-			if a := testing.AllocsPerRun(1000, lr.step); a != 0 {
+			if a := alloctest.PerRun(1000, lr.step); a != 0 {
 				t.Fatalf("%v leaf, %v partials: %v allocations per step", partial, m, a)
 			}
 			want := lr.tx.scaled[2] // frames in the encoding m should give
@@ -746,7 +747,7 @@ func TestScaledPathAllocs(t *testing.T) {
 		rootStep()
 	}
 	before := rtx.sent[1]
-	if a := testing.AllocsPerRun(1000, rootStep); a != 0 {
+	if a := alloctest.PerRun(1000, rootStep); a != 0 {
 		t.Fatalf("root: %v allocations per step", a)
 	}
 	m := root.Metrics()

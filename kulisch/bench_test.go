@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // benchValues is one MTU-1500 FP32 group: 363 values with exponents over
@@ -171,7 +173,7 @@ func TestNoAllocs(t *testing.T) {
 		"Accumulator":   func() { a.AddFP32(0x3F800000); a.AddFP16(0x3C00); a.RoundFP32() },
 	} {
 		f()
-		if got := testing.AllocsPerRun(50, f); got != 0 {
+		if got := alloctest.PerRun(50, f); got != 0 {
 			t.Errorf("%s: %v allocs", name, got)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // f64Ref decodes a KULISCH_F64 value from the binary64 definition into the
@@ -298,7 +300,7 @@ func TestF64Allocs(t *testing.T) {
 	v.AddFP32LE(0, vals)
 	out := make([]byte, 8*400)
 	p, _ := NewVector(400, 288)
-	if a := testing.AllocsPerRun(100, func() {
+	if a := alloctest.PerRun(100, func() {
 		_ = v.F64Run(0, 400)
 		_ = v.PutF64(out, 0, 400)
 		_ = p.MergeF64Checked(0, out)

@@ -13,6 +13,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // refSpan is the extent of a nonzero big integer: trailing zeros, and the
@@ -662,7 +664,7 @@ func TestScaledAllocs(t *testing.T) {
 	dst, _ := NewVector(n, w)
 	var pl ScaledPlanner
 	pl.Reserve(n)
-	a := testing.AllocsPerRun(50, func() {
+	a := alloctest.PerRun(50, func() {
 		if err := v.Spans(0, sp); err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 func TestRoomMatchesSpec(t *testing.T) {
@@ -275,7 +277,7 @@ func TestAuth(t *testing.T) {
 	if err := a.Verify(exampleFrame(t, "data-flat-ext")); !errors.Is(err, ErrAuth) {
 		t.Fatalf("untagged frame: %v", err)
 	}
-	if n := testing.AllocsPerRun(100, func() { a.Verify(f) }); n != 0 {
+	if n := alloctest.PerRun(100, func() { a.Verify(f) }); n != 0 {
 		t.Fatalf("Verify allocates %v", n)
 	}
 }
@@ -288,7 +290,7 @@ func TestZeroAllocs(t *testing.T) {
 	var g Progress
 	for _, e := range ex {
 		e := e
-		n := testing.AllocsPerRun(200, func() {
+		n := alloctest.PerRun(200, func() {
 			switch cl, _ := Classify(e.Frame); cl {
 			case ClassControl:
 				if c.Decode(e.Frame, e.Limits) != nil {
@@ -330,7 +332,7 @@ func TestZeroAllocs(t *testing.T) {
 	var b DataBuilder
 	h := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
 	ext := Ext{Encoding: EncList, Set: AppendListSet(nil, 1, 2)}
-	n := testing.AllocsPerRun(200, func() {
+	n := alloctest.PerRun(200, func() {
 		b.Reset(buf, &h, &ext, 1500)
 		slot, _ := b.AddGroup(FormatFP32, 0, b.Room(FormatFP32, 0)/2)
 		slot[0] = 1
@@ -341,7 +343,7 @@ func TestZeroAllocs(t *testing.T) {
 		t.Errorf("builder: %v allocs", n)
 	}
 	hd := DataFields{Eth: exEth, Class: ClassData, Op: exOp}
-	n = testing.AllocsPerRun(200, func() {
+	n = alloctest.PerRun(200, func() {
 		b.Reset(buf, &hd, nil, 1500)
 		slot, _ := b.AddScaledGroup(4, 126, 10)
 		slot[0] = KulischPosZero
@@ -352,7 +354,7 @@ func TestZeroAllocs(t *testing.T) {
 	if n != 0 {
 		t.Errorf("builder with scaled groups: %v allocs", n)
 	}
-	n = testing.AllocsPerRun(200, func() {
+	n = alloctest.PerRun(200, func() {
 		b.Reset(buf, &hd, nil, 1500)
 		slot, _ := b.AddGroup(FormatKulischF64, 0, b.Room(FormatKulischF64, 0))
 		slot[7] = 0x3F
@@ -693,7 +695,7 @@ func TestRejectAllocs(t *testing.T) {
 	bad := exampleFrame(t, "data-mixed")
 	bad[DataBodyOff+12+4] = 9 // Kulisch state 9
 	var d Data
-	n := testing.AllocsPerRun(200, func() {
+	n := alloctest.PerRun(200, func() {
 		err := d.Decode(bad, exLim)
 		if err == nil || Reason(err) != "out_of_range" {
 			panic("accepted")

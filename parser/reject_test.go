@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // rejectWant is what a rejected frame's error says.
@@ -286,7 +288,7 @@ func TestRejectAllocsTable(t *testing.T) {
 		}
 		b, l := ruleFrame(t, ex, r)
 		want := Reason(r.err)
-		n := testing.AllocsPerRun(50, func() {
+		n := alloctest.PerRun(50, func() {
 			err := x.decode(b, l)
 			if Reason(err) != want || !errors.Is(err, r.err) {
 				panic(r.name + ": " + Reason(err))
@@ -361,7 +363,7 @@ func TestRejectAllocsOther(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
 			continue
 		}
-		if n := testing.AllocsPerRun(50, func() { _ = Reason(c.f()) }); n != 0 {
+		if n := alloctest.PerRun(50, func() { _ = Reason(c.f()) }); n != 0 {
 			t.Errorf("%s: %v allocs per rejection, want 0", c.name, n)
 		}
 	}

@@ -3,6 +3,8 @@ package parser
 import (
 	"errors"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // bitmapStage is a BITMAP-job STAGE: 2 bindings, the node's own A-BM (HIER)
@@ -100,7 +102,7 @@ func TestStageSetRecords(t *testing.T) {
 			t.Errorf("%s: got %v, want %v %s", tc.name, err, tc.err, tc.field)
 		}
 		// "stage."-prefixed set names included, a rejection allocates nothing.
-		if n := testing.AllocsPerRun(20, func() { _ = Reason(c.Decode(b, tc.lim)) }); n != 0 {
+		if n := alloctest.PerRun(20, func() { _ = Reason(c.Decode(b, tc.lim)) }); n != 0 {
 			t.Errorf("%s: %v allocs per rejection", tc.name, n)
 		}
 	}
@@ -185,7 +187,7 @@ func TestStageBoundaryRecord(t *testing.T) {
 		if !errors.Is(err, tc.err) || !ok || fe.Field != tc.field || fe.Offset-ControlBodyOff != tc.detail {
 			t.Errorf("%s: got %v, want %v %s at body offset %d", tc.name, err, tc.err, tc.field, tc.detail)
 		}
-		if n := testing.AllocsPerRun(20, func() { _ = Reason(c.Decode(f, Limits{})) }); n != 0 {
+		if n := alloctest.PerRun(20, func() { _ = Reason(c.Decode(f, Limits{})) }); n != 0 {
 			t.Errorf("%s: %v allocs per rejection", tc.name, n)
 		}
 	}

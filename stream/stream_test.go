@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // oracle is the naive model: a coverage bit per element and every accepted
@@ -529,7 +531,7 @@ func TestAllocs(t *testing.T) {
 	r := NewRecvWindow(RecvConfig{VectorLen: 1 << 30, Intervals: 64, Bytes: 1 << 20, Elements: 1 << 16})
 	var hs [MaxHoles]Hole
 	pid, at := uint32(1), uint32(0)
-	a := testing.AllocsPerRun(1000, func() {
+	a := alloctest.PerRun(1000, func() {
 		// Out of order pair, then release.
 		r.Admit(pid+1, at+10, 10, 100, 2)
 		r.Admit(pid, at, 10, 100, 1)
@@ -546,7 +548,7 @@ func TestAllocs(t *testing.T) {
 	holes := []Hole{{5, 6}}
 	now := int64(0)
 	first := uint32(0)
-	a = testing.AllocsPerRun(1000, func() {
+	a = alloctest.PerRun(1000, func() {
 		now += 1e6
 		buf, pid, ok := sw.Reserve(now, first, 10, 100)
 		if !ok {

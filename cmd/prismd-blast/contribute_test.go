@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/prismd/prismd/control/am"
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/parser"
 	"github.com/prismd/prismd/stream"
 )
@@ -181,7 +182,7 @@ func TestPerFrameAllocs(t *testing.T) {
 	var first uint32
 	vals := sumPattern(2, per1500, 0, per1500)
 	prog := make([]byte, progressLen)
-	allocs := testing.AllocsPerRun(200, func() {
+	allocs := alloctest.PerRun(200, func() {
 		now := mono()
 		batch, _, err := o.step(now, c.tx[:0])
 		if err != nil {

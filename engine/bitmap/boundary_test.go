@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -713,7 +714,7 @@ func TestAllocsBoundaryEmit(t *testing.T) {
 		sh.HandleData(f.now, 0, w1, &tx)
 		sh.HandleData(f.now, 1, w2, &tx)
 	}
-	if a := testing.AllocsPerRun(1000, run); a != 0 {
+	if a := alloctest.PerRun(1000, run); a != 0 {
 		t.Fatalf("boundary emit allocates %v per token", a)
 	}
 	if tx.frames != 1001 || f.cnt.BoundaryUp.Load() != 1001 {
@@ -728,7 +729,7 @@ func TestAllocsBoundaryExpand(t *testing.T) {
 	sh := f.nodes["bx"].sh
 	fr := f.hostFrame("up", parser.ClassResult, 1, 0, parser.AppendFlatSet(nil, 1, 1, 64), parser.EncFlat, 0, make([]float32, 64))
 	var tx sink
-	if a := testing.AllocsPerRun(1000, func() { sh.HandleData(f.now, 2, fr, &tx) }); a != 0 {
+	if a := alloctest.PerRun(1000, func() { sh.HandleData(f.now, 2, fr, &tx) }); a != 0 {
 		t.Fatalf("re-expansion allocates %v per frame", a)
 	}
 	if tx.frames != 2*1001 || f.cnt.Expansions.Load() != 1001 {

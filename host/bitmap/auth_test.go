@@ -20,6 +20,7 @@ import (
 
 	"github.com/prismd/prismd/bitmapfwd"
 	ebitmap "github.com/prismd/prismd/engine/bitmap"
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/parser"
 )
 
@@ -299,7 +300,7 @@ func TestAuthNoAllocs(t *testing.T) {
 	}
 	f := authFrame(t, mac, parser.ClassData, 5, 1, key)
 	forged := authFrame(t, mac, parser.ClassData, 5, 1, jobKeyFor(3))
-	if a := testing.AllocsPerRun(200, func() {
+	if a := alloctest.PerRun(200, func() {
 		if port.sign(f) != nil || port.write(f) != nil {
 			t.Fatal("sign/write failed")
 		}
@@ -311,7 +312,7 @@ func TestAuthNoAllocs(t *testing.T) {
 	if w, g := oracleTag(t, key, f); !bytes.Equal(w, g) {
 		t.Fatal("the re-signed frame's tag is wrong")
 	}
-	if a := testing.AllocsPerRun(200, func() {
+	if a := alloctest.PerRun(200, func() {
 		if !port.admit(5, f) || port.admit(5, forged) {
 			t.Fatal("admit gave the wrong verdict")
 		}

@@ -15,6 +15,21 @@ func TestPerRunSeesRealAllocations(t *testing.T) {
 	}
 }
 
+// TestPerRunCountsRareAllocations: a path that allocates once every 50
+// calls is not 0 (testing.AllocsPerRun's integer division said 0).
+func TestPerRunCountsRareAllocations(t *testing.T) {
+	n := 0
+	a := PerRun(1000, func() {
+		n++
+		if n%50 == 0 {
+			sink = make([]byte, 64)
+		}
+	})
+	if a != 0.02 {
+		t.Fatalf("PerRun = %v for one allocation every 50 calls, want 0.02", a)
+	}
+}
+
 // TestPerRunRetriesNoise: allocations in the first measurement only (noise
 // from elsewhere) do not count; the path is measured again.
 func TestPerRunRetriesNoise(t *testing.T) {

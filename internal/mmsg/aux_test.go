@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/internal/netnstest"
 )
 
@@ -17,7 +18,7 @@ func TestPrepareAuxAllocs(t *testing.T) {
 	for i := range bufs {
 		bufs[i] = make([]byte, 64)
 	}
-	if a := testing.AllocsPerRun(100, func() { r.Prepare(bufs); _ = r.Status(3) }); a != 0 {
+	if a := alloctest.PerRun(100, func() { r.Prepare(bufs); _ = r.Status(3) }); a != 0 {
 		t.Fatalf("%v allocations per batch", a)
 	}
 }

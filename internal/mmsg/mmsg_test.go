@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // fakeSender accepts up to room frames per call, then refuses the next with
@@ -159,7 +161,7 @@ func TestPrepareAllocs(t *testing.T) {
 	for i := range bufs {
 		bufs[i] = make([]byte, 64)
 	}
-	if a := testing.AllocsPerRun(100, func() { r.Prepare(bufs); s.Prepare(bufs); _ = r.ReadFunc() }); a != 0 {
+	if a := alloctest.PerRun(100, func() { r.Prepare(bufs); s.Prepare(bufs); _ = r.ReadFunc() }); a != 0 {
 		t.Fatalf("%v allocations per batch", a)
 	}
 }

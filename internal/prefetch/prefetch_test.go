@@ -3,6 +3,8 @@ package prefetch
 import (
 	"testing"
 	"unsafe"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // Bytes reads nothing the caller can see and never faults, whatever the
@@ -34,7 +36,7 @@ func TestBytesHarmless(t *testing.T) {
 // No allocation: it is called for every frame.
 func TestBytesAllocs(t *testing.T) {
 	buf := make([]byte, 1500)
-	if a := testing.AllocsPerRun(100, func() { Bytes(buf) }); a != 0 {
+	if a := alloctest.PerRun(100, func() { Bytes(buf) }); a != 0 {
 		t.Fatalf("%v allocations", a)
 	}
 }

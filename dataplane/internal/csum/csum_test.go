@@ -10,6 +10,8 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/prismd/prismd/internal/alloctest"
 )
 
 // The oracle is gopacket: it serializes a frame with the correct checksum
@@ -307,7 +309,7 @@ func TestCompleteZeroAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	f, at, l4, n := build(t, frameSpec{vlans: 1, payload: 1448}, rng)
 	p := partial(f, l4, n, false, 6)
-	if a := testing.AllocsPerRun(100, func() {
+	if a := alloctest.PerRun(100, func() {
 		binary.BigEndian.PutUint16(f[at:], p)
 		if !Complete(f) {
 			t.Fatal("Complete = false")

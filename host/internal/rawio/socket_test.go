@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prismd/prismd/internal/alloctest"
 	"github.com/prismd/prismd/internal/netnstest"
 )
 
@@ -77,7 +78,7 @@ func TestBatchRoundTripNoAllocs(t *testing.T) {
 		t.Fatalf("SendBatch: %d, %v", k, err)
 	}
 	recvAll()
-	allocs := testing.AllocsPerRun(50, func() {
+	allocs := alloctest.PerRun(50, func() {
 		if k, err := a.SendBatch(out); err != nil || k != n {
 			t.Fatalf("SendBatch: %d, %v", k, err)
 		}
@@ -101,7 +102,7 @@ func TestDeadlines(t *testing.T) {
 	if err := a.SetReadDeadline(time.Unix(1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	allocs := testing.AllocsPerRun(100, func() {
+	allocs := alloctest.PerRun(100, func() {
 		if _, err := a.RecvBatch(bufs, sizes); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("past deadline: %v", err)
 		}
