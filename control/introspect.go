@@ -23,8 +23,10 @@ type OpView struct {
 
 // OpsResponse is the body of GET /v1/ops.
 type OpsResponse struct {
-	// Workers is the number of worker snapshots read; each is refreshed
-	// at most every engine.SnapshotInterval.
+	// Workers is the number of worker snapshots read; each is at most
+	// engine.SnapshotInterval old while read (engine.UnwatchedSnapshotInterval
+	// for the first read in a while), its contexts' states never older
+	// than a Tick.
 	Workers int      `json:"workers"`
 	Ops     []OpView `json:"ops"`
 	// Bitmap holds the BITMAP contexts (package engine/bitmap), per worker.

@@ -35,8 +35,8 @@
 // arithmetic (package kulisch).
 //
 // Per-frame paths (HandleData, HandleProgress) do not allocate and do not
-// lock; allocation happens in Stage, and at most every SnapshotInterval in
-// Tick. Stage reuses the accumulator bank of a removed operation of the
+// lock; allocation happens in Stage, and in the Ticks that rebuild the
+// introspection snapshot (SnapshotInterval). Stage reuses the accumulator bank of a removed operation of the
 // same shape (takeBank: at most 2 per shape, and a quarter of MaxRingBytes
 // but at least 64 MiB per engine, wait for reuse, outside MaxRingBytes;
 // both pools are dropped after 30 s without a Stage): a job's back-to-back

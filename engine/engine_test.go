@@ -1137,3 +1137,71 @@ func TestSilentReceiverNamed(t *testing.T) {
 		t.Fatalf("error %q, want RESULT_OUT stream 20 and %s", msg, want)
 	}
 }
+
+// TestSnapshotOnDemand: unread, the introspection snapshot is rebuilt once
+// every UnwatchedSnapshotInterval, not every SnapshotInterval; a context
+// that changes state (or comes, or goes) is in it at the next Tick
+// whatever the interval; once read it is rebuilt every SnapshotInterval.
+// (A switch resting 1024 persistent collectives spent a quarter of a core
+// rebuilding a snapshot nobody read.)
+func TestSnapshotOnDemand(t *testing.T) {
+	r := newRig(t, kulisch.FP32Arrival, 1<<20)
+	r.e.HandleData(r.now, 0, r.data[0], r.tx)
+	r.e.Tick(r.now, r.tx)
+	builds := func(d time.Duration) int {
+		n, last := 0, r.e.snap.Load()
+		for end := r.now + int64(d); r.now < end; {
+			r.now += int64(time.Millisecond)
+			r.e.Tick(r.now, r.tx)
+			if s := r.e.snap.Load(); s != last {
+				n, last = n+1, s
+			}
+		}
+		return n
+	}
+	if n := builds(2 * UnwatchedSnapshotInterval); n != 2 {
+		t.Fatalf("unread for %v: rebuilt %d times, want 2", 2*UnwatchedSnapshotInterval, n)
+	}
+	// A state change shows at the next Tick: the other contributor never
+	// comes, so the context FAILS at its timeout.
+	r.now += int64(2 * time.Hour)
+	r.e.Tick(r.now, r.tx)
+	if ops := r.e.snap.Load().Ops; len(ops) != 1 || ops[0].State != "FAILED" {
+		t.Fatalf("the Tick that failed the context published %+v, want it FAILED", ops)
+	}
+	r.e.Remove(r.key)
+	r.now += int64(time.Millisecond)
+	r.e.Tick(r.now, r.tx)
+	if ops := r.e.snap.Load().Ops; len(ops) != 0 {
+		t.Fatalf("the Tick after the context was removed published %d contexts, want none", len(ops))
+	}
+	r.e.Snapshot() // someone looks
+	if n := builds(time.Second); n < 9 || n > 10 {
+		t.Fatalf("read: rebuilt %d times in 1 s, want every %v", n, SnapshotInterval)
+	}
+}
+
+// BenchmarkTickMany: one worker's Tick, every 100 ms (the slow tick of a
+// worker whose contexts rest), with 200 contexts installed, unread and
+// read (a reader every tick keeps the snapshot rebuilt every
+// SnapshotInterval, as every tick did before it was rebuilt on demand).
+func BenchmarkTickMany(b *testing.B) {
+	for _, read := range []bool{false, true} {
+		b.Run(fmt.Sprint("read=", read), func(b *testing.B) {
+			e := New(Config{Logger: quiet(), MaxOps: 256, MaxRingBytes: 1 << 40})
+			var r *rig
+			for i := range 200 {
+				r = newRigOn(b, e, parser.OpKey{Job: 1, Group: 1, Op: uint16(i + 1), OpGen: 1}, kulisch.FP32Arrival, 1<<20)
+			}
+			now := r.now
+			b.ReportAllocs()
+			for b.Loop() {
+				now += int64(100 * time.Millisecond)
+				e.Tick(now, r.tx)
+				if read {
+					e.Snapshot()
+				}
+			}
+		})
+	}
+}

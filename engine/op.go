@@ -37,6 +37,8 @@ type inbound struct {
 	// heldSince is when another contributor first passed this paused one
 	// (0: nobody waits for it); its inactivity counts from then.
 	heldSince int64
+	// snap caches this stream's introspection strings (snapshot.go).
+	snap snapStrings
 }
 
 // paused reports whether the sender rests at a PUSH boundary with
@@ -107,8 +109,9 @@ func (o *op) sendersIdle() bool {
 // outbound is a sending binding: the parent (DATA out) or a result path out
 // (RESULT_OUT).
 type outbound struct {
-	b  Binding
-	sw *stream.SendWindow
+	b    Binding
+	sw   *stream.SendWindow
+	snap snapStrings
 }
 
 type op struct {
@@ -142,6 +145,8 @@ type op struct {
 	announcedAt  int64
 	// failLogPending: fail recorded a failure Tick has not logged yet.
 	failLogPending bool
+	tuple          string // tupleString's cache
+	serial         uint64 // Engine.serial at Stage (opsSig)
 
 	bank kulisch.Bank
 	kv   *kulisch.Vector // KULISCH_FIXED bank, for wire checks before applying

@@ -1,5 +1,6 @@
 // This file owns introspection: the per-worker snapshot of every operation,
-// rebuilt in Tick at most every SnapshotInterval and published through an
+// rebuilt in Tick (every SnapshotInterval while read, and whenever a
+// context comes, goes or changes state) and published through an
 // atomic pointer so that readers (the control HTTP server) never touch live
 // engine state.
 
@@ -99,7 +100,12 @@ type OutboundStream struct {
 }
 
 // Snapshot returns the newest published snapshot; safe from any goroutine.
-func (e *Engine) Snapshot() *Snapshot { return e.snap.Load() }
+// Reading it keeps the next ones at most SnapshotInterval old for
+// UnwatchedAfter (see SnapshotInterval).
+func (e *Engine) Snapshot() *Snapshot {
+	e.reads.Add(1)
+	return e.snap.Load()
+}
 
 // Publish rebuilds and publishes the snapshot now (Tick does this at most
 // every SnapshotInterval; tests call it directly).
@@ -124,16 +130,49 @@ func (e *Engine) publish(now int64) {
 	e.lastSnap = now
 }
 
+// snapStrings caches a stream's introspection strings: the snapshot is
+// rebuilt every SnapshotInterval for every context, and formatting the
+// same MAC and the same waiting-for line again was most of its cost (a
+// switch resting 1024 persistent collectives spent a quarter of a core on
+// it). A string is formatted again only when what it says changed.
+type snapStrings struct {
+	mac     string
+	waitKey waitKey
+	wait    string
+}
+
+// waitKey is what a stream's waiting-for line says: which form, and the
+// element it names.
+type waitKey struct {
+	form      uint8 // 0 none, 1 resting, 2 elements from
+	committed uint32
+}
+
+// peerMAC is the stream's peer MAC, formatted once.
+func (c *snapStrings) peerMAC(m [6]byte) string {
+	if c.mac == "" {
+		c.mac = mac(m)
+	}
+	return c.mac
+}
+
+// waiting returns the line for k, formatted by f only when k changed.
+func (c *snapStrings) waiting(k waitKey, f func() string) string {
+	if c.waitKey != k || c.wait == "" {
+		c.waitKey, c.wait = k, f()
+	}
+	return c.wait
+}
+
 func mac(m [6]byte) string {
 	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
 }
 
 func (o *op) snapshot(now int64) OpSnapshot {
 	k := o.spec.Op
-	t := o.spec.Tuple
 	s := OpSnapshot{Job: k.Job, Group: k.Group, GroupGen: k.GroupGen, Op: k.Op, OpGen: k.OpGen,
 		Role: o.spec.Role.String(), Collective: o.spec.Collective.String(), State: o.state.String(),
-		Tuple:     fmt.Sprintf("%v/%v/%v/%v W=%d", t.Input, t.Acc, t.Partial, t.Output, o.w),
+		Tuple:     o.tupleString(),
 		VectorLen: o.spec.VectorLen, Frontier: o.frontier, Emitted: o.emitted, Window: o.ring, Inexact: o.inexact}
 	if o.err != nil {
 		s.Error = o.err.Error()
@@ -157,7 +196,7 @@ func (o *op) snapshot(now int64) OpSnapshot {
 		ci, cb := ib.rw.Credits()
 		n := ib.rw.Holes(hs[:])
 		is := InboundStream{Kind: ib.b.Kind.String(), Stream: ib.b.Stream, PeerEP: ib.b.PeerEP, Port: ib.b.Port,
-			PeerMAC: mac(ib.b.PeerMAC), Committed: ib.rw.Committed(), Released: ib.rw.Released(),
+			PeerMAC: ib.snap.peerMAC(ib.b.PeerMAC), Committed: ib.rw.Committed(), Released: ib.rw.Released(),
 			Holes: append([]stream.Hole(nil), hs[:n]...), Pending: ib.rw.Pending(),
 			IntervalCredits: ci, ByteCredits: cb, Done: ib.rw.Done()}
 		if ib.lastActive != 0 {
@@ -171,14 +210,18 @@ func (o *op) snapshot(now int64) OpSnapshot {
 		switch {
 		case o.state != parser.StateActive || is.Done || ib == o.result && !ib.armed:
 		case is.Resting && is.HeldMs == 0:
-			s.WaitingFor = append(s.WaitingFor, fmt.Sprintf("%s stream %d (endpoint %d, %s, port %d): its next invocation (it rests at element %d after PUSH: a persistent collective between invocations, not timed out while no other contributor has gone past it)",
-				is.Kind, is.Stream, is.PeerEP, is.PeerMAC, is.Port, is.Committed))
+			s.WaitingFor = append(s.WaitingFor, ib.snap.waiting(waitKey{1, is.Committed}, func() string {
+				return fmt.Sprintf("%s stream %d (endpoint %d, %s, port %d): its next invocation (it rests at element %d after PUSH: a persistent collective between invocations, not timed out while no other contributor has gone past it)",
+					is.Kind, is.Stream, is.PeerEP, is.PeerMAC, is.Port, is.Committed)
+			}))
 		case is.Resting:
 			s.WaitingFor = append(s.WaitingFor, fmt.Sprintf("%s stream %d (endpoint %d, %s, port %d): elements from %d (it rested there after PUSH; other contributors went past it %d ms ago, timeout %d ms)",
 				is.Kind, is.Stream, is.PeerEP, is.PeerMAC, is.Port, is.Committed, is.HeldMs, o.spec.Timeout.Milliseconds()))
 		default:
-			s.WaitingFor = append(s.WaitingFor, fmt.Sprintf("%s stream %d (endpoint %d, %s, port %d): elements from %d",
-				is.Kind, is.Stream, is.PeerEP, is.PeerMAC, is.Port, is.Committed))
+			s.WaitingFor = append(s.WaitingFor, ib.snap.waiting(waitKey{2, is.Committed}, func() string {
+				return fmt.Sprintf("%s stream %d (endpoint %d, %s, port %d): elements from %d",
+					is.Kind, is.Stream, is.PeerEP, is.PeerMAC, is.Port, is.Committed)
+			}))
 		}
 	}
 	for i := range o.in {
@@ -193,7 +236,7 @@ func (o *op) snapshot(now int64) OpSnapshot {
 		ci, cb := ob.sw.Credits()
 		rt, _ := ob.sw.Stats()
 		os := OutboundStream{Kind: ob.b.Kind.String(), Stream: ob.b.Stream, PeerEP: ob.b.PeerEP, Port: ob.b.Port,
-			PeerMAC: mac(ob.b.PeerMAC), PeerCommitted: ob.sw.Committed(), UnackedFrames: f, UnackedBytes: b,
+			PeerMAC: ob.snap.peerMAC(ob.b.PeerMAC), PeerCommitted: ob.sw.Committed(), UnackedFrames: f, UnackedBytes: b,
 			UnackedFrom: from, UnackedTo: to, IntervalCredits: ci, ByteCredits: cb, Retransmits: rt,
 			NextPacketID: ob.sw.NextPacketID()}
 		s.Outbound = append(s.Outbound, os)
@@ -223,3 +266,13 @@ func (o *op) snapshot(now int64) OpSnapshot {
 func opName(k parser.OpKey) string { return k.String() }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// tupleString is the context's arithmetic tuple as the snapshot shows it,
+// formatted once.
+func (o *op) tupleString() string {
+	if o.tuple == "" {
+		t := o.spec.Tuple
+		o.tuple = fmt.Sprintf("%v/%v/%v/%v W=%d", t.Input, t.Acc, t.Partial, t.Output, o.w)
+	}
+	return o.tuple
+}
