@@ -696,3 +696,42 @@ func TestPersistentLocalFailureDrains(t *testing.T) {
 		})
 	}
 }
+
+// TestPersistentWindowBoundedByInvocation: a persistent operation's nodes
+// get an element window of at most two calls (never below one frame of
+// the densest stream, which STAGE requires), not the ordinary window: a
+// 1-element persistent call reserved 8 MB of accumulator per switch, and a
+// switch full of them refused the 130th. A call longer than half the
+// ordinary window keeps that window.
+func TestPersistentWindowBoundedByInvocation(t *testing.T) {
+	budget := 1500 - parser.CWLen - parser.DataHdrLen
+	fp32 := uint32((budget - parser.GroupDescLen) / 4)
+	int8s := uint32(parser.MaxPacketElements(1500))
+	const vec = 1 << 22
+	for _, tc := range []struct {
+		inv         uint32
+		leaf, spine uint32
+	}{
+		{1, int8s, int8s},                // one frame's worth, not 2
+		{8192, 16384, 16384},             // two calls
+		{1 << 16, 64 * fp32, 64 * int8s}, // the ordinary window
+	} {
+		r := newRig(t, "spine-leaf", Config{})
+		q := persistentReqs(9, 0, 0, "h1", "h2", "h3", "h4")
+		for i := range q {
+			q[i].VectorLen, q[i].InvocationLen = vec, tc.inv
+		}
+		res := r.beginAll(q)
+		for i, x := range res {
+			if x.err != nil {
+				t.Fatalf("invocation %d: rank %d: %v", tc.inv, i, x.err)
+			}
+		}
+		op := res[0].g.Op
+		for n, want := range map[string]uint32{"l1": tc.leaf, "l2": tc.leaf, "s1": tc.spine} {
+			if got := r.nodes[n].staged(op).rec.WindowElems; got != want {
+				t.Errorf("invocation %d: %s staged %d window elements, want %d", tc.inv, n, got, want)
+			}
+		}
+	}
+}

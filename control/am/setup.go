@@ -206,6 +206,15 @@ func (m *Manager) setup(ctx context.Context, op *operation) *APIError {
 		if e == 0 {
 			e = min(uint32(w.Intervals)*need, capElems(caps[n], *c))
 		}
+		if p := op.inv.p; p.Persistent && p.invocationLen() < p.VectorLen {
+			// A persistent operation's vector is every call's, but its
+			// calls sum invocationLen elements each, one after another:
+			// room for two lets the next call's frames flow while one
+			// ends, and more is memory no call can use. A 1-element
+			// call reserved 8 MB of accumulator per switch, and a switch
+			// full of them refused the 130th.
+			e = uint32(min(uint64(e), 2*uint64(p.invocationLen())))
+		}
 		// Below one frame the node could not take a packet (and STAGE
 		// requires room for the largest INT8 packet): keep that much and
 		// let matchCaps name the node whose limit is too low.
