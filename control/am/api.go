@@ -443,6 +443,10 @@ type APIError struct {
 
 	retry retryCause // why a failed setup may be tried once more (setupOnce)
 	older []string   // nodes that still held an older generation (retryOlder)
+	// ending are this AM's operations still ending (RELEASE or ABORT
+	// under way) on a node that refused STAGE for lack of room
+	// (retryResources): the retry waits for them.
+	ending []*operation
 }
 
 // retryCause says why a STAGE refusal does not condemn an operation: the
@@ -461,6 +465,11 @@ const (
 	// rollback's ABORT of the newer generation retires it too
 	// (docs/protocol.md section 5).
 	retryOlder
+	// retryResources: a node had no room (NO_RESOURCES) while operations
+	// of this AM on it were ending: a job whose next call came while its
+	// previous one's RELEASE was on its way was refused every other call
+	// on a full switch. The retry waits for them to end.
+	retryResources
 )
 
 // String is the cause's label in prismd_am_setup_retries_total.
@@ -470,6 +479,8 @@ func (c retryCause) String() string {
 		return "stale_generation"
 	case retryOlder:
 		return "older_generation_held"
+	case retryResources:
+		return "no_resources_while_ending"
 	}
 	return "none"
 }

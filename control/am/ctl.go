@@ -53,6 +53,13 @@ func (e *NodeError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("node %s: %v: %v", e.Node, e.Cmd, e.Err)
 	}
+	if e.Status == parser.StatusNoResources && e.State == parser.StateNone {
+		// "refused STAGE: NO_RESOURCES (state NONE)" left the user to
+		// guess which resource and whether to retry.
+		return fmt.Sprintf("node %s has no room for another operation (%v refused NO_RESOURCES): its operation contexts "+
+			"(the MaxOps its capabilities advertise) or its accumulator memory are taken by other operations; "+
+			"'prismctl show ops' on it lists them, and a call may fit once some end", e.Node, e.Cmd)
+	}
 	s := fmt.Sprintf("node %s refused %v: %v (state %v", e.Node, e.Cmd, e.Status, e.State)
 	if e.Detail != parser.NoDetail {
 		s += fmt.Sprintf(", offending body offset %d", e.Detail)

@@ -132,6 +132,9 @@ type fakeNode struct {
 	// keepOld: ABORT of a newer generation leaves the installed older one
 	// (a node that breaks section 5's rule).
 	keepOld bool
+	// maxCtx > 0: STAGE with that many contexts installed (not RELEASED
+	// or ABORTED) answers NO_RESOURCES.
+	maxCtx int
 	// progressing: every COMPLETE on an ACTIVE context reports one more
 	// completed element.
 	progressing bool
@@ -273,6 +276,10 @@ func (n *fakeNode) handle(f ctlFrame, raw []byte) {
 				st, ack.State = parser.StatusBadState, o.state
 				break
 			}
+			if n.maxCtx > 0 && n.installed() >= n.maxCtx {
+				st = parser.StatusNoResources
+				break
+			}
 			c = &fakeCtx{state: parser.StateStaged, rec: rec, bindings: bs}
 			n.ctx[f.Op] = c
 		case parser.CmdCommit:
@@ -321,6 +328,18 @@ func (n *fakeNode) handle(f ctlFrame, raw []byte) {
 		ack.State = c.state
 	}
 	record(n.reply(f, parser.CmdAck, st, encodeAck(ack), 0, 1))
+}
+
+// installed counts the contexts not RELEASED or ABORTED. Called with
+// n.mu held.
+func (n *fakeNode) installed() int {
+	k := 0
+	for _, c := range n.ctx {
+		if c.state != parser.StateReleased && c.state != parser.StateAborted {
+			k++
+		}
+	}
+	return k
 }
 
 // otherGen returns the installed context (not RELEASED or ABORTED) of

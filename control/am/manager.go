@@ -1129,6 +1129,21 @@ func (m *Manager) setupOp(inv *invocation, tree *Tree) (*operation, *APIError) {
 			m.logf("am: %s still held an older generation of job %d group %d operation %d (left by an AM that stopped, "+
 				"or a RELEASE that never arrived); the rollback's ABORT retired it: setting up again",
 				strings.Join(aerr.older, ", "), op.id.Job, op.id.Group, op.id.OpID)
+		case retryResources:
+			// The room those operations hold comes back with their
+			// RELEASE or ABORT: bounded by the CONTROL rounds they take.
+			w0 := time.Now()
+			deadline := time.After(2*m.cfg.CtlTimeout + time.Second)
+		wait:
+			for _, o := range aerr.ending {
+				select {
+				case <-o.final:
+				case <-deadline:
+					break wait
+				}
+			}
+			m.logf("am: node %s had no room (NO_RESOURCES) while %d operations of this AM on it were ending; waited %v for them: setting up again",
+				aerr.Node, len(aerr.ending), time.Since(w0).Round(time.Millisecond))
 		}
 		m.metrics.setupRetries.WithLabelValues(aerr.retry.String()).Inc()
 		id := op.id.OpID

@@ -1938,3 +1938,47 @@ func (r *rig) failedOn(t *testing.T, g *Grant, node string, stream uint16, from 
 	}
 	return st
 }
+
+// TestNoResourcesWhileOwnReleaseEnds: on a switch with room for one
+// context, a job's next call that comes while its previous call's RELEASE
+// is still on its way is refused NO_RESOURCES; the AM waits for its own
+// ending operation and sets up again, and the call is granted. (At a full
+// switch a job's back-to-back calls failed every other time.) A refusal
+// with nothing of this AM ending there fails as before.
+func TestNoResourcesWhileOwnReleaseEnds(t *testing.T) {
+	r := newRig(t, "single", Config{})
+	sw := r.nodes["sw1"]
+	sw.mu.Lock()
+	sw.maxCtx = 1
+	sw.silent[parser.CmdRelease] = true // the RELEASE of seq 0 is late
+	sw.mu.Unlock()
+	g0 := r.grantsOf(r.beginAll(reqsFor(7, 0, "allreduce", "h1", "h2")))
+	for i := range g0 {
+		if _, err := r.m.Done(context.Background(), g0[i].ID, DoneRequest{Rank: i, OK: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		sw.mu.Lock()
+		delete(sw.silent, parser.CmdRelease) // the retransmitted RELEASE gets through
+		sw.mu.Unlock()
+	}()
+	res := r.beginAll(reqsFor(7, 1, "allreduce", "h1", "h2"))
+	for i, x := range res {
+		if x.err != nil {
+			t.Fatalf("seq 1 rank %d: %v, want a grant once seq 0's RELEASE ended", i, x.err)
+		}
+	}
+	if v := testutil.ToFloat64(r.m.metrics.setupRetries.WithLabelValues("no_resources_while_ending")); v != 1 {
+		t.Errorf("setup_retries_total{cause=no_resources_while_ending} = %v, want 1", v)
+	}
+	// Another job, while seq 1 holds the only room: refused, no retry.
+	res = r.beginAll(reqsFor(8, 0, "allreduce", "h1", "h2"))
+	for i, x := range res {
+		var ae *APIError
+		if !errors.As(x.err, &ae) || !strings.Contains(ae.Message, "node sw1 has no room for another operation (STAGE refused NO_RESOURCES)") {
+			t.Fatalf("job 8 rank %d: %v, want sw1 named as having no room (NO_RESOURCES)", i, x.err)
+		}
+	}
+}

@@ -76,7 +76,8 @@ func newAMMetrics(m *Manager) *amMetrics {
 			"mismatch (the next invocation differed: ABORTed) or failed (its setup failed).", "outcome"),
 		setupRetries: vec("setup_retries_total", "Setups tried a second time under the same Operation ID after a rollback, by cause: "+
 			"stale_generation (a node remembered a newer generation: this AM skipped ahead) or older_generation_held (a node still "+
-			"held an older generation, left by an AM that stopped: the rollback's ABORT retired it).", "cause"),
+			"held an older generation, left by an AM that stopped: the rollback's ABORT retired it) or no_resources_while_ending (a node "+
+			"had no room while operations of this AM on it were ending: tried again once they ended).", "cause"),
 		ctlTimeouts: vec("control_timeouts_total", "CONTROL transactions that got no answer within their bound (the transaction timeout, or 300 ms for the ABORT of a failed operation's node that has just not answered one), by command.", "command"),
 		ctlSendErrors: vec("control_send_errors_total", "CONTROL transmissions the AM's own socket refused for a full queue or buffer "+
 			"(ENOBUFS, EAGAIN, ...), by command: each is resent on the retransmission timer like a lost frame.", "command"),
@@ -89,6 +90,7 @@ func newAMMetrics(m *Manager) *amMetrics {
 	}
 	x.setupRetries.WithLabelValues(retryStale.String())
 	x.setupRetries.WithLabelValues(retryOlder.String())
+	x.setupRetries.WithLabelValues(retryResources.String())
 	x.rollbacks.WithLabelValues("complete")
 	x.rollbacks.WithLabelValues("incomplete")
 	for _, c := range ctlCommands {

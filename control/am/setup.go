@@ -243,7 +243,7 @@ func (m *Manager) setup(ctx context.Context, op *operation) *APIError {
 		return err
 	})
 	if n, err := firstErr(pl.order, staged); err != nil {
-		cause, older := retryNone, []string(nil)
+		cause, older, ending := retryNone, []string(nil), []*operation(nil)
 		for _, node := range pl.order {
 			var ne *NodeError
 			if !errors.As(staged[node], &ne) || ne.Err != nil {
@@ -257,10 +257,17 @@ func (m *Manager) setup(ctx context.Context, op *operation) *APIError {
 				if cause == retryNone {
 					cause = retryOlder
 				}
+			case ne.Status == parser.StatusNoResources:
+				if e := m.endingOn(node, op); len(e) > 0 {
+					ending = append(ending, e...)
+					if cause == retryNone {
+						cause = retryResources
+					}
+				}
 			}
 		}
 		ae := m.rollback(op, CodeSetupFailed, n, fmt.Sprintf("STAGE: %v", err))
-		ae.retry, ae.older = cause, older
+		ae.retry, ae.older, ae.ending = cause, older, ending
 		return ae
 	}
 	committed := m.forEach(pl.order, func(n string) error {
@@ -272,6 +279,27 @@ func (m *Manager) setup(ctx context.Context, op *operation) *APIError {
 		return m.rollback(op, CodeSetupFailed, n, fmt.Sprintf("COMMIT: %v", err))
 	}
 	return nil
+}
+
+// endingOn lists this AM's operations other than self that hold a
+// context on node and are ending: completing (RELEASE under way), failing
+// or draining.
+func (m *Manager) endingOn(node string, self *operation) []*operation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*operation
+	for _, o := range m.ops {
+		if o == self || o.plan == nil || o.plan.nodes[node] == nil {
+			continue
+		}
+		o.mu.Lock()
+		ending := o.ended.IsZero() && (o.state == "completing" || o.state == "failing" || o.state == "draining")
+		o.mu.Unlock()
+		if ending {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // rollback ABORTs every node of op (a node that never saw STAGE retires the
