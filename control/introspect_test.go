@@ -102,8 +102,27 @@ prismd_engine_contexts{state="COMPLETE"} 0
 prismd_engine_contexts{state="FAILED"} 0
 prismd_engine_contexts{state="STAGED"} %d
 `, active, staged)
-		if err := testutil.CollectAndCompare(node.ContextMetrics(), strings.NewReader(want)); err != nil {
+		if err := testutil.CollectAndCompare(node.ContextMetrics(), strings.NewReader(want), "prismd_engine_contexts"); err != nil {
 			t.Fatalf("%s: %v", what, err)
+		}
+		// Each context's ring: min(window 2904, vector 1000) elements of
+		// a W=288 Kulisch accumulator, 8 x (288/32 + 2) + 1 = 89 bytes.
+		lim := node.Snapshots()[0]
+		want = fmt.Sprintf(`
+# HELP prismd_engine_accumulator_bytes Accumulator memory the worker's operation contexts reserve now (their element windows); a STAGE that would take it past prismd_engine_accumulator_limit_bytes is refused NO_RESOURCES.
+# TYPE prismd_engine_accumulator_bytes gauge
+prismd_engine_accumulator_bytes{worker="0"} %d
+prismd_engine_accumulator_bytes{worker="1"} 0
+# HELP prismd_engine_contexts_limit The operation contexts a worker may hold; a STAGE past it is refused NO_RESOURCES (an operation's contexts go to one worker, chosen by its identity).
+# TYPE prismd_engine_contexts_limit gauge
+prismd_engine_contexts_limit{worker="0"} %d
+prismd_engine_contexts_limit{worker="1"} %d
+`, (staged+active)*1000*89, lim.MaxContexts, lim.MaxContexts)
+		if err := testutil.CollectAndCompare(node.ContextMetrics(), strings.NewReader(want), "prismd_engine_accumulator_bytes", "prismd_engine_contexts_limit"); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if lim.MaxContexts <= 0 || lim.AccumulatorLimitBytes <= 0 {
+			t.Fatalf("limits %d contexts, %d bytes: want the worker's", lim.MaxContexts, lim.AccumulatorLimitBytes)
 		}
 	}
 	check("one committed, one staged", 1, 1)

@@ -4,6 +4,7 @@
 package control
 
 import (
+	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -124,6 +125,17 @@ var descContexts = prometheus.NewDesc("prismd_engine_contexts",
 		"its AM's RELEASE or ABORT, or for its expiry. Read from the workers' introspection snapshots, at most 100 ms old.",
 	[]string{"state"}, nil)
 
+var (
+	descAccBytes = prometheus.NewDesc("prismd_engine_accumulator_bytes",
+		"Accumulator memory the worker's operation contexts reserve now (their element windows); a STAGE that would take it past "+
+			"prismd_engine_accumulator_limit_bytes is refused NO_RESOURCES.", []string{"worker"}, nil)
+	descAccLimit = prometheus.NewDesc("prismd_engine_accumulator_limit_bytes",
+		"The accumulator memory a worker's contexts may reserve.", []string{"worker"}, nil)
+	descCtxLimit = prometheus.NewDesc("prismd_engine_contexts_limit",
+		"The operation contexts a worker may hold; a STAGE past it is refused NO_RESOURCES (an operation's contexts go to one "+
+			"worker, chosen by its identity).", []string{"worker"}, nil)
+)
+
 // contextStates are the states prismd_engine_contexts always exports,
 // zero or not: the states a context is held in.
 var contextStates = []parser.OpState{parser.StateStaged, parser.StateActive, parser.StateComplete, parser.StateFailed}
@@ -138,7 +150,12 @@ type contextCollector struct{ n *Node }
 func (n *Node) ContextMetrics() prometheus.Collector { return contextCollector{n} }
 
 // Describe implements prometheus.Collector.
-func (c contextCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descContexts }
+func (c contextCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descContexts
+	ch <- descAccBytes
+	ch <- descAccLimit
+	ch <- descCtxLimit
+}
 
 // Collect implements prometheus.Collector.
 func (c contextCollector) Collect(ch chan<- prometheus.Metric) {
@@ -153,6 +170,10 @@ func (c contextCollector) Collect(ch chan<- prometheus.Metric) {
 		for i := range snap.Ops {
 			count[snap.Ops[i].State]++
 		}
+		w := strconv.Itoa(snap.Worker)
+		ch <- prometheus.MustNewConstMetric(descAccBytes, prometheus.GaugeValue, float64(snap.AccumulatorBytes), w)
+		ch <- prometheus.MustNewConstMetric(descAccLimit, prometheus.GaugeValue, float64(snap.AccumulatorLimitBytes), w)
+		ch <- prometheus.MustNewConstMetric(descCtxLimit, prometheus.GaugeValue, float64(snap.MaxContexts), w)
 	}
 	for state, v := range count {
 		ch <- prometheus.MustNewConstMetric(descContexts, prometheus.GaugeValue, float64(v), state)

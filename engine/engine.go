@@ -190,7 +190,7 @@ func New(cfg Config) *Engine {
 	}
 	e := &Engine{cfg: cfg, m: cfg.Metrics, log: cfg.Logger, ops: map[parser.OpKey]*op{},
 		slabs: stream.BufferPool{MaxPerSize: maxPooledSlabs, MaxBytes: maxPooledSlabBytes}}
-	e.snap.Store(&Snapshot{Worker: cfg.Worker})
+	e.snap.Store(&Snapshot{Worker: cfg.Worker, AccumulatorLimitBytes: cfg.MaxRingBytes, MaxContexts: cfg.MaxOps})
 	return e
 }
 

@@ -20,6 +20,11 @@ type Snapshot struct {
 	Worker int          `json:"worker"`
 	AtNs   int64        `json:"at_ns"`
 	Ops    []OpSnapshot `json:"ops"`
+	// What the worker's contexts hold against its limits (Config.MaxOps,
+	// Config.MaxRingBytes): a STAGE past either is NO_RESOURCES.
+	AccumulatorBytes      int `json:"accumulator_bytes"`
+	AccumulatorLimitBytes int `json:"accumulator_limit_bytes"`
+	MaxContexts           int `json:"max_contexts"`
 }
 
 // OpSnapshot describes one operation context.
@@ -112,7 +117,8 @@ func (e *Engine) Snapshot() *Snapshot {
 func (e *Engine) Publish(now int64) { e.publish(now) }
 
 func (e *Engine) publish(now int64) {
-	s := &Snapshot{Worker: e.cfg.Worker, AtNs: now, Ops: make([]OpSnapshot, 0, len(e.ops))}
+	s := &Snapshot{Worker: e.cfg.Worker, AtNs: now, Ops: make([]OpSnapshot, 0, len(e.ops)),
+		AccumulatorBytes: e.ringBytes, AccumulatorLimitBytes: e.cfg.MaxRingBytes, MaxContexts: e.cfg.MaxOps}
 	for _, o := range e.ops {
 		s.Ops = append(s.Ops, o.snapshot(now))
 	}
