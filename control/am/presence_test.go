@@ -393,6 +393,11 @@ func TestGoneRankFailsWaitingOperation(t *testing.T) {
 	l2.mu.Lock()
 	l2.final, l2.missing, l2.missFrom = parser.StateActive, streamWhere(t, "l2", op.plan.nodes["l2"].owner, "rank 2 (h3)"), 0
 	l2.mu.Unlock()
+	// l1's least advanced stream is the live rank 0's.
+	l1 := p.nodes["l1"]
+	l1.mu.Lock()
+	l1.final, l1.missing, l1.missFrom = parser.StateActive, streamWhere(t, "l1", op.plan.nodes["l1"].owner, "rank 0 (h1)"), 77
+	l1.mu.Unlock()
 	start := time.Now()
 	kill()
 	waitFor(t, func() bool {
@@ -405,6 +410,11 @@ func TestGoneRankFailsWaitingOperation(t *testing.T) {
 	st, _ := p.m.Op(grants[0].ID)
 	if st.Error == nil || st.Error.Rank == nil || *st.Error.Rank != 2 || !strings.Contains(st.Error.Message, "rank 2 (h3) is gone") {
 		t.Fatalf("error %+v, want one blaming rank 2 (h3), gone", st.Error)
+	}
+	// The live rank 0 is not said to be waited for beside the dead one.
+	if strings.Contains(st.Error.Message, "waiting for rank 0") ||
+		!strings.Contains(st.Error.Message, "node l1 is ACTIVE (rank 0 (h1) was furthest behind there when asked, at element 77)") {
+		t.Errorf("the diagnosis %q names live rank 0 as waited for, or does not say it was only furthest behind", st.Error.Message)
 	}
 	if strings.Count(st.Error.Message, "rank 2 (h3): its process's connection") != 0 {
 		t.Errorf("the diagnosis says rank 2's process is gone twice: %q", st.Error.Message)

@@ -612,16 +612,22 @@ func (m *Manager) diagnose(op *operation, blame *int) (diag string, culprit *int
 					who = "the parent " + p
 				}
 			}
-			switch ns.FailCause {
-			case "PEER_FAILED":
+			owner, owned := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]
+			switch {
+			case ns.State == "ACTIVE" && blame != nil && (!owned || owner != *blame):
+				// The culprit is known (a rank gone): "node e1 is ACTIVE,
+				// waiting for rank 0" named a live rank that was merely
+				// furthest behind when asked, beside the rank that died.
+				s += fmt.Sprintf(" (%s was furthest behind there when asked, at %s)", who, op.elementAt(ns.MissingFrom))
+			case ns.FailCause == "PEER_FAILED":
 				s += fmt.Sprintf(", %s %s", verb, who) // where its stream stood says nothing
-			case "LINK_DOWN":
+			case ns.FailCause == "LINK_DOWN":
 				s += fmt.Sprintf(", %s %s (its port toward it is set down or has no carrier) from %s", verb, who, at)
 			default:
 				s += fmt.Sprintf(", %s %s%s from %s", verb, who, what, at)
 			}
-			if r, ok := op.plan.nodes[n].ownerRank[uint16(*ns.MissingStream)]; ok && culprit == nil && tier(n) <= 1 {
-				rr := r
+			if owned && culprit == nil && tier(n) <= 1 {
+				rr := owner
 				culprit = &rr
 				culpritAcks = acks
 			}
