@@ -49,6 +49,8 @@ import (
 //	worker_handoff: false           # true: every local PRISM frame waits for its worker goroutine
 //	mac_aging: 300s                 # default 300s
 //	mac_table_size: 32768           # stations the MAC table holds, rounded up to a power of two (default 32768; 32..4194304; restart to change)
+//	max_contexts: 1024              # PRISM operation contexts the switch holds, shared evenly by the workers (default 1024; 1..65535; restart to change)
+//	accumulator_memory_mb: 1024     # accumulator memory each worker's contexts may reserve, MiB (default 1024; 1..1048576; restart to change)
 //	metrics_listen: "127.0.0.1:9100"   # empty or absent disables
 //	control_listen: "/run/prismd/prismd.sock"  # HTTP over a unix socket; empty or absent disables
 //	am_sources: ["02:00:00:00:00:aa"]  # MACs allowed to send CONTROL
@@ -61,10 +63,15 @@ type Config struct {
 	// MACTableSize is how many stations the MAC table holds (0: the
 	// default, dataplane.DefaultMACTableSize/2). A full table learns no
 	// new station and floods frames to them. Read at start.
-	MACTableSize  int      `yaml:"mac_table_size"`
-	MetricsListen string   `yaml:"metrics_listen"`
-	ControlListen string   `yaml:"control_listen"`
-	AMSources     []string `yaml:"am_sources"`
+	MACTableSize int `yaml:"mac_table_size"`
+	// MaxContexts and AccumulatorMemoryMB bound what a switch holds (0:
+	// the defaults, 1024 contexts and 1 GiB per worker): a STAGE past
+	// either is NO_RESOURCES. Read at start.
+	MaxContexts         int      `yaml:"max_contexts"`
+	AccumulatorMemoryMB int      `yaml:"accumulator_memory_mb"`
+	MetricsListen       string   `yaml:"metrics_listen"`
+	ControlListen       string   `yaml:"control_listen"`
+	AMSources           []string `yaml:"am_sources"`
 	// KulischPartials chooses how exact partials travel to a parent
 	// (protocol section 6): "f64" (default) sends a frame whose values
 	// binary64 holds as one KULISCH_F64 group and plans KULISCH_SCALED
@@ -226,7 +233,7 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		}
 		msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
 		msg = describeTypes(b, msg)
-		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, worker_handoff, mac_aging, mac_table_size, metrics_listen, control_listen, am_sources, kulisch_partials)")
+		msg = strings.ReplaceAll(msg, "in type main.Config", "(valid keys: node_mac, ports, workers, worker_handoff, mac_aging, mac_table_size, max_contexts, accumulator_memory_mb, metrics_listen, control_listen, am_sources, kulisch_partials)")
 		msg = strings.ReplaceAll(msg, "in type main.PortConfig", "in a ports entry (valid keys: name, mtu, rx_ring, rx_ring_timeout, rx_lane, rx_sparse_fps, qdisc_bypass, backend, xdp_mode, fault)")
 		msg = strings.ReplaceAll(msg, "in type main.FaultConfig", "in fault (valid keys: reorder_percent, reorder_depth, delay_us, ingress, egress)")
 		msg = strings.ReplaceAll(msg, "in type main.IngressFaultConfig", "in fault.ingress (valid keys: drop_percent, duplicate_percent, reorder_percent, reorder_depth, delay_us, seed)")
@@ -316,7 +323,7 @@ func describeTypes(src []byte, msg string) string {
 // wholeKeys are the keys of the schema that hold whole numbers: yaml
 // decodes 1500.5 into an int as 1500, silently, so a fraction there is
 // refused by fraction instead.
-var wholeKeys = map[string]bool{"workers": true, "mac_table_size": true, "mtu": true, "rx_sparse_fps": true, "reorder_depth": true, "delay_us": true, "seed": true}
+var wholeKeys = map[string]bool{"workers": true, "mac_table_size": true, "max_contexts": true, "accumulator_memory_mb": true, "mtu": true, "rx_sparse_fps": true, "reorder_depth": true, "delay_us": true, "seed": true}
 
 // fraction returns the first key/value pair under n whose key is one of
 // wholeKeys and whose value is written as a float, or nil.
@@ -372,6 +379,12 @@ func (c *Config) Validate(file string) error {
 	}
 	if c.MACTableSize != 0 && (c.MACTableSize < 32 || c.MACTableSize > maxMACTableSize) {
 		return bad("mac_table_size", "%d is out of range; use 32..%d stations (default %d)", c.MACTableSize, maxMACTableSize, dataplane.DefaultMACTableSize/2)
+	}
+	if c.MaxContexts != 0 && (c.MaxContexts < 1 || c.MaxContexts > 65535) {
+		return bad("max_contexts", "%d is out of range; use 1..65535 (default 1024)", c.MaxContexts)
+	}
+	if c.AccumulatorMemoryMB != 0 && (c.AccumulatorMemoryMB < 1 || c.AccumulatorMemoryMB > 1<<20) {
+		return bad("accumulator_memory_mb", "%d is out of range; use 1..1048576 MiB per worker (default 1024)", c.AccumulatorMemoryMB)
 	}
 	switch c.KulischPartials {
 	case "", "f64", "scaled", "plain":

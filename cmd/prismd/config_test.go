@@ -73,6 +73,8 @@ func TestConfigErrors(t *testing.T) {
 		{"empty", "", "file is empty"},
 		{"no ports", "workers: 1\n", "ports: no ports"},
 		{"kulisch partials", "ports: [{name: a}]\nkulisch_partials: tiny\n", `kulisch_partials: "tiny": use f64`},
+		{"max contexts", "ports: [{name: a}]\nmax_contexts: 70000\n", `max_contexts: 70000 is out of range; use 1..65535 (default 1024)`},
+		{"accumulator memory", "ports: [{name: a}]\naccumulator_memory_mb: -1\n", `accumulator_memory_mb: -1 is out of range; use 1..1048576 MiB per worker (default 1024)`},
 		{"dup port", "ports: [{name: a}, {name: a}]\n", "ports[1].name: interface \"a\" is already ports[0]"},
 		{"long name", "ports: [{name: abcdefghijklmnop}]\n", "ports[0].name"},
 		{"mtu", "ports: [{name: a, mtu: 20000}]\n", "ports[0].mtu: 20000 is out of range"},

@@ -25,9 +25,10 @@ const frozenAfter = time.Second
 func init() {
 	handlerFactory = func(c *Config) dataplane.HandlerFactory {
 		node = control.NewNode(control.NodeConfig{AMMACs: c.AMSourceMACs(),
+			Limits: control.Limits{MaxOps: uint16(c.MaxContexts)},
 			// The dataplane calls Flush after every batch (dataplane.Flusher).
 			Engine: engine.Config{CoalesceProgress: true, FrozenAfter: frozenAfter, PlainKulischPartials: c.PlainKulischPartials(),
-				CompactKulischPartials: c.CompactKulischPartials()}})
+				CompactKulischPartials: c.CompactKulischPartials(), MaxRingBytes: c.AccumulatorMemoryMB << 20}})
 		return node.Factory()
 	}
 	registerMetrics = func(s *metrics.Server) error {

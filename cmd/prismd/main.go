@@ -953,6 +953,12 @@ func (d *daemon) reload() {
 	if cfg.MACTableSize != d.cfg.MACTableSize {
 		needsRestart("mac_table_size", d.cfg.MACTableSize, cfg.MACTableSize)
 	}
+	if cfg.MaxContexts != d.cfg.MaxContexts {
+		needsRestart("max_contexts", d.cfg.MaxContexts, cfg.MaxContexts)
+	}
+	if cfg.AccumulatorMemoryMB != d.cfg.AccumulatorMemoryMB {
+		needsRestart("accumulator_memory_mb", d.cfg.AccumulatorMemoryMB, cfg.AccumulatorMemoryMB)
+	}
 	if cfg.PlainKulischPartials() != d.cfg.PlainKulischPartials() || cfg.CompactKulischPartials() != d.cfg.CompactKulischPartials() {
 		named := func(v string) string {
 			if v == "" {
@@ -985,8 +991,10 @@ func (d *daemon) reload() {
 	// against what runs (it warned of kulisch_partials after a reload
 	// back to the running value, and not on a second reload of a change).
 	keepW, keepH, keepM, keepC, keepK, keepT := d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials, d.cfg.MACTableSize
+	keepX, keepA := d.cfg.MaxContexts, d.cfg.AccumulatorMemoryMB
 	d.cfg = cfg
 	d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials, d.cfg.MACTableSize = keepW, keepH, keepM, keepC, keepK, keepT
+	d.cfg.MaxContexts, d.cfg.AccumulatorMemoryMB = keepX, keepA
 	if onReload != nil {
 		onReload(cfg)
 	}

@@ -226,7 +226,9 @@ func TestMetricsPromtool(t *testing.T) {
 	sw, h := env.Namespace("sw"), env.Namespace("h")
 	_, x := env.Veth(h, sw)
 	var logs syncBuf
-	if _, err := startIn(t, env, sw, parseCfg(t, fmt.Sprintf("ports: [{name: %s}]\nmetrics_listen: 127.0.0.1:9100\n", x)), &logs); err != nil {
+	// The limits the configuration sets are the ones the workers report.
+	cfg := fmt.Sprintf("ports: [{name: %s}]\nmetrics_listen: 127.0.0.1:9100\nworkers: 2\nmax_contexts: 10\naccumulator_memory_mb: 64\n", x)
+	if _, err := startIn(t, env, sw, parseCfg(t, cfg), &logs); err != nil {
 		t.Fatalf("daemon: %v\n%s", err, logs.String())
 	}
 	var body []byte
@@ -256,6 +258,12 @@ func TestMetricsPromtool(t *testing.T) {
 	for _, family := range []string{"prismd_port_receive_frames_total", "prismd_engine_frames_total", "prismd_control_drops_total", "prismd_bitmap_drops_total"} {
 		if !strings.Contains(string(body), "# TYPE "+family) {
 			t.Errorf("/metrics lacks %s: the check would not cover its collector", family)
+		}
+	}
+	for _, line := range []string{`prismd_engine_contexts_limit{worker="0"} 5`, `prismd_engine_contexts_limit{worker="1"} 5`,
+		`prismd_engine_accumulator_limit_bytes{worker="1"} 6.7108864e+07`} {
+		if !strings.Contains(string(body), line+"\n") {
+			t.Errorf("/metrics lacks %q (max_contexts 10 over 2 workers, accumulator_memory_mb 64)", line)
 		}
 	}
 	cmd := exec.Command(promtool, "check", "metrics")
