@@ -133,12 +133,13 @@ type Engine struct {
 	lastSnap int64
 	// reads counts Snapshot calls (any goroutine); Tick notes when it saw
 	// the count move (readAt) to pick the snapshot's interval. snapSig is
-	// the contexts and states the published snapshot shows (opsSig).
+	// the contexts and states the published snapshot shows: the
+	// signature Tick computes of every context's serial and state.
 	reads     atomic.Uint64
 	seenReads uint64
 	readAt    int64
 	snapSig   uint64
-	serial    uint64 // numbers contexts for opsSig
+	serial    uint64 // numbers contexts for snapSig
 	// lastTick is the previous Tick's time (Config.FrozenAfter).
 	lastTick int64
 

@@ -146,7 +146,7 @@ type op struct {
 	// failLogPending: fail recorded a failure Tick has not logged yet.
 	failLogPending bool
 	tuple          string // tupleString's cache
-	serial         uint64 // Engine.serial at Stage (opsSig)
+	serial         uint64 // Engine.serial at Stage (Engine.snapSig)
 
 	bank kulisch.Bank
 	kv   *kulisch.Vector // KULISCH_FIXED bank, for wire checks before applying
