@@ -1311,7 +1311,9 @@ type progress struct {
 	ByteCredits     uint32
 	Status, Flags   uint8
 	Holes           []hole
-	Reserved        uint16
+	// FailCause and FailHops (offsets 42, 43): with Status FAILED, the
+	// cause where the failure began and the FAILED hops it crossed.
+	FailCause, FailHops uint8
 }
 
 func (p progress) encode() []byte {
@@ -1328,7 +1330,7 @@ func (p progress) encode() []byte {
 	be.PutUint32(h[34:], p.ByteCredits)
 	h[38], h[39] = p.Status, p.Flags
 	be.PutUint16(h[40:], uint16(len(p.Holes)))
-	be.PutUint16(h[42:], p.Reserved)
+	h[42], h[43] = p.FailCause, p.FailHops
 	for i, x := range p.Holes {
 		be.PutUint32(h[progressHdr+8*i:], x.Start)
 		be.PutUint32(h[progressHdr+8*i+4:], x.End)
@@ -1358,9 +1360,18 @@ func decodeProgress(b []byte, mtu int, vecLen uint32) (progress, error) {
 	p.IntervalCredits, p.ByteCredits = be.Uint16(h[32:]), be.Uint32(h[34:])
 	p.Status, p.Flags = h[38], h[39]
 	nh := int(be.Uint16(h[40:]))
-	p.Reserved = be.Uint16(h[42:])
-	if p.Reserved != 0 {
+	p.FailCause, p.FailHops = h[42], h[43]
+	// P5: both zero unless Status is FAILED; with FAILED a cause of at
+	// most 4, and no hops without a cause.
+	switch {
+	case p.Status != 5 && p.FailCause != 0:
 		return p, fail("reserved_nonzero", "offset 42")
+	case p.Status != 5 && p.FailHops != 0:
+		return p, fail("reserved_nonzero", "offset 43")
+	case p.FailCause > 4:
+		return p, fail("out_of_range", "failure cause %d", p.FailCause)
+	case p.FailCause == 0 && p.FailHops != 0:
+		return p, fail("reserved_nonzero", "offset 43")
 	}
 	if p.Flags&0xFC != 0 {
 		return p, fail("reserved_nonzero", "flags %#x", p.Flags)

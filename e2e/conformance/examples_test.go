@@ -187,6 +187,10 @@ func buildExamples() map[string]builtExample {
 	pr := progress{ID: exID, SrcEP: 0x10, DstEP: 0x100, Stream: 1, PacketID: 5, Committed: 100, IntervalCredits: 6,
 		ByteCredits: 9000, Holes: []hole{{200, 300}, {400, 450}}}
 	m["progress-holes"] = builtExample{frame: ethFrame(exDst, exSrc, pr.encode()), fields: pr, op: op}
+	// 12.18: a failure announcement (Packet ID 0): LINK_DOWN, one hop.
+	pf := progress{ID: exID, SrcEP: 0x10, DstEP: 0x100, Stream: 1, Committed: 300, IntervalCredits: 6,
+		ByteCredits: 9000, Status: 5, FailCause: 4, FailHops: 1}
+	m["progress-failed"] = builtExample{frame: ethFrame(exDst, exSrc, pf.encode()), fields: pf, op: op}
 
 	m["data-flat-ext"] = data(dataFrame{Class: classData, ID: exID, SrcEP: 0x300, DstEP: 0x30, PacketID: 3, First: 0, Stream: 1,
 		Flags: dfExt, Ext: &extension{Encoding: encFlat, Tenant: 7, Token: 42, Set: flatSet(0, 1, 0, 1)},

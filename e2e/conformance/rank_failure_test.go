@@ -24,7 +24,11 @@ const (
 // rkCheckAnnouncements checks the failure announcement a rank received:
 // three PROGRESS FAILED with Packet ID 0, at least 10 ms apart, with the
 // window's Committed Element (7). It returns the first one's time.
-func rkCheckAnnouncements(t *testing.T, k *rkRank, committed uint32) time.Time {
+// Each carries Failure Cause TIMEOUT (7: where the failure began; rank 3
+// timed out at l2), with Failure Hops 0 when the rank's own leaf began it
+// (origin) and any count otherwise (the failure's path depends on which
+// timer fires first).
+func rkCheckAnnouncements(t *testing.T, k *rkRank, committed uint32, origin bool) time.Time {
 	t.Helper()
 	all := k.failedAnnouncements()
 	if len(all) == 0 {
@@ -37,6 +41,10 @@ func rkCheckAnnouncements(t *testing.T, k *rkRank, committed uint32) time.Time {
 	for i, p := range all {
 		if p.P.Committed != committed {
 			t.Errorf("rank %d announcement %d: Committed %d, want the window's %d", k.r, i, p.P.Committed, committed)
+		}
+		if p.P.FailCause != 1 || origin && p.P.FailHops != 0 {
+			t.Errorf("rank %d announcement %d: Failure Cause %d, Failure Hops %d; want TIMEOUT (1)%s", k.r, i, p.P.FailCause, p.P.FailHops,
+				map[bool]string{true: " with 0 hops: its leaf l2 timed out on rank 3", false: ""}[origin])
 		}
 		if i == 0 {
 			continue
@@ -114,7 +122,7 @@ func (e *rkEnv) rkSilentRank(t *testing.T) {
 		if r == 3 {
 			committed = 0
 		}
-		first[r] = rkCheckAnnouncements(t, k, committed)
+		first[r] = rkCheckAnnouncements(t, k, committed, r >= 2)
 	}
 	lo, hi := sent.Add(timeout*time.Millisecond), grantAt.Add(timeout*time.Millisecond+600*time.Millisecond)
 	for r, at := range first {
