@@ -129,6 +129,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// heldNowHint follows --check-config's warning of a port or socket another
+// process holds: a warning, since the check also runs before a reload of
+// the prismd that holds it.
+const heldNowHint = "(a new prismd with this configuration would refuse to start now; a reload of that one is fine)"
+
+// keepRestartOnly sets c's keys that are read at start only (the ones a
+// reload warns of as awaiting a restart) to running's values.
+func (c *Config) keepRestartOnly(running *Config) {
+	c.Workers, c.WorkerHandoff, c.MetricsListen, c.ControlListen = running.Workers, running.WorkerHandoff, running.MetricsListen, running.ControlListen
+	c.KulischPartials, c.MACTableSize = running.KulischPartials, running.MACTableSize
+	c.MaxContexts, c.AccumulatorMemoryMB = running.MaxContexts, running.AccumulatorMemoryMB
+}
+
 // checkInterfaces is --check-config's look at the ports' interfaces as
 // this network namespace has them, after the file itself passed. One that
 // is missing or cannot carry frames fails the check: the daemon refuses to
@@ -155,7 +168,7 @@ func checkInterfaces(file string, cfg *Config, stdout, stderr io.Writer) int {
 			// Held now is a warning, not a failure: the check also
 			// runs beside the prismd a reload of this file is for.
 			if ln, err := claimPort(pc.Name); err != nil {
-				fmt.Fprintf(stderr, "prismd: warning: %s: %v (a new prismd with this configuration would refuse to start now; a reload of that one is fine)\n", file, err)
+				fmt.Fprintf(stderr, "prismd: warning: %s: %v %s\n", file, err, heldNowHint)
 			} else {
 				ln.Close()
 			}
@@ -171,7 +184,7 @@ func checkInterfaces(file string, cfg *Config, stdout, stderr io.Writer) int {
 	}
 	if cfg.ControlListen != "" {
 		if _, err := checkControlSocket(cfg.ControlListen); err != nil {
-			fmt.Fprintf(stderr, "prismd: warning: %s: %v (a new prismd with this configuration would refuse to start now; a reload of that one is fine)\n", file, err)
+			fmt.Fprintf(stderr, "prismd: warning: %s: %v %s\n", file, err, heldNowHint)
 		}
 	}
 	if cfg.ControlListen != "" {
@@ -990,11 +1003,9 @@ func (d *daemon) reload() {
 	// What needs a restart stays as it runs, so the next reload compares
 	// against what runs (it warned of kulisch_partials after a reload
 	// back to the running value, and not on a second reload of a change).
-	keepW, keepH, keepM, keepC, keepK, keepT := d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials, d.cfg.MACTableSize
-	keepX, keepA := d.cfg.MaxContexts, d.cfg.AccumulatorMemoryMB
-	d.cfg = cfg
-	d.cfg.Workers, d.cfg.WorkerHandoff, d.cfg.MetricsListen, d.cfg.ControlListen, d.cfg.KulischPartials, d.cfg.MACTableSize = keepW, keepH, keepM, keepC, keepK, keepT
-	d.cfg.MaxContexts, d.cfg.AccumulatorMemoryMB = keepX, keepA
+	next := *cfg
+	next.keepRestartOnly(d.cfg)
+	d.cfg = &next
 	if onReload != nil {
 		onReload(cfg)
 	}
