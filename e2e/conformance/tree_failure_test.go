@@ -266,6 +266,18 @@ func (te *treeEnv) runParentSilent(t *testing.T) {
 	}
 	if !first.IsZero() {
 		dt := first.Sub(fr[0].At)
+		// On kernel receive times where hx's timestamping socket has
+		// both frames: a reader goroutine that waited for a core took
+		// the first partial late, and sw1 looked 5 ms early (seen once
+		// in CI under load).
+		if up.stamps != nil {
+			partial := func(f rxFrame) bool {
+				return len(f.Payload) > 2+18 && f.Payload[1] == classData && getIdent(f.Payload[2:]) == o.ID
+			}
+			if ps, as := up.stamps.match(time.Time{}, partial), up.stamps.match(time.Time{}, rtx.isAnnouncement); len(ps) > 0 && len(as) > 0 {
+				dt = as[0].Sub(ps[0])
+			}
+		}
 		t.Logf("finding T3: silent PARENT receiver: failed %v after the first partial frame, %v after the ranks' last frame (Timeout %d ms)", dt, first.Sub(te.h2.lastSend()), timeout)
 		if dt < timeout*time.Millisecond-5*time.Millisecond || dt > timeout*time.Millisecond*5/4+250*time.Millisecond {
 			t.Errorf("silent parent: sw1 failed %v after its first partial frame, want between Timeout (%d ms) and Timeout + Timeout/4 (+ slack)", dt, timeout)
